@@ -1,0 +1,14 @@
+"""Op implementations, one module per op family; importing this registers them all."""
+from .base import REGISTRY, OpDef, Node, TensorSpec, Quantization, register_op, lookup  # noqa: F401
+
+from . import (  # noqa: F401,E402  (imported for their registrations)
+    activations,
+    conv,
+    elementwise,
+    pooling,
+    quantize,
+    reduce,
+    resize,
+    shape,
+    slicing,
+)

@@ -1,0 +1,144 @@
+"""The op contract: an `OpDef` per op, a registry, and what an op sees of the graph (`Node`).
+
+Each op is defined once (DESIGN.md, "An op"):
+- `parse`     builtin options table (from the `tflite` bindings) -> a small frozen dataclass;
+- `infer`     output shapes from the node's input shapes (and constant values where a shape
+              depends on them, e.g. RESHAPE's shape tensor);
+- `reference` numpy on the float view: quantized tensors arrive dequantized to float32 and the
+              runtime quantization-simulates the outputs, so a reference is plain float math;
+- `supports`  None, or why the Taichi delegate cannot take this instance;
+- `taichi`    the Taichi implementation (the delegate's part; None until it has one).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from tflite_taichi.errors import ModelError
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Affine quantization of a tensor: real = (q - zero_point) * scale.
+
+    `scale` and `zero_point` have one entry (per-tensor) or one per slice along
+    `quantized_dimension` (per-channel).
+    """
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    quantized_dimension: int = 0
+
+    @property
+    def per_channel(self) -> bool:
+        return self.scale.size > 1
+
+    def broadcastable(self, rank: int):
+        """(scale, zero_point) shaped to broadcast against a tensor of `rank` dims."""
+        if not self.per_channel:
+            return self.scale.reshape(()), self.zero_point.reshape(())
+        shape = [1] * rank
+        shape[self.quantized_dimension] = -1
+        return self.scale.reshape(shape), self.zero_point.reshape(shape)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What an op sees of one tensor when the graph is prepared."""
+
+    index: int
+    name: str
+    shape: tuple
+    dtype: np.dtype          # the model's dtype (int8 for a quantized tensor)
+    quantization: Optional[Quantization] = None
+    value: Optional[np.ndarray] = None   # float-view value when known at prepare time
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.quantization is not None
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator instance, as handed to infer/reference/supports."""
+
+    index: int
+    op: str
+    version: int
+    options: Any
+    inputs: tuple            # TensorSpec, or None for an omitted optional input (-1)
+    outputs: tuple           # TensorSpec (shapes as declared until inferred)
+
+    def input_value(self, i: int, what: str) -> np.ndarray:
+        """The constant value of input `i`; ModelError if it is only known at run time."""
+        spec = self.inputs[i] if i < len(self.inputs) else None
+        if spec is None:
+            raise ModelError(f"op #{self.index} ({self.op}): input {i} ({what}) is missing")
+        if spec.value is None:
+            raise ModelError(
+                f"op #{self.index} ({self.op}): {what} (tensor '{spec.name}') must be known "
+                "before invoke (a constant, or computed only from constants and shapes)")
+        return spec.value
+
+    def fail(self, message: str) -> ModelError:
+        return ModelError(f"op #{self.index} ({self.op}): {message}")
+
+
+def no_options(_options) -> None:
+    return None
+
+
+def _not_on_delegate(_node: Node) -> Optional[str]:
+    return "no Taichi implementation of this op yet"
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op, defined once. See the module docstring for the parts."""
+
+    name: str
+    infer: Callable[[Node], Sequence[tuple]]
+    reference: Callable[[Node, list], list]
+    parse: Callable[[Any], Any] = no_options
+    options_class: Optional[str] = None      # e.g. "Conv2DOptions"; None: no builtin options
+    versions: tuple = (1, 1 << 30)           # inclusive range of op versions accepted
+    supports: Callable[[Node], Optional[str]] = _not_on_delegate
+    taichi: Any = None
+    foldable: bool = True                    # may be evaluated at prepare when inputs are constant
+    min_inputs: int = 1
+    max_inputs: Optional[int] = None
+
+    def check_arity(self, node_index: int, n_inputs: int):
+        hi = self.max_inputs if self.max_inputs is not None else n_inputs
+        if not self.min_inputs <= n_inputs <= hi:
+            want = (f"{self.min_inputs}" if self.min_inputs == hi
+                    else f"{self.min_inputs} to {hi}")
+            raise ModelError(f"op #{node_index} ({self.name}): takes {want} inputs, has {n_inputs}")
+
+
+REGISTRY: dict = {}
+
+
+def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
+    """Register an op implementation under its name (a builtin name or 'CUSTOM:<code>')."""
+    if not isinstance(opdef, OpDef):
+        raise TypeError("register_op takes an OpDef")
+    if opdef.name in REGISTRY and not replace:
+        raise ValueError(f"op {opdef.name} is already registered (pass replace=True)")
+    REGISTRY[opdef.name] = opdef
+    return opdef
+
+
+def lookup(name: str) -> Optional[OpDef]:
+    return REGISTRY.get(name)
+
+
+def replace_fields(opdef: OpDef, **changes) -> OpDef:
+    return dataclasses.replace(opdef, **changes)

@@ -1,0 +1,82 @@
+"""Math shared by several op families: fused activations, padding, broadcasting, axes."""
+from __future__ import annotations
+
+import numpy as np
+
+# tflite.ActivationFunctionType
+ACT_NONE, ACT_RELU, ACT_RELU_N1_TO_1, ACT_RELU6, ACT_TANH, ACT_SIGN_BIT = range(6)
+ACTIVATION_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+
+# tflite.Padding
+PADDING_SAME, PADDING_VALID = 0, 1
+
+
+def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
+    """The fused activation every TFLite op with `fused_activation_function` applies."""
+    if act == ACT_NONE:
+        return x
+    if act == ACT_RELU:
+        return np.maximum(x, 0)
+    if act == ACT_RELU_N1_TO_1:
+        return np.clip(x, -1, 1)
+    if act == ACT_RELU6:
+        return np.clip(x, 0, 6)
+    if act == ACT_TANH:
+        return np.tanh(x)
+    if act == ACT_SIGN_BIT:
+        return np.signbit(x).astype(x.dtype)
+    raise ValueError(f"unknown fused activation {act}")
+
+
+def check_activation(node, act: int) -> int:
+    if act not in ACTIVATION_NAMES:
+        raise node.fail(f"unknown fused activation function {act}")
+    return act
+
+
+def conv_output_size(padding: int, in_size: int, filter_size: int, stride: int, dilation: int = 1) -> int:
+    """TFLite's ComputeOutSize."""
+    effective = (filter_size - 1) * dilation + 1
+    if padding == PADDING_SAME:
+        return (in_size + stride - 1) // stride
+    return (in_size - effective + stride) // stride
+
+
+def conv_padding_before(padding: int, in_size: int, filter_size: int, stride: int,
+                        dilation: int, out_size: int) -> int:
+    """Padding before the first element (TFLite's ComputePaddingWithOffset, offset dropped:
+    the extra odd pixel goes after)."""
+    effective = (filter_size - 1) * dilation + 1
+    total = max((out_size - 1) * stride + effective - in_size, 0)
+    return total // 2
+
+
+def check_padding(node, padding: int) -> int:
+    if padding not in (PADDING_SAME, PADDING_VALID):
+        raise node.fail(f"unknown padding {padding}")
+    return padding
+
+
+def broadcast_shapes(node, *shapes) -> tuple:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
+    except ValueError:
+        raise node.fail("input shapes " + " and ".join(str(list(s)) for s in shapes)
+                        + " do not broadcast") from None
+
+
+def normalize_axes(node, axes, rank: int) -> tuple:
+    """Axes as a sorted tuple of non-negative ints, checked against `rank`."""
+    out = []
+    for a in np.asarray(axes).reshape(-1).tolist():
+        a = int(a)
+        if not -rank <= a < max(rank, 1):
+            raise node.fail(f"axis {a} out of range for rank {rank}")
+        out.append(a % max(rank, 1))
+    return tuple(sorted(set(out)))
+
+
+def positive_ints(node, what: str, *values):
+    for v in values:
+        if int(v) < 1:
+            raise node.fail(f"{what} must be >= 1, got {v}")

@@ -1,0 +1,51 @@
+"""Quantize / dequantize / fake-quantize, matching TFLite's rounding (half away from zero)."""
+from __future__ import annotations
+
+import numpy as np
+
+from tflite_taichi.ops.base import Quantization
+
+# Integer dtypes whose quantized tensors are carried as float32 (int32/int64: biases).
+QUANTIZABLE = {np.dtype("int8"), np.dtype("uint8"), np.dtype("int16"),
+               np.dtype("int32"), np.dtype("int64")}
+
+
+def is_float_view(dtype, quantization) -> bool:
+    """True when a tensor of this dtype and quantization is carried as float32."""
+    return quantization is not None and dtype is not None and np.dtype(dtype) in QUANTIZABLE
+
+
+def view_dtype(dtype, quantization) -> np.dtype:
+    """The dtype a tensor has inside the runtime: float32 for quantized integers."""
+    return np.dtype(np.float32) if is_float_view(dtype, quantization) else np.dtype(dtype)
+
+
+def quantized_range(dtype) -> tuple:
+    info = np.iinfo(np.dtype(dtype))
+    return int(info.min), int(info.max)
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """std::round, which TFLite's quantization uses (numpy's round is half-to-even)."""
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def dequantize(q: np.ndarray, quant: Quantization) -> np.ndarray:
+    """Real values of integer data: (q - zero_point) * scale, per tensor or per channel."""
+    scale, zero_point = quant.broadcastable(np.ndim(q))
+    return ((np.asarray(q, dtype=np.float64) - zero_point) * scale).astype(np.float32)
+
+
+def quantize(x: np.ndarray, quant: Quantization, dtype) -> np.ndarray:
+    """clamp(round(x / scale) + zero_point) in `dtype`, computed in float32 as TFLite does."""
+    scale, zero_point = quant.broadcastable(np.ndim(x))
+    lo, hi = quantized_range(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = round_half_away(np.asarray(x, np.float32) / scale.astype(np.float32))
+        q = np.nan_to_num(q, nan=0.0, posinf=hi, neginf=lo) + zero_point
+    return np.clip(q, lo, hi).astype(dtype)
+
+
+def fake_quant(x: np.ndarray, quant: Quantization, dtype) -> np.ndarray:
+    """The quantization simulation between ops: x -> dequantize(quantize(x))."""
+    return dequantize(quantize(x, quant, dtype), quant)

@@ -1,0 +1,22 @@
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+# Every property test runs at least 50 examples (the floor); "thorough" for local soaks.
+settings.register_profile("ci", max_examples=50, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("thorough", max_examples=500, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+SHARED_MODELS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models"))
+
+
+@pytest.fixture
+def shared_models():
+    path = os.environ.get("TFLITE_TAICHI_MODELS", SHARED_MODELS)
+    if not os.path.isdir(path):
+        pytest.skip(f"the shared model folder {path} is absent (set TFLITE_TAICHI_MODELS)")
+    return path

@@ -1,0 +1,35 @@
+"""One family of exceptions for everything a user can get wrong or a model file can hold.
+
+Every error the package raises on purpose derives from `TfliteTaichiError`, so
+`except tflite_taichi.errors.TfliteTaichiError` catches all of them; each also derives from
+the builtin a tf.lite user would expect (ValueError for bad data, RuntimeError for state).
+Messages name the tensor or op concerned.
+"""
+
+
+class TfliteTaichiError(Exception):
+    """Base of every error raised by tflite_taichi."""
+
+
+class ModelError(TfliteTaichiError, ValueError):
+    """The model file is malformed, inconsistent, or uses something we cannot run."""
+
+
+class UnsupportedOpError(ModelError):
+    """The model uses ops that no registered implementation covers (all listed at once)."""
+
+    def __init__(self, message, ops=()):
+        super().__init__(message)
+        self.ops = tuple(ops)
+
+
+class InputError(TfliteTaichiError, ValueError):
+    """A value passed to the Interpreter (tensor data, index, shape) is not acceptable."""
+
+
+class InterpreterStateError(TfliteTaichiError, RuntimeError):
+    """An Interpreter method was called in the wrong state (e.g. invoke before allocate)."""
+
+
+class BackendUnavailable(TfliteTaichiError, RuntimeError):
+    """The requested backend cannot run on this machine, with the reason."""

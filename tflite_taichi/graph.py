@@ -1,0 +1,156 @@
+"""A subgraph prepared for execution: shapes inferred, constants folded, steps in order.
+
+`prepare` walks the ops once, in graph order, calling each op's `infer` with the shapes (and,
+where known, values) of its inputs. An op whose inputs are all known at prepare time is folded:
+its reference runs once here (this is how SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE chains and
+float16 weights behind DEQUANTIZE become constants). The rest are `Step`s for `run_reference`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import numpy as np
+
+from tflite_taichi import model as model_ir
+from tflite_taichi.errors import ModelError, UnsupportedOpError
+from tflite_taichi.ops.base import Node, OpDef, TensorSpec, lookup
+from tflite_taichi.quant import dequantize, fake_quant, is_float_view, view_dtype
+
+
+@dataclass
+class Step:
+    op: model_ir.Operator
+    opdef: OpDef
+    node: Node
+
+
+@dataclass
+class PreparedGraph:
+    subgraph: model_ir.Subgraph
+    specs: dict            # tensor index -> TensorSpec (inferred shapes, float-view values of constants)
+    constants: dict        # tensor index -> float-view value (model constants and folded results)
+    steps: list            # ops left to run at invoke, in order
+    folded: list           # indices of ops evaluated at prepare time
+
+
+def resolve_ops(model: model_ir.Model) -> dict:
+    """op index per subgraph -> (OpDef, parsed options); every unknown op reported at once."""
+    missing = {}
+    resolved = {}
+    for sg in model.subgraphs:
+        for op in sg.operators:
+            opdef = lookup(op.name)
+            if opdef is None:
+                missing.setdefault(op.name, []).append(f"#{op.index}" if sg.index == 0
+                                                      else f"#{op.index} of subgraph {sg.index}")
+                continue
+            lo, hi = opdef.versions
+            if not lo <= op.version <= hi:
+                missing.setdefault(f"{op.name} v{op.version} (supported v{lo}-v{hi})", []).append(
+                    f"#{op.index}")
+                continue
+            resolved[(sg.index, op.index)] = (opdef, _parse_options(op, opdef))
+    if missing:
+        listing = "; ".join(f"{name} (op {', '.join(where)})" for name, where in missing.items())
+        raise UnsupportedOpError(f"the model uses ops no implementation exists for: {listing}",
+                                 ops=list(missing))
+    return resolved
+
+
+def _parse_options(op: model_ir.Operator, opdef: OpDef):
+    try:
+        raw = model_ir.read_options(op, opdef.options_class) if opdef.options_class else op
+        return opdef.parse(raw)
+    except ModelError:
+        raise
+    except Exception as e:  # a corrupt options table: decode errors of any kind
+        raise ModelError(f"op #{op.index} ({op.name}): cannot read its options: {e}") from None
+
+
+def constant_value(tensor: model_ir.Tensor) -> Optional[np.ndarray]:
+    """The float view of a constant tensor (dequantized once), or None."""
+    if tensor.data is None or tensor.has_sparsity:
+        return None
+    if is_float_view(tensor.dtype, tensor.quantization):
+        return dequantize(tensor.data, tensor.quantization)
+    return tensor.data
+
+
+def spec_of(tensor: model_ir.Tensor, shape=None, value=None) -> TensorSpec:
+    return TensorSpec(index=tensor.index, name=tensor.name,
+                      shape=tuple(tensor.shape if shape is None else shape),
+                      dtype=tensor.dtype, quantization=tensor.quantization, value=value)
+
+
+def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict) -> PreparedGraph:
+    specs, constants = {}, {}
+    for t in subgraph.tensors:
+        value = constant_value(t)
+        if value is not None:
+            constants[t.index] = value
+        specs[t.index] = spec_of(t, shape=input_shapes.get(t.index), value=value)
+
+    steps, folded = [], []
+    for op in subgraph.operators:
+        opdef, options = resolved[(subgraph.index, op.index)]
+        opdef.check_arity(op.index, len(op.inputs))
+        node = Node(index=op.index, op=op.name, version=op.version, options=options,
+                    inputs=tuple(specs[t] if t != -1 else None for t in op.inputs),
+                    outputs=tuple(specs[t] for t in op.outputs))
+        shapes = _infer(opdef, node)
+        for t, shape in zip(op.outputs, shapes):
+            specs[t] = replace(specs[t], shape=shape)
+        node = replace(node, outputs=tuple(specs[t] for t in op.outputs))
+        if opdef.foldable and all(s is None or s.value is not None for s in node.inputs):
+            outs = execute(opdef, node, [s.value if s else None for s in node.inputs])
+            for t, v in zip(op.outputs, outs):
+                constants[t] = v
+                specs[t] = replace(specs[t], value=v)
+            folded.append(op.index)
+        else:
+            steps.append(Step(op=op, opdef=opdef, node=node))
+    return PreparedGraph(subgraph=subgraph, specs=specs, constants=constants,
+                         steps=steps, folded=folded)
+
+
+def _infer(opdef: OpDef, node: Node) -> list:
+    try:
+        shapes = [tuple(int(d) for d in s) for s in opdef.infer(node)]
+    except ModelError:
+        raise
+    except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as e:
+        raise node.fail(f"cannot infer output shapes: {e}") from None
+    if len(shapes) != len(node.outputs):
+        raise node.fail(f"has {len(node.outputs)} outputs, the op produces {len(shapes)}")
+    for spec, shape in zip(node.outputs, shapes):
+        if any(d < 0 for d in shape):
+            raise node.fail(f"output '{spec.name}' would have a negative dimension {list(shape)}")
+    return shapes
+
+
+def execute(opdef: OpDef, node: Node, inputs: list) -> list:
+    """Run one op's reference and bring each output to its tensor's shape, dtype and float view."""
+    outs = opdef.reference(node, inputs)
+    results = []
+    for spec, out in zip(node.outputs, outs):
+        out = np.asarray(out)
+        if out.shape != spec.shape:
+            raise node.fail(f"reference produced shape {list(out.shape)} for '{spec.name}', "
+                            f"expected {list(spec.shape)}")
+        dtype = view_dtype(spec.dtype, spec.quantization) if spec.dtype is not None else out.dtype
+        out = out.astype(dtype, copy=False)
+        if is_float_view(spec.dtype, spec.quantization):
+            out = fake_quant(out, spec.quantization, spec.dtype)
+        results.append(out)
+    return results
+
+
+def run_reference(graph: PreparedGraph, values: dict) -> dict:
+    """Run the remaining steps on numpy; `values` holds the float views of the inputs."""
+    values = {**graph.constants, **values}
+    for step in graph.steps:
+        inputs = [values[t] if t != -1 else None for t in step.op.inputs]
+        for t, v in zip(step.op.outputs, execute(step.opdef, step.node, inputs)):
+            values[t] = v
+    return values

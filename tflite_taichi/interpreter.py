@@ -1,0 +1,317 @@
+"""The tf.lite-compatible Interpreter.
+
+Same methods, arguments and detail dictionaries as `ai_edge_litert.interpreter.Interpreter`,
+so code written for LiteRT runs unchanged. Quantized models keep their own IO dtypes (int8 in,
+int8 out); inside, they run as a float view (see `quant`).
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import numpy as np
+
+from tflite_taichi import graph as graph_mod
+from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError,
+                                  ModelError)
+from tflite_taichi.model import read_model
+from tflite_taichi.quant import dequantize, is_float_view, quantize
+
+BACKENDS = ("auto", "reference", "vulkan", "metal", "opengl", "gles", "cuda", "cpu")
+PRECISIONS = ("fp32", "fp16")
+
+
+def _resolve_backend(backend: str, precision: str) -> str:
+    if backend not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if precision not in PRECISIONS:
+        raise BackendUnavailable(f"unknown precision {precision!r}; choose 'fp32' or 'fp16'")
+    if backend not in ("auto", "reference"):
+        raise BackendUnavailable(
+            f"backend {backend!r} needs the Taichi delegate, which this version does not ship yet; "
+            "use backend='reference' (numpy) or 'auto'")
+    if precision != "fp32":
+        raise BackendUnavailable("precision='fp16' needs a Taichi backend; the reference path is fp32")
+    return "reference"
+
+
+class _SubgraphState:
+    """Shapes, prepared graph and IO storage of one subgraph."""
+
+    def __init__(self, model, subgraph, resolved):
+        self.model = model
+        self.subgraph = subgraph
+        self.resolved = resolved
+        self.input_shapes = {}          # resized inputs: tensor index -> shape
+        self.prepared = None            # PreparedGraph after allocate_tensors
+        self.io = {}                    # input/output tensor index -> array in the model's dtype
+        self.values = {}                # float views from the last invoke
+        self.invoked = False
+
+    def allocate(self):
+        self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
+        old = self.io
+        self.io = {}
+        for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):
+            spec = self.prepared.specs[t]
+            keep = old.get(t)
+            if t in self.subgraph.inputs and keep is not None and keep.shape == spec.shape:
+                self.io[t] = keep       # allocate_tensors keeps inputs already set, as LiteRT does
+            else:
+                self.io[t] = np.zeros(spec.shape, dtype=spec.dtype)
+        self.values = {}
+        self.invoked = False
+
+    def invoke(self):
+        if self.prepared is None:
+            raise InterpreterStateError("invoke() called before allocate_tensors()")
+        feeds = {}
+        for t in self.subgraph.inputs:
+            tensor = self.subgraph.tensors[t]
+            data = self.io[t]
+            feeds[t] = (dequantize(data, tensor.quantization)
+                        if is_float_view(tensor.dtype, tensor.quantization) else data)
+        self.values = {}
+        self.invoked = False
+        values = graph_mod.run_reference(self.prepared, feeds)
+        for t in self.subgraph.outputs:
+            np.copyto(self.io[t], self._to_model_dtype(t, values[t]))
+        self.values = values
+        self.invoked = True
+
+    def _to_model_dtype(self, t, value):
+        tensor = self.subgraph.tensors[t]
+        if is_float_view(tensor.dtype, tensor.quantization):
+            return quantize(value, tensor.quantization, tensor.dtype)
+        return value.astype(tensor.dtype, copy=False)
+
+    def read(self, t):
+        """A tensor's current contents in the model's dtype (a fresh array)."""
+        if t in self.io:
+            return self.io[t].copy()
+        if self.prepared is not None and t in self.prepared.constants:
+            return self._to_model_dtype(t, self.prepared.constants[t]).copy()
+        if t in self.values:
+            return self._to_model_dtype(t, self.values[t])
+        name = self.subgraph.tensors[t].name
+        raise InterpreterStateError(f"tensor {t} ('{name}') has no value: it is an intermediate "
+                                    "and no invoke() has computed it")
+
+
+class Interpreter:
+    """Runs a .tflite model. See the README for the backends and the float view of 8-bit models."""
+
+    def __init__(self, model_path=None, model_content=None, backend: str = "auto",
+                 precision: str = "fp32", num_threads: Optional[int] = None,
+                 experimental_delegates=None, **_ignored_litert_options):
+        if (model_path is None) == (model_content is None):
+            raise InputError("pass exactly one of model_path or model_content")
+        if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
+            raise InputError(f"num_threads must be an int >= -1, got {num_threads!r}")
+        if experimental_delegates:
+            raise InputError("experimental_delegates is not supported: choose backend= instead")
+        self._backend = _resolve_backend(backend, precision)
+        self._requested_backend = backend
+        self._precision = precision
+        self._num_threads = num_threads
+        self._model = read_model(model_path if model_path is not None else model_content)
+        self._resolved = graph_mod.resolve_ops(self._model)
+        self._states = {}
+        self._main = self._state(0)
+        self._last_invoke_s = None
+
+    # -- internals -------------------------------------------------------------------------
+    def _state(self, subgraph_index: int) -> _SubgraphState:
+        if subgraph_index not in self._states:
+            if not 0 <= subgraph_index < len(self._model.subgraphs):
+                raise InputError(f"subgraph index {subgraph_index} out of range "
+                                 f"({len(self._model.subgraphs)} subgraphs)")
+            self._states[subgraph_index] = _SubgraphState(
+                self._model, self._model.subgraphs[subgraph_index], self._resolved)
+        return self._states[subgraph_index]
+
+    def _tensor(self, index, subgraph_index=0):
+        tensors = self._model.subgraphs[subgraph_index].tensors
+        if not isinstance(index, (int, np.integer)) or not 0 <= int(index) < len(tensors):
+            raise InputError(f"tensor index {index!r} out of range ({len(tensors)} tensors)")
+        return tensors[int(index)]
+
+    def _details(self, t: int, state: _SubgraphState) -> dict:
+        tensor = state.subgraph.tensors[t]
+        shape = (state.prepared.specs[t].shape if state.prepared is not None
+                 else state.input_shapes.get(t, tensor.shape))
+        q = tensor.quantization
+        if q is None:
+            scales, zero_points, dim = np.zeros(0, np.float32), np.zeros(0, np.int32), 0
+        else:
+            scales, zero_points, dim = q.scale.astype(np.float32), q.zero_point.astype(np.int32), q.quantized_dimension
+        per_tensor = (float(scales[0]), int(zero_points[0])) if scales.size == 1 else (0.0, 0)
+        return {
+            "name": tensor.name,
+            "index": t,
+            "shape": np.array(shape, dtype=np.int32),
+            "shape_signature": np.array(tensor.shape_signature, dtype=np.int32),
+            "dtype": tensor.dtype.type if tensor.dtype is not None else None,
+            "quantization": per_tensor,
+            "quantization_parameters": {"scales": scales, "zero_points": zero_points,
+                                        "quantized_dimension": dim, "block_size": 0},
+            "sparsity_parameters": {},
+        }
+
+    # -- the tf.lite API -------------------------------------------------------------------
+    def allocate_tensors(self):
+        for state in self._states.values():
+            state.allocate()
+
+    def get_input_details(self):
+        return [self._details(t, self._main) for t in self._main.subgraph.inputs]
+
+    def get_output_details(self):
+        return [self._details(t, self._main) for t in self._main.subgraph.outputs]
+
+    def get_tensor_details(self):
+        return [self._details(t.index, self._main) for t in self._main.subgraph.tensors]
+
+    def set_tensor(self, tensor_index, value, subgraph_index=0):
+        state = self._state(subgraph_index)
+        tensor = self._tensor(tensor_index, subgraph_index)
+        if tensor.index not in state.subgraph.inputs:
+            raise InputError(f"tensor {tensor.index} ('{tensor.name}') is not an input of the model; "
+                             "only inputs can be set")
+        if state.prepared is None:
+            raise InterpreterStateError("set_tensor() called before allocate_tensors()")
+        value = np.asarray(value)
+        if value.dtype != tensor.dtype:
+            raise InputError(f"cannot set tensor {tensor.index} ('{tensor.name}'): got {value.dtype} "
+                             f"data, the input is {tensor.dtype}")
+        expected = state.io[tensor.index].shape
+        if value.shape != expected:
+            raise InputError(f"cannot set tensor {tensor.index} ('{tensor.name}'): got shape "
+                             f"{list(value.shape)}, expected {list(expected)} "
+                             "(call resize_tensor_input first to change it)")
+        np.copyto(state.io[tensor.index], value)
+
+    def get_tensor(self, tensor_index, subgraph_index=0):
+        tensor = self._tensor(tensor_index, subgraph_index)
+        state = self._state(subgraph_index)
+        if state.prepared is None:
+            raise InterpreterStateError("get_tensor() called before allocate_tensors()")
+        return state.read(tensor.index)
+
+    def tensor(self, tensor_index):
+        """A function returning the tensor's array: a live view for inputs and outputs (as in
+        LiteRT; writing into an input's view sets it), a fresh copy for other tensors."""
+        tensor = self._tensor(tensor_index)
+        state = self._main
+
+        def view():
+            if state.prepared is None:
+                raise InterpreterStateError("tensor() read before allocate_tensors()")
+            return state.io[tensor.index] if tensor.index in state.io else state.read(tensor.index)
+        return view
+
+    def invoke(self):
+        start = time.perf_counter()
+        self._main.invoke()
+        self._last_invoke_s = time.perf_counter() - start
+
+    def resize_tensor_input(self, input_index, tensor_size, strict=False):
+        state = self._main
+        tensor = self._tensor(input_index)
+        if tensor.index not in state.subgraph.inputs:
+            raise InputError(f"tensor {tensor.index} ('{tensor.name}') is not an input; only inputs can be resized")
+        try:
+            shape = tuple(int(d) for d in np.asarray(tensor_size).reshape(-1))
+        except (TypeError, ValueError):
+            raise InputError(f"resize of '{tensor.name}': {tensor_size!r} is not a shape") from None
+        if any(d < 0 for d in shape):
+            raise InputError(f"resize of '{tensor.name}': negative dimension in {list(shape)}")
+        if strict:
+            sig = tensor.shape_signature
+            if len(shape) != len(sig) or any(s != -1 and s != d for s, d in zip(sig, shape)):
+                raise InputError(f"resize of '{tensor.name}' to {list(shape)} is not allowed by its "
+                                 f"shape_signature {list(sig)} (strict=True)")
+        state.input_shapes[tensor.index] = shape
+        state.prepared = None   # shapes must be propagated again by allocate_tensors()
+
+    def get_signature_list(self):
+        return {s.key: {"inputs": sorted(s.inputs), "outputs": sorted(s.outputs)}
+                for s in self._model.signatures}
+
+    def get_signature_runner(self, signature_key=None):
+        sigs = self._model.signatures
+        if not sigs:
+            raise InputError("the model has no signatures")
+        if signature_key is None:
+            if len(sigs) > 1:
+                raise InputError("the model has several signatures: name one "
+                                 f"({', '.join(s.key for s in sigs)})")
+            sig = sigs[0]
+        else:
+            matches = [s for s in sigs if s.key == signature_key]
+            if not matches:
+                raise InputError(f"no signature {signature_key!r} (have {', '.join(s.key for s in sigs)})")
+            sig = matches[0]
+        return SignatureRunner(self, sig)
+
+    # -- beyond tf.lite ----------------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        return self._backend
+
+    @property
+    def model(self):
+        return self._model
+
+    def summary(self) -> dict:
+        """How the model runs: backend, op counts, delegated partitions, ops on the CPU and why."""
+        ops = self._main.subgraph.operators
+        reason = ("backend='reference' runs every op on the numpy path"
+                  if self._requested_backend == "reference"
+                  else "the Taichi delegate is not available in this version")
+        quantized = any(t.quantization is not None and t.dtype is not None and t.dtype.kind in "iu"
+                        for t in self._main.subgraph.tensors if t.data is None)
+        return {
+            "backend": self._backend,
+            "precision": self._precision,
+            "ops_total": len(ops),
+            "ops_delegated": 0,
+            "partitions": [],
+            "fallback": [{"index": op.index, "op": op.name, "reason": reason} for op in ops],
+            "float_view": quantized,
+        }
+
+
+class SignatureRunner:
+    """`interpreter.get_signature_runner(key)`: call it with the signature's input names."""
+
+    def __init__(self, interpreter: Interpreter, sig):
+        self._it = interpreter
+        self._sig = sig
+        self._state = interpreter._state(sig.subgraph_index)
+
+    def get_input_details(self):
+        return {name: self._it._details(t, self._state) for name, t in self._sig.inputs.items()}
+
+    def get_output_details(self):
+        return {name: self._it._details(t, self._state) for name, t in self._sig.outputs.items()}
+
+    def __call__(self, **inputs):
+        unknown = set(inputs) - set(self._sig.inputs)
+        missing = set(self._sig.inputs) - set(inputs)
+        if unknown or missing:
+            raise InputError(f"signature '{self._sig.key}' takes inputs {sorted(self._sig.inputs)}; "
+                             f"unknown: {sorted(unknown)}, missing: {sorted(missing)}")
+        state = self._state
+        arrays = {self._sig.inputs[name]: np.asarray(v) for name, v in inputs.items()}
+        current = state.prepared.specs if state.prepared is not None else {}
+        for t, a in arrays.items():
+            if t not in current or current[t].shape != a.shape:
+                state.input_shapes[t] = a.shape
+                state.prepared = None
+        if state.prepared is None:
+            state.allocate()
+        for t, a in arrays.items():
+            self._it.set_tensor(t, a, subgraph_index=self._sig.subgraph_index)
+        state.invoke()
+        return {name: state.read(t) for name, t in self._sig.outputs.items()}

@@ -1,0 +1,398 @@
+""".tflite bytes -> Model IR, validated.
+
+Flatbuffer access goes through the `tflite` schema bindings. Those do no bounds checking, so
+every vector length is checked against the file size before it is walked (a mutated length
+must not turn into a 2^31-step loop), and any low-level decode failure becomes a ModelError.
+Constant buffers are numpy views on the model bytes (an mmap for files), never copies.
+"""
+from __future__ import annotations
+
+import importlib
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import tflite
+from tflite.utils import BUILTIN_OPCODE2NAME
+
+from tflite_taichi.errors import ModelError
+from tflite_taichi.ops.base import Quantization
+
+# tflite.TensorType -> numpy dtype (little-endian, as the file stores them)
+TENSOR_TYPES = {
+    0: np.dtype("<f4"), 1: np.dtype("<f2"), 2: np.dtype("<i4"), 3: np.dtype("u1"),
+    4: np.dtype("<i8"), 6: np.dtype("bool"), 7: np.dtype("<i2"), 9: np.dtype("i1"),
+    10: np.dtype("<f8"), 12: np.dtype("<u8"), 15: np.dtype("<u4"), 16: np.dtype("<u2"),
+}
+TENSOR_TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING",
+                     6: "BOOL", 7: "INT16", 8: "COMPLEX64", 9: "INT8", 10: "FLOAT64",
+                     11: "COMPLEX128", 12: "UINT64", 13: "RESOURCE", 14: "VARIANT", 15: "UINT32",
+                     16: "UINT16", 17: "INT4"}
+RESOURCE_TYPE = 13
+CUSTOM_CODE = 32
+MAX_RANK = 16
+
+
+@dataclass
+class Tensor:
+    index: int
+    name: str
+    shape: tuple
+    shape_signature: tuple
+    type_code: int                       # tflite.TensorType
+    dtype: Optional[np.dtype]            # None for types without a numpy form (resource, string)
+    buffer: int
+    quantization: Optional[Quantization]
+    is_variable: bool = False
+    has_sparsity: bool = False
+    data: Optional[np.ndarray] = None    # constant contents, a view on the model bytes
+
+    @property
+    def type_name(self) -> str:
+        return TENSOR_TYPE_NAMES.get(self.type_code, f"TYPE{self.type_code}")
+
+
+@dataclass
+class Operator:
+    index: int
+    name: str                  # BuiltinOperator name, or "CUSTOM:<code>"
+    version: int
+    inputs: tuple              # tensor indices; -1 marks an omitted optional input
+    outputs: tuple
+    intermediates: tuple
+    options_type: int          # tflite.BuiltinOptions union type (0: none)
+    options_table: object      # flatbuffers Table of the builtin options, or None
+    custom_options: Optional[bytes]
+
+    @property
+    def builtin_code(self) -> str:
+        return self.name
+
+
+@dataclass
+class Subgraph:
+    index: int
+    name: str
+    tensors: list
+    operators: list
+    inputs: tuple
+    outputs: tuple
+
+
+@dataclass
+class SignatureDef:
+    key: str
+    subgraph_index: int
+    inputs: dict   # signature name -> tensor index
+    outputs: dict
+
+
+@dataclass
+class Model:
+    version: int
+    description: str
+    subgraphs: list
+    signatures: list
+    size: int = 0
+    _keepalive: object = field(default=None, repr=False)   # the mmap behind the constant views
+
+    @property
+    def main(self) -> Subgraph:
+        return self.subgraphs[0]
+
+
+def _mod(name):
+    return importlib.import_module(f"tflite.{name}")
+
+
+class _Reader:
+    """Walks the flatbuffer with every length and index checked against the file."""
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.size = len(buf)
+
+    def length(self, n: int, what: str, elem_size: int = 4) -> int:
+        if n < 0 or n * elem_size > self.size:
+            raise ModelError(f"{what}: vector length {n} does not fit in a {self.size}-byte file")
+        return n
+
+    def string(self, raw, what: str) -> str:
+        if raw is None:
+            return ""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ModelError(f"{what}: not valid UTF-8") from None
+
+    def int_vector(self, obj, field_name: str, what: str) -> tuple:
+        n = self.length(getattr(obj, field_name + "Length")(), what)
+        if n == 0:
+            return ()
+        return tuple(int(v) for v in getattr(obj, field_name + "AsNumpy")().tolist())
+
+
+def read_model(source) -> Model:
+    """Parse and validate a model from a path, bytes, bytearray or memoryview."""
+    keepalive = None
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            with open(source, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    raise ModelError(f"{os.fspath(source)}: empty file")
+                buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise ModelError(f"cannot read model file {os.fspath(source)}: {e.strerror}") from None
+        keepalive = buf
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        buf = bytes(source) if not isinstance(source, bytes) else source
+    else:
+        raise ModelError(f"model must be a path or bytes, got {type(source).__name__}")
+    try:
+        model = _parse(_Reader(buf))
+    except ModelError:
+        raise
+    except (IndexError, struct.error, ValueError, OverflowError, TypeError, UnicodeDecodeError) as e:
+        raise ModelError(f"malformed model file (flatbuffer decode failed: {e})") from None
+    model._keepalive = keepalive
+    return model
+
+
+def _parse(r: _Reader) -> Model:
+    if r.size < 8:
+        raise ModelError(f"malformed model file: {r.size} bytes is too short for a flatbuffer")
+    root = struct.unpack_from("<I", r.buf, 0)[0]
+    if root + 4 > r.size:
+        raise ModelError("malformed model file: the root offset points past the end (truncated?)")
+    if r.buf[4:8] != b"TFL3":
+        raise ModelError("not a TFLite model: the file identifier is not 'TFL3'")
+    m = tflite.Model.GetRootAs(r.buf, 0)
+
+    opcodes = []
+    for i in range(r.length(m.OperatorCodesLength(), "operator_codes")):
+        oc = m.OperatorCodes(i)
+        code = max(int(oc.DeprecatedBuiltinCode()), int(oc.BuiltinCode()))
+        if code == CUSTOM_CODE:
+            name = "CUSTOM:" + r.string(oc.CustomCode(), f"operator_codes[{i}].custom_code")
+        else:
+            name = BUILTIN_OPCODE2NAME.get(code, f"UNKNOWN_BUILTIN_{code}")
+        opcodes.append((name, max(int(oc.Version()), 1)))
+
+    buffers = [m.Buffers(i) for i in range(r.length(m.BuffersLength(), "buffers"))]
+    subgraphs = [_parse_subgraph(r, m.Subgraphs(i), i, opcodes, buffers)
+                 for i in range(r.length(m.SubgraphsLength(), "subgraphs"))]
+    if not subgraphs:
+        raise ModelError("model has no subgraphs")
+    signatures = [_parse_signature(r, m.SignatureDefs(i), i, subgraphs)
+                  for i in range(r.length(m.SignatureDefsLength(), "signature_defs"))]
+    return Model(version=int(m.Version()), description=r.string(m.Description(), "description"),
+                 subgraphs=subgraphs, signatures=signatures, size=r.size)
+
+
+def _quantization(r: _Reader, q, what: str, rank: int) -> Optional[Quantization]:
+    if q is None:
+        return None
+    n_scale = r.length(q.ScaleLength(), f"{what} quantization scale")
+    if n_scale == 0:
+        return None
+    scale = np.array(q.ScaleAsNumpy(), dtype=np.float32)
+    n_zp = r.length(q.ZeroPointLength(), f"{what} quantization zero_point", 8)
+    zp = np.array(q.ZeroPointAsNumpy(), dtype=np.int64) if n_zp else np.zeros(n_scale, np.int64)
+    if zp.size != scale.size:
+        if zp.size == 1:
+            zp = np.repeat(zp, scale.size)
+        else:
+            raise ModelError(f"{what}: {scale.size} quantization scales but {zp.size} zero points")
+    dim = int(q.QuantizedDimension())
+    if scale.size > 1 and not 0 <= dim < max(rank, 1):
+        raise ModelError(f"{what}: quantized_dimension {dim} out of range for rank {rank}")
+    if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+        raise ModelError(f"{what}: quantization scales must be finite and positive")
+    return Quantization(scale=scale, zero_point=zp, quantized_dimension=dim)
+
+
+def _buffer_data(r: _Reader, buf_obj, what: str):
+    """The raw bytes of a buffer as a uint8 view, or None when empty.
+
+    Large models (> 2 GB) keep buffer contents after the flatbuffer, addressed by an absolute
+    (offset, size) pair; small ones inline them as a byte vector.
+    """
+    offset, size = int(buf_obj.Offset()), int(buf_obj.Size())
+    if offset > 1:
+        if offset + size > r.size:
+            raise ModelError(f"{what}: data at offset {offset} size {size} lies past the end "
+                             f"of the {r.size}-byte file")
+        return np.frombuffer(r.buf, dtype=np.uint8, count=size, offset=offset)
+    n = buf_obj.DataLength()
+    if n == 0:
+        return None
+    r.length(n, what, 1)
+    start = buf_obj._tab.Vector(buf_obj._tab.Offset(4))
+    if start + n > r.size:
+        raise ModelError(f"{what}: data runs past the end of the file (truncated?)")
+    return np.frombuffer(r.buf, dtype=np.uint8, count=n, offset=start)
+
+
+def _parse_tensor(r, t, i, sg_index, buffers) -> Tensor:
+    name = r.string(t.Name(), f"subgraph {sg_index} tensor {i} name")
+    what = f"tensor {i} ('{name}')"
+    shape = r.int_vector(t, "Shape", f"{what} shape")
+    if len(shape) > MAX_RANK:
+        raise ModelError(f"{what}: rank {len(shape)} is above the supported {MAX_RANK}")
+    if any(d < 0 for d in shape):
+        raise ModelError(f"{what}: negative dimension in shape {list(shape)}")
+    signature = r.int_vector(t, "ShapeSignature", f"{what} shape_signature") or shape
+    if len(signature) != len(shape) or any(s != -1 and s != d for s, d in zip(signature, shape)):
+        raise ModelError(f"{what}: shape_signature {list(signature)} does not match shape {list(shape)}")
+    type_code = int(t.Type())
+    if type_code not in TENSOR_TYPE_NAMES:
+        raise ModelError(f"{what}: unknown tensor type {type_code}")
+    dtype = TENSOR_TYPES.get(type_code)
+    b = int(t.Buffer())
+    if not 0 <= b < max(len(buffers), 1):
+        raise ModelError(f"{what}: buffer index {b} out of range ({len(buffers)} buffers)")
+    tensor = Tensor(index=i, name=name, shape=shape, shape_signature=signature,
+                    type_code=type_code, dtype=dtype, buffer=b,
+                    quantization=_quantization(r, t.Quantization(), what, len(shape)),
+                    is_variable=bool(t.IsVariable()), has_sparsity=t.Sparsity() is not None)
+    raw = _buffer_data(r, buffers[b], f"{what} buffer {b}") if buffers else None
+    if raw is not None and not tensor.has_sparsity:
+        if dtype is None:
+            raise ModelError(f"{what}: constant data of type {tensor.type_name} is not supported")
+        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if raw.size != expected:
+            raise ModelError(f"{what}: buffer {b} holds {raw.size} bytes, but shape {list(shape)} "
+                             f"of {tensor.type_name} needs {expected}")
+        tensor.data = raw.view(dtype).reshape(shape) if raw.size else np.zeros(shape, dtype)
+    elif raw is not None:
+        tensor.data = raw  # sparse: densified by the op that reads it
+    return tensor
+
+
+def _parse_subgraph(r, sg, sg_index, opcodes, buffers) -> Subgraph:
+    what = f"subgraph {sg_index}"
+    n_tensors = r.length(sg.TensorsLength(), f"{what} tensors")
+    tensors = [_parse_tensor(r, sg.Tensors(i), i, sg_index, buffers) for i in range(n_tensors)]
+
+    def check_indices(indices, where, allow_optional=False):
+        for t in indices:
+            if allow_optional and t == -1:
+                continue
+            if not 0 <= t < n_tensors:
+                raise ModelError(f"{where}: tensor index {t} out of range ({n_tensors} tensors)")
+        return indices
+
+    inputs = check_indices(r.int_vector(sg, "Inputs", f"{what} inputs"), f"{what} inputs")
+    outputs = check_indices(r.int_vector(sg, "Outputs", f"{what} outputs"), f"{what} outputs")
+    operators = []
+    for i in range(r.length(sg.OperatorsLength(), f"{what} operators")):
+        o = sg.Operators(i)
+        oc = int(o.OpcodeIndex())
+        if not 0 <= oc < len(opcodes):
+            raise ModelError(f"{what} op #{i}: opcode index {oc} out of range ({len(opcodes)} operator codes)")
+        name, version = opcodes[oc]
+        where = f"{what} op #{i} ({name})"
+        custom = None
+        if o.CustomOptionsLength():
+            r.length(o.CustomOptionsLength(), f"{where} custom_options", 1)
+            custom = bytes(o.CustomOptionsAsNumpy().tobytes())
+        operators.append(Operator(
+            index=i, name=name, version=version,
+            inputs=check_indices(r.int_vector(o, "Inputs", f"{where} inputs"), where, True),
+            outputs=check_indices(r.int_vector(o, "Outputs", f"{where} outputs"), where),
+            intermediates=r.int_vector(o, "Intermediates", f"{where} intermediates"),
+            options_type=int(o.BuiltinOptionsType()), options_table=o.BuiltinOptions(),
+            custom_options=custom))
+    sg_ir = Subgraph(index=sg_index, name=r.string(sg.Name(), f"{what} name"), tensors=tensors,
+                     operators=operators, inputs=inputs, outputs=outputs)
+    _check_graph_order(sg_ir)
+    return sg_ir
+
+
+def _check_graph_order(sg: Subgraph):
+    """Every op input must exist before the op runs: a subgraph input, a constant, a variable,
+    or the output of an earlier op; and every tensor is written by at most one op."""
+    ready = set(sg.inputs)
+    ready.update(t.index for t in sg.tensors if t.data is not None or t.is_variable)
+    produced_by = {}
+    for op in sg.operators:
+        for t in op.inputs:
+            if t != -1 and t not in ready:
+                producer = produced_by.get(t)
+                later = f" (written later by op #{producer})" if producer is not None else ""
+                raise ModelError(f"subgraph {sg.index} op #{op.index} ({op.name}): input tensor {t} "
+                                 f"('{sg.tensors[t].name}') is read before it is written{later}")
+        for t in op.outputs:
+            if t in produced_by:
+                raise ModelError(f"subgraph {sg.index} op #{op.index} ({op.name}): tensor {t} "
+                                 f"('{sg.tensors[t].name}') is already written by op #{produced_by[t]}")
+            if sg.tensors[t].data is not None:
+                raise ModelError(f"subgraph {sg.index} op #{op.index} ({op.name}): writes to constant "
+                                 f"tensor {t} ('{sg.tensors[t].name}')")
+            produced_by[t] = op.index
+            ready.add(t)
+    for t in sg.outputs:
+        if t not in ready:
+            raise ModelError(f"subgraph {sg.index}: output tensor {t} ('{sg.tensors[t].name}') "
+                             "is never written")
+
+
+def _parse_signature(r, s, i, subgraphs) -> SignatureDef:
+    key = r.string(s.SignatureKey(), f"signature_defs[{i}].signature_key")
+    sg_index = int(s.SubgraphIndex())
+    if not 0 <= sg_index < len(subgraphs):
+        raise ModelError(f"signature '{key}': subgraph index {sg_index} out of range")
+    n_tensors = len(subgraphs[sg_index].tensors)
+
+    def tensor_map(n, get, kind):
+        out = {}
+        for j in range(r.length(n, f"signature '{key}' {kind}")):
+            tm = get(j)
+            t = int(tm.TensorIndex())
+            if not 0 <= t < n_tensors:
+                raise ModelError(f"signature '{key}' {kind}: tensor index {t} out of range")
+            out[r.string(tm.Name(), f"signature '{key}' {kind} name")] = t
+        return out
+
+    return SignatureDef(key=key, subgraph_index=sg_index,
+                        inputs=tensor_map(s.InputsLength(), s.Inputs, "inputs"),
+                        outputs=tensor_map(s.OutputsLength(), s.Outputs, "outputs"))
+
+
+_OPTION_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions).items()
+                 if not name.startswith("_") and isinstance(code, int)}
+_EMPTY_TABLE = None
+
+
+def _empty_table_bytes() -> bytes:
+    """A flatbuffer holding one empty table: options read through it return their defaults."""
+    global _EMPTY_TABLE
+    if _EMPTY_TABLE is None:
+        import flatbuffers
+        b = flatbuffers.Builder(16)
+        b.StartObject(0)
+        b.Finish(b.EndObject())
+        _EMPTY_TABLE = bytes(b.Output())
+    return _EMPTY_TABLE
+
+
+def read_options(op: Operator, class_name: str):
+    """The builtin options of `op` as the `tflite` class `class_name` (defaults if absent).
+
+    A model whose options union holds another table type than the op expects is malformed.
+    """
+    cls = getattr(_mod(class_name), class_name)
+    obj = cls()
+    if op.options_table is None or op.options_type == 0:
+        obj.Init(_empty_table_bytes(), struct.unpack_from("<I", _empty_table_bytes(), 0)[0])
+        return obj
+    expected = _OPTION_TYPES.get(class_name)
+    if expected is not None and op.options_type != expected:
+        raise ModelError(f"op #{op.index} ({op.name}): builtin options are of union type "
+                         f"{op.options_type}, expected {class_name} ({expected})")
+    obj.Init(op.options_table.Bytes, op.options_table.Pos)
+    return obj

@@ -1,0 +1,208 @@
+"""Test helpers: one-op models, LiteRT as the oracle, comparisons with stated tolerances,
+hypothesis strategies. Used by the project's tests and by anyone adding an op.
+
+    model = one_op_model("ADD", [Input((2, 3)), Const(np.ones(3, np.float32))],
+                         [Output((2, 3))], fused_activation_function="RELU")
+    check_against_litert(model, seed=0)      # ours (reference) vs LiteRT's reference kernels
+
+LiteRT (`ai-edge-litert`) is imported only when a check needs it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from tflite_taichi.builder import ModelBuilder, as_quantization
+from tflite_taichi.quant import quantize
+
+# Tolerances, stated once. Float: one op vs LiteRT's reference kernels may differ only by
+# float32 rounding and summation order, so 1e-5 of the output's largest magnitude. Quantized:
+# the float view rounds once where LiteRT's integer kernels round in fixed point, so an output
+# may land one quantization step away.
+FLOAT_RTOL = 1e-5
+QUANT_UNITS = 1
+
+
+@dataclass(frozen=True)
+class Input:
+    """A model input (set at invoke). `quantization`: (scale, zero_point) or (scales, zps, dim)."""
+    shape: tuple
+    dtype: object = np.float32
+    quantization: object = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Const:
+    """A constant input: `value` as stored (int8 data for a quantized constant)."""
+    value: np.ndarray
+    quantization: object = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Output:
+    shape: tuple
+    dtype: object = np.float32
+    quantization: object = None
+    name: str = ""
+
+
+def one_op_model(op: str, inputs: Sequence, outputs: Sequence, *, version: int = 1,
+                 custom_options: Optional[bytes] = None, **options) -> bytes:
+    """A model with one op. `inputs` holds Input, Const, or None (an omitted optional input)."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    in_idx = []
+    for i, spec in enumerate(inputs):
+        if spec is None:
+            in_idx.append(-1)
+        elif isinstance(spec, Const):
+            in_idx.append(g.const(spec.name or f"const_{i}", spec.value, quantization=spec.quantization))
+        else:
+            in_idx.append(g.input(spec.name or f"input_{i}", spec.shape, spec.dtype, spec.quantization))
+    out_idx = [g.tensor(spec.name or f"output_{i}", spec.shape, spec.dtype, spec.quantization)
+               for i, spec in enumerate(outputs)]
+    g.op(op, in_idx, out_idx, version=version, custom_options=custom_options, **options)
+    g.output(*out_idx)
+    return b.finish()
+
+
+def random_input(detail: dict, rng: np.random.Generator, low=-3.0, high=3.0) -> np.ndarray:
+    """Random data for an input detail dict: uniform reals, quantized when the input is."""
+    shape, dtype = tuple(detail["shape"]), np.dtype(detail["dtype"])
+    if dtype == np.bool_:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        if detail["quantization_parameters"]["scales"].size:
+            return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+        return rng.integers(max(info.min, -100), min(info.max, 100) + 1, shape).astype(dtype)
+    return rng.uniform(low, high, shape).astype(dtype)
+
+
+def run_litert(model: bytes, inputs: Sequence[np.ndarray], kernels: str = "reference") -> list:
+    """Outputs of LiteRT on `inputs`. kernels: 'reference' (BUILTIN_REF, the plain kernels the
+    semantics are defined by), 'builtin' (optimized, no XNNPACK) or 'xnnpack' (the default)."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT, OpResolverType
+    resolver = {"reference": OpResolverType.BUILTIN_REF,
+                "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                "xnnpack": OpResolverType.AUTO}[kernels]
+    it = LiteRT(model_content=model, experimental_op_resolver_type=resolver)
+    return _run(it, inputs)
+
+
+def run_ours(model: bytes, inputs: Sequence[np.ndarray], backend: str = "reference") -> list:
+    from tflite_taichi.interpreter import Interpreter
+    return _run(Interpreter(model_content=model, backend=backend), inputs)
+
+
+def _run(it, inputs) -> list:
+    details = it.get_input_details()
+    for d, x in zip(details, inputs):
+        if tuple(d["shape"]) != np.shape(x):
+            it.resize_tensor_input(d["index"], np.shape(x))
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def model_inputs(model: bytes, seed: int = 0, low=-3.0, high=3.0) -> list:
+    from tflite_taichi.interpreter import Interpreter
+    rng = np.random.default_rng(seed)
+    return [random_input(d, rng, low, high) for d in Interpreter(model_content=model, backend="reference").get_input_details()]
+
+
+def assert_float_close(actual, expected, rtol: float = FLOAT_RTOL, what: str = "output"):
+    """|actual - expected| <= rtol * max|expected| everywhere; NaN must match NaN."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    if actual.dtype == np.bool_ or np.issubdtype(actual.dtype, np.integer):
+        np.testing.assert_array_equal(actual, expected, err_msg=what)
+        return
+    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    nan_a, nan_e = np.isnan(a), np.isnan(e)
+    assert np.array_equal(nan_a, nan_e), f"{what}: NaN positions differ"
+    inf_e = np.isinf(e)
+    assert np.array_equal(a[inf_e], e[inf_e]), f"{what}: infinities differ"
+    finite = ~(nan_e | inf_e)
+    if not finite.any():
+        return
+    scale = max(float(np.max(np.abs(e[finite]))), np.finfo(np.float32).tiny)
+    err = float(np.max(np.abs(a[finite] - e[finite])))
+    assert err <= rtol * scale, (f"{what}: max |diff| {err:.3g} > {rtol:g} x max|expected| "
+                                 f"({scale:.3g})")
+
+
+def assert_quantized_close(actual, expected, units: int = QUANT_UNITS, what: str = "output"):
+    """Integer outputs within `units` quantization steps everywhere."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    diff = np.abs(actual.astype(np.int64) - expected.astype(np.int64))
+    worst = int(diff.max()) if diff.size else 0
+    assert worst <= units, (f"{what}: {int((diff > units).sum())} of {diff.size} values differ "
+                            f"by more than {units} unit(s) (worst {worst})")
+
+
+def check_against_litert(model: bytes, inputs: Optional[Sequence[np.ndarray]] = None, *,
+                         seed: int = 0, rtol: float = FLOAT_RTOL, units: int = QUANT_UNITS,
+                         kernels: str = "reference", backend: str = "reference") -> list:
+    """Run `model` on ours and on LiteRT; every output must agree (floats within `rtol` of the
+    largest magnitude, quantized integers within `units`). Returns our outputs."""
+    if inputs is None:
+        inputs = model_inputs(model, seed)
+    expected = run_litert(model, inputs, kernels)
+    actual = run_ours(model, inputs, backend)
+    from tflite_taichi.interpreter import Interpreter
+    details = Interpreter(model_content=model, backend="reference").get_output_details()
+    for i, (a, e, d) in enumerate(zip(actual, expected, details)):
+        quantized = d["quantization_parameters"]["scales"].size > 0 and np.dtype(d["dtype"]).kind in "iu"
+        if quantized:
+            assert_quantized_close(a, e, units, what=f"output {i} ('{d['name']}')")
+        else:
+            assert_float_close(a, e, rtol, what=f"output {i} ('{d['name']}')")
+    return actual
+
+
+def quantize_array(x: np.ndarray, quantization, dtype=np.int8) -> np.ndarray:
+    """Real values -> their integer form under `quantization` (for quantized Const data)."""
+    return quantize(np.asarray(x, np.float32), as_quantization(quantization), dtype)
+
+
+# -- hypothesis strategies (imported lazily so the package does not need hypothesis) ----------
+def strategies():
+    """A namespace of hypothesis strategies for op tests (requires hypothesis)."""
+    from hypothesis import strategies as st
+
+    class S:
+        @staticmethod
+        def shapes(min_rank=1, max_rank=4, min_side=1, max_side=6):
+            return st.lists(st.integers(min_side, max_side), min_size=min_rank,
+                            max_size=max_rank).map(tuple)
+
+        @staticmethod
+        def activations():
+            return st.sampled_from(["NONE", "RELU", "RELU_N1_TO_1", "RELU6"])
+
+        @staticmethod
+        def scales(lo=1e-3, hi=0.2):
+            return st.floats(np.log(lo), np.log(hi)).map(lambda v: float(np.float32(np.exp(v))))
+
+        @staticmethod
+        def quant_params(dtype=np.int8, symmetric=False):
+            """(scale, zero_point) for an int8/uint8/int16 tensor."""
+            lo, hi = (0, 0) if symmetric or np.dtype(dtype) == np.int16 else (
+                (-128, 127) if np.dtype(dtype) == np.int8 else (0, 255))
+            return st.tuples(S.scales(), st.integers(lo, hi))
+
+        @staticmethod
+        def seeds():
+            return st.integers(0, 2**31 - 1)
+
+    return S
