@@ -112,6 +112,7 @@ class OpDef:
     supports: Callable[[Node], Optional[str]] = _not_on_delegate
     taichi: Any = None
     foldable: bool = True                    # may be evaluated at prepare when inputs are constant
+    reads_only_shapes: bool = False          # output depends on input shapes alone (SHAPE): always folded
     min_inputs: int = 1
     max_inputs: Optional[int] = None
 

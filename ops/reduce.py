@@ -1,1 +1,101 @@
-"""(being written)"""
+"""Reductions over constant axes: MEAN, SUM, REDUCE_MAX (ReducerOptions.keep_dims).
+
+The axes are the second input, a constant int32 tensor (scalar or 1-D); entries may be
+negative (counted from the end) or repeated (counted once). An empty axes tensor reduces
+nothing: the output is a copy. A rank-0 input gives a rank-0 copy whatever the axes (LiteRT
+skips axis resolution for scalars).
+
+Quantized tensors arrive as float32 real values (the float view), so MEAN/SUM compute the
+real mean/sum and the runtime snaps it to the output's grid; LiteRT's int8 kernels requantize
+from the input to the output scale in integer/float32 arithmetic (within one unit of this).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import OpDef, register_op
+from .common import normalize_axes
+
+
+@dataclass(frozen=True)
+class ReducerOptions:
+    keep_dims: bool = False
+
+
+def _parse(opts) -> ReducerOptions:
+    return ReducerOptions(bool(opts.KeepDims()))
+
+
+def _axes(node) -> tuple:
+    """The node's reduction axes: sorted, non-negative, without repeats (validated)."""
+    spec = node.inputs[1]
+    if not np.issubdtype(np.dtype(spec.dtype), np.integer):
+        raise node.fail(f"axes must be an int32 tensor, got {np.dtype(spec.dtype).name}")
+    if len(spec.shape) > 1:
+        raise node.fail(f"axes must be a scalar or 1-D tensor, got shape {list(spec.shape)}")
+    value = node.input_value(1, "axes")
+    rank = node.inputs[0].rank
+    if rank == 0:
+        return ()
+    return normalize_axes(node, value, rank)
+
+
+def _infer(node):
+    shape = node.inputs[0].shape
+    axes = _axes(node)
+    if node.options.keep_dims:
+        return [tuple(1 if i in axes else d for i, d in enumerate(shape))]
+    return [tuple(d for i, d in enumerate(shape) if i not in axes)]
+
+
+def _lowest(dtype) -> object:
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return False
+    if np.issubdtype(dtype, np.integer):
+        return np.iinfo(dtype).min
+    return np.finfo(dtype).min          # std::numeric_limits<float>::lowest(), LiteRT's init
+
+
+def _mean(x, axes):
+    if np.issubdtype(x.dtype, np.integer):
+        # LiteRT's integer MEAN: int64 sum, then C++ division (truncates toward zero).
+        total = np.sum(x, axis=axes, dtype=np.int64, keepdims=True)
+        count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+        if count == 0:
+            return np.zeros(total.shape, x.dtype)
+        return (np.sign(total) * (np.abs(total) // count)).astype(x.dtype)
+    if x.size == 0:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        return np.full(shape, np.nan, x.dtype)   # LiteRT fills an empty MEAN with NaN
+    return np.mean(x, axis=axes, dtype=np.float64, keepdims=True).astype(x.dtype)
+
+
+def _sum(x, axes):
+    if np.issubdtype(x.dtype, np.integer) or x.dtype == np.bool_:
+        # Accumulate wide, then wrap to the input type as LiteRT's T-typed accumulator does.
+        return np.sum(x, axis=axes, dtype=np.int64, keepdims=True).astype(x.dtype)
+    return np.sum(x, axis=axes, dtype=np.float64, keepdims=True).astype(x.dtype)
+
+
+def _max(x, axes):
+    return np.max(x, axis=axes, keepdims=True, initial=_lowest(x.dtype))
+
+
+def _reducer(name, fn):
+    def reference(node, inputs):
+        x = np.asarray(inputs[0])
+        axes = _axes(node)
+        if not axes:
+            return [x.reshape(node.outputs[0].shape).copy()]
+        return [fn(x, axes).reshape(node.outputs[0].shape)]
+
+    return register_op(OpDef(name=name, infer=_infer, reference=reference, parse=_parse,
+                             options_class="ReducerOptions", min_inputs=2, max_inputs=2))
+
+
+MEAN = _reducer("MEAN", _mean)
+SUM = _reducer("SUM", _sum)
+REDUCE_MAX = _reducer("REDUCE_MAX", _max)

@@ -1,1 +1,251 @@
-"""(being written)"""
+"""Padding and slicing: PAD, PADV2, SLICE, STRIDED_SLICE.
+
+STRIDED_SLICE follows numpy indexing (TensorFlow's tf.strided_slice): a spec of `len(begin)`
+entries, each a slice `begin:end:stride`, an index (shrink_axis_mask), a new axis
+(new_axis_mask) or an ellipsis (ellipsis_mask, at most one); dimensions the spec does not reach
+are kept whole. Where LiteRT's kernel departs from that (an ellipsis together with a new axis; an
+ellipsis that covers no dimension and is not the last entry), numpy defines the result. Where
+numpy has no counterpart, LiteRT's rules are taken:
+- a shrink entry whose begin_mask bit is set takes the first element (the last one for a
+  negative stride);
+- `offset` (newer op versions): `end` holds the size of the slice, in elements of the input,
+  measured from `begin`; the output size along that axis is ceil(end / stride), and the start is
+  clamped so that the slice lies inside the input (as XLA's dynamic_slice does; LiteRT reads out
+  of bounds there). With `offset` the begin input may be known only at run time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .base import OpDef, register_op
+
+
+def _ints(value) -> list:
+    return [int(v) for v in np.asarray(value).reshape(-1).tolist()]
+
+
+def _index_input(node, i: int, what: str, length: int = None, required: bool = True):
+    """A constant integer index tensor (int32/int64) as a list of ints."""
+    spec = node.inputs[i] if i < len(node.inputs) else None
+    if spec is None:
+        raise node.fail(f"{what} (input {i}) is missing")
+    if not np.issubdtype(np.dtype(spec.dtype), np.integer) or spec.is_quantized:
+        raise node.fail(f"{what} must be an int32 or int64 tensor, got {np.dtype(spec.dtype).name}")
+    if len(spec.shape) != 1:
+        raise node.fail(f"{what} must be 1-D, has shape {list(spec.shape)}")
+    if length is not None and spec.shape[0] != length:
+        raise node.fail(f"{what} has {spec.shape[0]} entries, expected {length}")
+    if not required and spec.value is None:
+        return None
+    return _ints(node.input_value(i, what))
+
+
+# -- PAD / PADV2 ------------------------------------------------------------------------------
+def _paddings(node) -> np.ndarray:
+    spec = node.inputs[1]
+    if spec is None:
+        raise node.fail("the paddings (input 1) are missing")
+    if not np.issubdtype(np.dtype(spec.dtype), np.integer) or spec.is_quantized:
+        raise node.fail(f"the paddings must be an int32 or int64 tensor, got "
+                        f"{np.dtype(spec.dtype).name}")
+    rank = len(node.inputs[0].shape)
+    if tuple(spec.shape) != (rank, 2):
+        raise node.fail(f"the paddings must have shape [{rank}, 2] for an input of rank {rank}, "
+                        f"have {list(spec.shape)}")
+    pads = np.asarray(node.input_value(1, "the paddings"), dtype=np.int64).reshape(rank, 2)
+    if (pads < 0).any():
+        raise node.fail(f"negative padding in {pads.tolist()}")
+    return pads
+
+
+def _infer_pad(node):
+    pads = _paddings(node)
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        value = node.inputs[2]
+        if int(np.prod(value.shape, dtype=np.int64)) != 1:
+            raise node.fail(f"the constant value must hold one element, has shape "
+                            f"{list(value.shape)}")
+    return [tuple(int(d + lo + hi) for d, (lo, hi) in zip(node.inputs[0].shape, pads))]
+
+
+def _pad(node, inputs):
+    x = inputs[0]
+    pads = _paddings(node)
+    value = 0
+    if len(inputs) > 2 and inputs[2] is not None:
+        value = np.asarray(inputs[2]).reshape(-1)[0]
+    # A quantized tensor pads with its zero point, i.e. the real value 0: 0.0 on the float view.
+    return [np.pad(x, [tuple(p) for p in pads.tolist()], mode="constant",
+                   constant_values=np.asarray(value, dtype=x.dtype))]
+
+
+PAD = register_op(OpDef(name="PAD", infer=_infer_pad, reference=_pad, min_inputs=2, max_inputs=2))
+PADV2 = register_op(OpDef(name="PADV2", infer=_infer_pad, reference=_pad,
+                          min_inputs=2, max_inputs=3))
+
+
+# -- SLICE ------------------------------------------------------------------------------------
+def _slice_window(node) -> list:
+    """(begin, size) per dimension, size -1 resolved and everything checked."""
+    shape = node.inputs[0].shape
+    rank = len(shape)
+    begin = _index_input(node, 1, "begin", rank)
+    size = _index_input(node, 2, "size", rank)
+    window = []
+    for d, (n, b, s) in enumerate(zip(shape, begin, size)):
+        if s == -1:
+            s = n - b
+        if b < 0 or s < 0 or b + s > n:
+            raise node.fail(f"begin {begin} and size {size} do not fit the input shape "
+                            f"{list(shape)} (dimension {d})")
+        window.append((b, s))
+    return window
+
+
+def _infer_slice(node):
+    return [tuple(s for _, s in _slice_window(node))]
+
+
+def _slice(node, inputs):
+    index = tuple(slice(b, b + s) for b, s in _slice_window(node))
+    return [inputs[0][index]]
+
+
+SLICE = register_op(OpDef(name="SLICE", infer=_infer_slice, reference=_slice,
+                          min_inputs=3, max_inputs=3))
+
+
+# -- STRIDED_SLICE ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StridedSliceOptions:
+    begin_mask: int = 0
+    end_mask: int = 0
+    ellipsis_mask: int = 0
+    new_axis_mask: int = 0
+    shrink_axis_mask: int = 0
+    offset: bool = False
+
+
+def _parse_strided_slice(opts) -> StridedSliceOptions:
+    return StridedSliceOptions(int(opts.BeginMask()), int(opts.EndMask()), int(opts.EllipsisMask()),
+                               int(opts.NewAxisMask()), int(opts.ShrinkAxisMask()),
+                               bool(opts.Offset()))
+
+
+def _slice_bounds(n: int, begin: int, end: int, stride: int, begin_masked: bool,
+                  end_masked: bool, offset: bool):
+    """LiteRT's (= Python's slice.indices) start and stop of one axis of size n; with `offset`,
+    `end` is a size measured from the start."""
+    start = begin + n if begin < 0 else begin
+    start = min(max(start, 0), n) if stride > 0 else min(max(start, -1), n - 1)
+    if begin_masked:
+        start = 0 if stride > 0 else n - 1
+    if offset:
+        return start, None
+    stop = end + n if end < 0 else end
+    stop = min(max(stop, 0), n) if stride > 0 else min(max(stop, -1), n - 1)
+    if end_masked:
+        stop = n if stride > 0 else -1
+    return start, stop
+
+
+def _as_slice(start: int, count: int, stride: int) -> slice:
+    """A numpy slice taking `count` elements from `start` by `stride` (no negative wrap)."""
+    if count <= 0:
+        return slice(0, 0)
+    stop = start + (count - 1) * stride + (1 if stride > 0 else -1)
+    return slice(start, stop if stop >= 0 else None, stride)
+
+
+def strided_slice_index(node, shape, begin, end, strides, begin_known: bool = True):
+    """The numpy index expression STRIDED_SLICE applies to an input of `shape`.
+
+    Returns a tuple of ints, slices and None (new axes). `begin` may be None only with `offset`
+    when `begin_known` is False (shape inference of a slice whose start is dynamic): starts are
+    then placeholders, and only the output shape of the result is meaningful.
+    """
+    o = node.options
+    rank = len(shape)
+    n_spec = len(end)
+    ellipses = [i for i in range(n_spec) if o.ellipsis_mask >> i & 1]
+    if len(ellipses) > 1:
+        raise node.fail(f"ellipsis_mask {o.ellipsis_mask} sets more than one ellipsis")
+    ellipsis = ellipses[0] if ellipses else None
+    consuming = [i for i in range(n_spec)
+                 if i != ellipsis and not o.new_axis_mask >> i & 1]
+    if len(consuming) > rank:
+        raise node.fail(f"the slice spec indexes {len(consuming)} dimensions, the input "
+                        f"{list(shape)} has {rank}")
+    index, d = [], 0
+    for i in range(n_spec):
+        if i == ellipsis:
+            cover = rank - len(consuming)
+            index.extend([slice(None)] * cover)
+            d += cover
+            continue
+        if o.new_axis_mask >> i & 1:
+            index.append(None)
+            continue
+        n, stride = shape[d], strides[i]
+        if stride == 0:
+            raise node.fail(f"stride {i} is 0")
+        b = begin[i] if begin_known else 0
+        if o.shrink_axis_mask >> i & 1:
+            if o.begin_mask >> i & 1:
+                at = 0 if stride > 0 else n - 1
+            else:
+                at = b + n if b < 0 else b
+            if not 0 <= at < n:
+                if not begin_known:
+                    at = 0
+                else:
+                    raise node.fail(f"index {b} (entry {i} of the spec, shrink_axis_mask) is out "
+                                    f"of range for dimension {d} of size {n}")
+            index.append(at)
+        elif o.offset:
+            count = max(-(-end[i] // stride), 0)      # ceil(end / stride), at least 0
+            span = (count - 1) * abs(stride) + 1 if count else 0
+            if span > n:
+                raise node.fail(f"a slice of {end[i]} elements with stride {stride} does not "
+                                f"fit dimension {d} of size {n}")
+            start, _ = _slice_bounds(n, b, 0, stride, bool(o.begin_mask >> i & 1), False, True)
+            if count:      # keep the window inside the input
+                start = (min(max(start, 0), n - span) if stride > 0
+                         else min(max(start, span - 1), n - 1))
+            index.append(_as_slice(start, count, stride))
+        else:
+            start, stop = _slice_bounds(n, b, end[i], stride, bool(o.begin_mask >> i & 1),
+                                        bool(o.end_mask >> i & 1), False)
+            count = max(-(-(stop - start) // stride), 0)
+            index.append(_as_slice(start, count, stride))
+        d += 1
+    return tuple(index)
+
+
+def _strided_slice_inputs(node):
+    shape = node.inputs[0].shape
+    offset = node.options.offset
+    end = _index_input(node, 2, "end")
+    strides = _index_input(node, 3, "strides", len(end))
+    begin = _index_input(node, 1, "begin", len(end), required=not offset)
+    return shape, begin, end, strides
+
+
+def _infer_strided_slice(node):
+    shape, begin, end, strides = _strided_slice_inputs(node)
+    index = strided_slice_index(node, shape, begin, end, strides, begin_known=begin is not None)
+    return [np.broadcast_to(np.empty((), np.int8), shape)[index].shape]
+
+
+def _strided_slice(node, inputs):
+    x, begin, end, strides = inputs
+    index = strided_slice_index(node, x.shape, _ints(begin), _ints(end), _ints(strides))
+    return [np.array(x[index])]
+
+
+STRIDED_SLICE = register_op(OpDef(name="STRIDED_SLICE", infer=_infer_strided_slice,
+                                  reference=_strided_slice, parse=_parse_strided_slice,
+                                  options_class="StridedSliceOptions",
+                                  min_inputs=4, max_inputs=4))

@@ -141,7 +141,7 @@ class SubgraphBuilder:
 
     def const(self, name: str, value, dtype=None, quantization=None) -> int:
         """A constant tensor holding `value` (stored in `dtype`, default value's dtype)."""
-        value = np.ascontiguousarray(value, dtype=dtype)
+        value = np.array(value, dtype=dtype, order="C")   # keeps a scalar rank 0
         t = self.tensor(name, value.shape, value.dtype, quantization)
         self.tensors[t].buffer = self._model._add_buffer(value.astype(value.dtype.newbyteorder("<")).tobytes())
         return t
@@ -194,11 +194,32 @@ class ModelBuilder:
         return self._opcodes[key]
 
     # -- serialisation ------------------------------------------------------------------------
-    def finish(self) -> bytes:
+    def finish(self, external_buffers: bool = False) -> bytes:
+        """The model's bytes. external_buffers=True stores constant data after the flatbuffer,
+        addressed by (offset, size), as converters do for models over 2 GB."""
         if not self.subgraphs:
             raise ValueError("a model needs at least one subgraph")
+        if not external_buffers:
+            return self._serialise(None)
+        # Offsets are absolute, so they depend on the flatbuffer's own length; the offset/size
+        # fields have a fixed width, so a first pass with placeholders gives that length.
+        placeholder = self._serialise([(2, len(d)) for d in self._buffers])
+        base = _align(len(placeholder), 16)
+        spans, blob, pos = [], bytearray(), base
+        for data in self._buffers:
+            spans.append((pos, len(data)) if data else None)
+            blob += data + bytes(_align(len(data), 16) - len(data))
+            pos += _align(len(data), 16)
+        head = self._serialise([s if s else (2, 0) for s in spans])
+        assert len(head) == len(placeholder), "external buffer layout changed between passes"
+        return head + bytes(base - len(head)) + bytes(blob)
+
+    def _serialise(self, external) -> bytes:
         b = flatbuffers.Builder(1024)
-        buffers = [self._write_buffer(b, data) for data in self._buffers]
+        if external is None:
+            buffers = [self._write_buffer(b, data) for data in self._buffers]
+        else:
+            buffers = [self._write_external_buffer(b, *span) for span in external]
         subgraphs = [self._write_subgraph(b, sg) for sg in self.subgraphs]
         opcodes = [self._write_opcode(b, name, version)
                    for (name, version), _ in sorted(self._opcodes.items(), key=lambda kv: kv[1])]
@@ -228,6 +249,15 @@ class ModelBuilder:
         B.BufferStart(b)
         if vec is not None:
             B.BufferAddData(b, vec)
+        return B.BufferEnd(b)
+
+    @staticmethod
+    def _write_external_buffer(b, offset: int, size: int):
+        B = importlib.import_module("tflite.Buffer")
+        B.BufferStart(b)
+        if size:
+            B.BufferAddOffset(b, offset)
+            B.BufferAddSize(b, size)
         return B.BufferEnd(b)
 
     @staticmethod
@@ -319,6 +349,10 @@ class ModelBuilder:
         SD.SignatureDefAddSignatureKey(b, k)
         SD.SignatureDefAddSubgraphIndex(b, subgraph)
         return SD.SignatureDefEnd(b)
+
+
+def _align(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
 
 
 def _table_vector(b, module, table: str, field_name: str, offsets: list):

@@ -3,7 +3,8 @@
 `prepare` walks the ops once, in graph order, calling each op's `infer` with the shapes (and,
 where known, values) of its inputs. An op whose inputs are all known at prepare time is folded:
 its reference runs once here (this is how SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE chains and
-float16 weights behind DEQUANTIZE become constants). The rest are `Step`s for `run_reference`.
+float16 weights behind DEQUANTIZE become constants; SHAPE needs only its input's shape, which
+prepare always knows). The rest are `Step`s for `run_reference`.
 """
 from __future__ import annotations
 
@@ -102,7 +103,8 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict) -> 
         for t, shape in zip(op.outputs, shapes):
             specs[t] = replace(specs[t], shape=shape)
         node = replace(node, outputs=tuple(specs[t] for t in op.outputs))
-        if opdef.foldable and all(s is None or s.value is not None for s in node.inputs):
+        if opdef.foldable and (opdef.reads_only_shapes or
+                               all(s is None or s.value is not None for s in node.inputs)):
             outs = execute(opdef, node, [s.value if s else None for s in node.inputs])
             for t, v in zip(op.outputs, outs):
                 constants[t] = v

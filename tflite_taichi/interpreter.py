@@ -263,6 +263,26 @@ class Interpreter:
     def model(self):
         return self._model
 
+    def op_table(self) -> list:
+        """Per op of the main graph: index, name, version, output shapes, whether it was folded
+        at prepare, and `delegate`: None if the delegate takes it, else the reason it cannot."""
+        state = self._main
+        if state.prepared is None:
+            raise InterpreterStateError("op_table() needs allocate_tensors() first")
+        folded = set(state.prepared.folded)
+        steps = {s.op.index: s for s in state.prepared.steps}
+        rows = []
+        for op in state.subgraph.operators:
+            opdef, _ = self._resolved[(0, op.index)]
+            step = steps.get(op.index)
+            rows.append({
+                "index": op.index, "op": op.name, "version": op.version,
+                "outputs": [list(state.prepared.specs[t].shape) for t in op.outputs],
+                "folded": op.index in folded,
+                "delegate": opdef.supports(step.node) if step is not None else None,
+            })
+        return rows
+
     def summary(self) -> dict:
         """How the model runs: backend, op counts, delegated partitions, ops on the CPU and why."""
         ops = self._main.subgraph.operators

@@ -307,10 +307,23 @@ def _parse_subgraph(r, sg, sg_index, opcodes, buffers) -> Subgraph:
             intermediates=r.int_vector(o, "Intermediates", f"{where} intermediates"),
             options_type=int(o.BuiltinOptionsType()), options_table=o.BuiltinOptions(),
             custom_options=custom))
+    _empty_constants(tensors, operators, inputs)
     sg_ir = Subgraph(index=sg_index, name=r.string(sg.Name(), f"{what} name"), tensors=tensors,
                      operators=operators, inputs=inputs, outputs=outputs)
     _check_graph_order(sg_ir)
     return sg_ir
+
+
+def _empty_constants(tensors, operators, inputs):
+    """A zero-element tensor that nothing writes is a constant with no bytes (an empty axes
+    list, say): the converter stores no data for it, and LiteRT treats it as constant."""
+    written = set(inputs)
+    for op in operators:
+        written.update(op.outputs)
+    for t in tensors:
+        if (t.data is None and t.dtype is not None and not t.is_variable and t.index not in written
+                and 0 in t.shape):
+            t.data = np.zeros(t.shape, t.dtype)
 
 
 def _check_graph_order(sg: Subgraph):
@@ -318,12 +331,16 @@ def _check_graph_order(sg: Subgraph):
     or the output of an earlier op; and every tensor is written by at most one op."""
     ready = set(sg.inputs)
     ready.update(t.index for t in sg.tensors if t.data is not None or t.is_variable)
+    first_writer = {}
+    for op in reversed(sg.operators):
+        first_writer.update({t: op.index for t in op.outputs})
     produced_by = {}
     for op in sg.operators:
         for t in op.inputs:
             if t != -1 and t not in ready:
-                producer = produced_by.get(t)
-                later = f" (written later by op #{producer})" if producer is not None else ""
+                producer = first_writer.get(t)
+                later = (f" (written later by op #{producer})" if producer is not None
+                         else " (no op writes it and it is not an input or constant)")
                 raise ModelError(f"subgraph {sg.index} op #{op.index} ({op.name}): input tensor {t} "
                                  f"('{sg.tensors[t].name}') is read before it is written{later}")
         for t in op.outputs:

@@ -195,11 +195,11 @@ def strategies():
             return st.floats(np.log(lo), np.log(hi)).map(lambda v: float(np.float32(np.exp(v))))
 
         @staticmethod
-        def quant_params(dtype=np.int8, symmetric=False):
-            """(scale, zero_point) for an int8/uint8/int16 tensor."""
+        def quant_params(dtype=np.int8, symmetric=False, scale_range=(1e-3, 0.2)):
+            """(scale, zero_point) for an int8/uint8/int16 tensor (int16: zero point 0)."""
             lo, hi = (0, 0) if symmetric or np.dtype(dtype) == np.int16 else (
                 (-128, 127) if np.dtype(dtype) == np.int8 else (0, 255))
-            return st.tuples(S.scales(), st.integers(lo, hi))
+            return st.tuples(S.scales(*scale_range), st.integers(lo, hi))
 
         @staticmethod
         def seeds():

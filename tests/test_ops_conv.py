@@ -1,0 +1,384 @@
+"""CONV_2D (grouped too), DEPTHWISE_CONV_2D, TRANSPOSE_CONV and FULLY_CONNECTED vs LiteRT's
+reference kernels through one-op models: float32 and int8 (per-tensor and per-channel
+filters), strides, dilations, paddings, fused activations, depth multipliers, keep_num_dims.
+Tolerances: tflite_taichi.testing (1e-5 of the largest magnitude; 1 unit).
+
+Float cases use dyadic data (multiples of 1/8, see `_dyadic`): every product and partial sum
+is then exact in float32, so the result does not depend on summation order. With arbitrary
+floats a sum that cancels to a tiny output differs between two correct orders by far more than
+1e-5 of that output (seen: 6e-8 on an output of 1.6e-3 from terms of magnitude 3)."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from tflite_taichi.errors import ModelError
+from tflite_taichi.testing import (Const, Input, Output, check_against_litert, one_op_model,
+                                   run_litert, run_ours, strategies, assert_float_close)
+
+S = strategies()
+PADDINGS = st.sampled_from(["SAME", "VALID"])
+
+
+def _dyadic(rng, shape, bound):
+    """Multiples of 1/8 in [-bound, bound], as float32 (exact sums in any order)."""
+    return (rng.integers(-8 * bound, 8 * bound + 1, shape) / 8).astype(np.float32)
+
+
+def _out_size(padding, size, k, stride, dilation=1):
+    eff = (k - 1) * dilation + 1
+    return -(-size // stride) if padding == "SAME" else (size - eff) // stride + 1
+
+
+@st.composite
+def window(draw, max_k=4, max_dilation=3, max_side=10, dilation=True):
+    """(padding, (h, w), (kh, kw), (sh, sw), (dh, dw)) with the window fitting a VALID input."""
+    padding = draw(PADDINGS)
+    k = (draw(st.integers(1, max_k)), draw(st.integers(1, max_k)))
+    s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    d = ((draw(st.integers(1, max_dilation)), draw(st.integers(1, max_dilation)))
+         if dilation else (1, 1))
+    size = []
+    for kk, dd in zip(k, d):
+        lo = (kk - 1) * dd + 1 if padding == "VALID" else 1
+        size.append(draw(st.integers(lo, max(lo, max_side))))
+    return padding, tuple(size), k, s, d
+
+
+def _conv_options(padding, s, d, act):
+    return dict(padding=padding, stride_h=s[0], stride_w=s[1], dilation_h_factor=d[0],
+                dilation_w_factor=d[1], fused_activation_function=act)
+
+
+def _int8_output_scale(draw, in_scale, filter_scale, taps):
+    """An output scale that keeps a typical int8 accumulation inside the int8 range, times a
+    random factor so some cases saturate and some are coarse."""
+    spread = 74.0 * in_scale * 74.0 * float(np.max(filter_scale)) * np.sqrt(taps)
+    factor = draw(S.scales(0.25, 4.0))
+    return float(np.float32(max(6.0 * spread / 256.0 * factor, 1e-6)))
+
+
+def _int8_filter(draw, rng, shape, channel_dim):
+    """int8 filter data and its symmetric quantization: per-channel along `channel_dim`, or
+    per-tensor. Returns (data, quantization, scales: one per output channel or one)."""
+    data = rng.integers(-127, 128, shape).astype(np.int8)
+    channels = shape[channel_dim]
+    if draw(st.booleans()):
+        scales = np.array([draw(S.scales(1e-3, 0.05)) for _ in range(channels)], np.float32)
+        return data, (scales, np.zeros(channels, np.int64), channel_dim), scales
+    scale = draw(S.scales(1e-3, 0.05))
+    return data, (scale, 0), np.array([scale], np.float32)
+
+
+def _int8_bias(rng, in_scale, filter_scales, channels, present=True):
+    """int32 bias with scale input_scale * filter_scale, per-channel when the filter is (LiteRT
+    reads a per-tensor filter's bias scale from a single-scale quantization only)."""
+    if not present:
+        return None
+    scales = (np.float32(in_scale) * filter_scales).astype(np.float32)
+    data = rng.integers(-2000, 2001, channels).astype(np.int32)
+    return Const(data, (scales, np.zeros(scales.size, np.int64), 0))
+
+
+# -- CONV_2D ------------------------------------------------------------------------------------
+@st.composite
+def conv_case(draw):
+    padding, (h, w), k, s, d = draw(window())
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    c_f = draw(st.integers(1, 8 // groups))
+    c_out = groups * draw(st.integers(1, 6 // groups if groups > 1 else 6))
+    n = draw(st.integers(1, 2))
+    act = draw(S.activations())
+    return dict(padding=padding, in_shape=(n, h, w, groups * c_f), k=k, s=s, d=d,
+                c_f=c_f, c_out=c_out, act=act,
+                out_shape=(n, _out_size(padding, h, k[0], s[0], d[0]),
+                           _out_size(padding, w, k[1], s[1], d[1]), c_out))
+
+
+@given(case=conv_case(), seed=S.seeds())
+def test_conv2d_float32_matches_litert(case, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    filt = _dyadic(rng, (c["c_out"], *c["k"], c["c_f"]), 1)
+    bias = _dyadic(rng, c["c_out"], 1)
+    model = one_op_model("CONV_2D", [Input(c["in_shape"]), Const(filt), Const(bias)],
+                         [Output(c["out_shape"])],
+                         **_conv_options(c["padding"], c["s"], c["d"], c["act"]))
+    check_against_litert(model, [_dyadic(rng, c["in_shape"], 3)])
+
+
+@given(case=conv_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
+def test_conv2d_int8_matches_litert(case, data, qi, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    filt, fq, fscales = _int8_filter(data.draw, rng, (c["c_out"], *c["k"], c["c_f"]), 0)
+    taps = c["k"][0] * c["k"][1] * c["c_f"]
+    qo = (_int8_output_scale(data.draw, qi[0], fscales, taps), data.draw(st.integers(-128, 127)))
+    model = one_op_model(
+        "CONV_2D",
+        [Input(c["in_shape"], np.int8, qi), Const(filt, fq),
+         _int8_bias(rng, qi[0], fscales, c["c_out"])],
+        [Output(c["out_shape"], np.int8, qo)],
+        **_conv_options(c["padding"], c["s"], c["d"], c["act"]))
+    check_against_litert(model, seed=seed)
+
+
+# -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------------
+@st.composite
+def depthwise_case(draw):
+    padding, (h, w), k, s, d = draw(window())
+    c_in = draw(st.integers(1, 4))
+    mult = draw(st.integers(1, 8 // c_in))
+    n = draw(st.integers(1, 2))
+    return dict(padding=padding, in_shape=(n, h, w, c_in), k=k, s=s, d=d, mult=mult,
+                c_out=c_in * mult, act=draw(S.activations()),
+                out_shape=(n, _out_size(padding, h, k[0], s[0], d[0]),
+                           _out_size(padding, w, k[1], s[1], d[1]), c_in * mult))
+
+
+def _depthwise_options(c):
+    return dict(_conv_options(c["padding"], c["s"], c["d"], c["act"]), depth_multiplier=c["mult"])
+
+
+@given(case=depthwise_case(), version=st.sampled_from([1, 2]), seed=S.seeds())
+def test_depthwise_float32_matches_litert(case, version, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    filt = _dyadic(rng, (1, *c["k"], c["c_out"]), 1)
+    bias = _dyadic(rng, c["c_out"], 1)
+    model = one_op_model("DEPTHWISE_CONV_2D", [Input(c["in_shape"]), Const(filt), Const(bias)],
+                         [Output(c["out_shape"])], version=version, **_depthwise_options(c))
+    check_against_litert(model, [_dyadic(rng, c["in_shape"], 3)])
+
+
+@given(case=depthwise_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
+def test_depthwise_int8_matches_litert(case, data, qi, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    filt, fq, fscales = _int8_filter(data.draw, rng, (1, *c["k"], c["c_out"]), 3)
+    qo = (_int8_output_scale(data.draw, qi[0], fscales, c["k"][0] * c["k"][1]),
+          data.draw(st.integers(-128, 127)))
+    model = one_op_model(
+        "DEPTHWISE_CONV_2D",
+        [Input(c["in_shape"], np.int8, qi), Const(filt, fq),
+         _int8_bias(rng, qi[0], fscales, c["c_out"])],
+        [Output(c["out_shape"], np.int8, qo)], version=3, **_depthwise_options(c))
+    check_against_litert(model, seed=seed)
+
+
+def test_depthwise_multiplier_comes_from_the_shapes():
+    """LiteRT ignores an options depth_multiplier that disagrees with the filter; so do we."""
+    rng = np.random.default_rng(1)
+    filt = _dyadic(rng, (1, 3, 3, 6), 1)
+    bias = _dyadic(rng, 6, 1)
+    for mult in (0, 1, 3):
+        model = one_op_model("DEPTHWISE_CONV_2D", [Input((1, 5, 4, 2)), Const(filt), Const(bias)],
+                             [Output((1, 5, 4, 6))], padding="SAME", stride_h=1, stride_w=1,
+                             depth_multiplier=mult)
+        check_against_litert(model, [_dyadic(rng, (1, 5, 4, 2), 3)])
+
+
+@pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_omitted_bias_is_zero_bias(op):
+    """LiteRT refuses CONV_2D/DEPTHWISE_CONV_2D without a bias; ours takes -1 as no bias, which
+    must equal LiteRT with a zero bias."""
+    rng = np.random.default_rng(2)
+    shape = (4, 3, 3, 2) if op == "CONV_2D" else (1, 3, 3, 4)
+    filt = _dyadic(rng, shape, 1)
+    opts = dict(padding="SAME", stride_h=2, stride_w=1, fused_activation_function="RELU")
+    x = _dyadic(rng, (1, 6, 5, 2), 3)
+    without = one_op_model(op, [Input(x.shape), Const(filt), None], [Output((1, 3, 5, 4))], **opts)
+    zero = one_op_model(op, [Input(x.shape), Const(filt), Const(np.zeros(4, np.float32))],
+                        [Output((1, 3, 5, 4))], **opts)
+    assert_float_close(run_ours(without, [x])[0], run_litert(zero, [x])[0])
+
+
+# -- TRANSPOSE_CONV ------------------------------------------------------------------------------
+@st.composite
+def transpose_conv_case(draw):
+    padding, (oh, ow), k, s, _ = draw(window(max_k=4, dilation=False, max_side=12))
+    c_in, c_out, n = draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 2))
+    in_h, in_w = _out_size(padding, oh, k[0], s[0]), _out_size(padding, ow, k[1], s[1])
+    return dict(padding=padding, in_shape=(n, in_h, in_w, c_in), k=k, s=s, c_out=c_out,
+                out_shape=(n, oh, ow, c_out), act=draw(S.activations()),
+                bias=draw(st.booleans()))
+
+
+def _transpose_conv_model(c, inputs, out, version):
+    opts = dict(padding=c["padding"], stride_h=c["s"][0], stride_w=c["s"][1])
+    if version >= 4:
+        opts["fused_activation_function"] = c["act"]
+    return one_op_model("TRANSPOSE_CONV", [Const(np.array(c["out_shape"], np.int32))] + inputs,
+                        [out], version=version, **opts)
+
+
+@given(case=transpose_conv_case(), version=st.sampled_from([1, 3, 4]), seed=S.seeds())
+def test_transpose_conv_float32_matches_litert(case, version, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    weights = _dyadic(rng, (c["c_out"], *c["k"], c["in_shape"][3]), 1)
+    inputs = [Const(weights), Input(c["in_shape"])]
+    if version >= 3 and c["bias"]:
+        inputs.append(Const(_dyadic(rng, c["c_out"], 1)))
+    check_against_litert(_transpose_conv_model(c, inputs, Output(c["out_shape"]), version),
+                         [_dyadic(rng, c["in_shape"], 3)])
+
+
+@given(case=transpose_conv_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
+def test_transpose_conv_int8_matches_litert(case, data, qi, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    weights, wq, wscales = _int8_filter(data.draw, rng, (c["c_out"], *c["k"], c["in_shape"][3]), 0)
+    taps = -(-c["k"][0] // c["s"][0]) * -(-c["k"][1] // c["s"][1]) * c["in_shape"][3]
+    qo = (_int8_output_scale(data.draw, qi[0], wscales, taps), data.draw(st.integers(-128, 127)))
+    inputs = [Const(weights, wq), Input(c["in_shape"], np.int8, qi)]
+    if c["bias"]:
+        inputs.append(_int8_bias(rng, qi[0], wscales, c["c_out"]))
+    model = _transpose_conv_model(c, inputs, Output(c["out_shape"], np.int8, qo), 4)
+    check_against_litert(model, seed=seed)
+
+
+# -- FULLY_CONNECTED -----------------------------------------------------------------------------
+@st.composite
+def fully_connected_case(draw):
+    keep = draw(st.booleans())
+    in_shape = draw(S.shapes(1, 4, 1, 5))
+    if keep or draw(st.booleans()):
+        depth = in_shape[-1]
+    else:          # rows of `depth` across the flattened input
+        size = int(np.prod(in_shape))
+        depth = draw(st.sampled_from([d for d in range(1, size + 1) if size % d == 0 and d <= 16]))
+    units = draw(st.integers(1, 8))
+    size = int(np.prod(in_shape))
+    out_shape = in_shape[:-1] + (units,) if keep else (size // depth, units)
+    return dict(in_shape=in_shape, depth=depth, units=units, keep=keep, out_shape=out_shape,
+                act=draw(S.activations()), bias=draw(st.booleans()))
+
+
+def _fc_model(c, inputs, out):
+    return one_op_model("FULLY_CONNECTED", inputs, [out], keep_num_dims=c["keep"],
+                        fused_activation_function=c["act"])
+
+
+@given(case=fully_connected_case(), const_weights=st.booleans(), seed=S.seeds())
+def test_fully_connected_float32_matches_litert(case, const_weights, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    weights = _dyadic(rng, (c["units"], c["depth"]), 1)
+    bias = _dyadic(rng, c["units"], 1)
+    x = _dyadic(rng, c["in_shape"], 3)
+    if const_weights:
+        ins = [Input(c["in_shape"]), Const(weights), Const(bias) if c["bias"] else None]
+        model = _fc_model(c, ins, Output(c["out_shape"]))
+        check_against_litert(model, [x])
+    else:
+        ins = [Input(c["in_shape"]), Input(weights.shape)]
+        ins += [Input(bias.shape)] if c["bias"] else []
+        model = _fc_model(c, ins, Output(c["out_shape"]))
+        check_against_litert(model, [x, weights] + ([bias] if c["bias"] else []))
+
+
+@given(case=fully_connected_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
+def test_fully_connected_int8_matches_litert(case, data, qi, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    weights, wq, wscales = _int8_filter(data.draw, rng, (c["units"], c["depth"]), 0)
+    qo = (_int8_output_scale(data.draw, qi[0], wscales, c["depth"]),
+          data.draw(st.integers(-128, 127)))
+    model = _fc_model(c, [Input(c["in_shape"], np.int8, qi), Const(weights, wq),
+                          _int8_bias(rng, qi[0], wscales, c["units"], c["bias"])],
+                      Output(c["out_shape"], np.int8, qo))
+    check_against_litert(model, seed=seed)
+
+
+# -- invalid models ------------------------------------------------------------------------------
+def _f32(*shape):
+    return np.ones(shape, np.float32)
+
+
+def _raises(model, op, match, inputs=None):
+    with pytest.raises(ModelError, match=match) as info:
+        run_ours(model, inputs or [])
+    assert op in str(info.value)
+
+
+CONV = dict(padding="SAME", stride_h=1, stride_w=1)
+
+
+@pytest.mark.parametrize("options,match", [
+    (dict(CONV, stride_h=0), "strides"),
+    (dict(CONV, dilation_h_factor=0), "dilation"),
+    (dict(CONV, padding=7), "padding"),
+    (dict(CONV, fused_activation_function=9), "activation"),
+])
+@pytest.mark.parametrize("op", ["CONV_2D", "DEPTHWISE_CONV_2D"])
+def test_conv_bad_options(op, options, match):
+    filt = _f32(4, 3, 3, 4) if op == "CONV_2D" else _f32(1, 3, 3, 4)
+    model = one_op_model(op, [Input((1, 5, 5, 4)), Const(filt), Const(_f32(4))],
+                         [Output((1, 5, 5, 4))], **options)
+    _raises(model, op, match, [np.ones((1, 5, 5, 4), np.float32)])
+
+
+def test_conv_bad_shapes():
+    x = [np.ones((1, 5, 5, 4), np.float32)]
+    cases = [
+        ((4, 3, 3, 3), (4,), "multiple of the filter's input channels"),   # 4 % 3
+        ((3, 3, 3, 2), (3,), "multiple of the number of groups"),          # 2 groups, 3 outputs
+        ((4, 3, 3, 4), (5,), "bias"),
+    ]
+    for filt, bias, match in cases:
+        model = one_op_model("CONV_2D",
+                             [Input((1, 5, 5, 4)), Const(_f32(*filt)), Const(_f32(*bias))],
+                             [Output((1, 5, 5, filt[0]))], **CONV)
+        _raises(model, "CONV_2D", match, x)
+    model = one_op_model("CONV_2D", [Input((1, 3, 3, 4)), Const(_f32(4, 5, 5, 4)), Const(_f32(4))],
+                         [Output((1, 1, 1, 4))], padding="VALID", stride_h=1, stride_w=1)
+    _raises(model, "CONV_2D", "does not fit", [np.ones((1, 3, 3, 4), np.float32)])
+
+
+def test_depthwise_bad_shapes():
+    x = [np.ones((1, 5, 5, 4), np.float32)]
+    for filt, match in [((2, 3, 3, 4), r"\[1, H, W, C\*M\]"),
+                        ((1, 3, 3, 6), "multiple of the input")]:
+        model = one_op_model("DEPTHWISE_CONV_2D", [Input((1, 5, 5, 4)), Const(_f32(*filt)),
+                                                   Const(_f32(filt[3]))],
+                             [Output((1, 5, 5, filt[3]))], **CONV)
+        _raises(model, "DEPTHWISE_CONV_2D", match, x)
+
+
+def test_transpose_conv_bad_models():
+    x = [np.ones((1, 3, 4, 3), np.float32)]
+    opts = dict(padding="SAME", stride_h=2, stride_w=2)
+    w = Const(_f32(2, 3, 3, 3))
+    # output_shape computed at run time
+    model = one_op_model("TRANSPOSE_CONV", [Input((4,), np.int32), w, Input((1, 3, 4, 3))],
+                         [Output((1, 6, 8, 2))], **opts)
+    _raises(model, "TRANSPOSE_CONV", "must be known before invoke",
+            [np.array([1, 6, 8, 2], np.int32)] + x)
+    # an input that is not what the forward conv of output_shape gives (LiteRT refuses it too)
+    model = one_op_model("TRANSPOSE_CONV", [Const(np.array([1, 8, 8, 2], np.int32)), w,
+                                            Input((1, 3, 4, 3))], [Output((1, 8, 8, 2))], **opts)
+    _raises(model, "TRANSPOSE_CONV", "convolution of the", x)
+    # output channels disagree with the weights
+    model = one_op_model("TRANSPOSE_CONV", [Const(np.array([1, 6, 8, 5], np.int32)), w,
+                                            Input((1, 3, 4, 3))], [Output((1, 6, 8, 5))], **opts)
+    _raises(model, "TRANSPOSE_CONV", "output_shape", x)
+    model = one_op_model("TRANSPOSE_CONV", [Const(np.array([1, 6, 8, 2], np.int32)), w,
+                                            Input((1, 3, 4, 3))], [Output((1, 6, 8, 2))],
+                         padding="SAME", stride_h=0, stride_w=2)
+    _raises(model, "TRANSPOSE_CONV", "strides", x)
+
+
+def test_fully_connected_bad_models():
+    x = [np.ones((2, 4), np.float32)]
+    model = one_op_model("FULLY_CONNECTED", [Input((2, 4)), Const(_f32(3, 4)), None],
+                         [Output((2, 3))], weights_format="SHUFFLED4x16INT8")
+    _raises(model, "FULLY_CONNECTED", "SHUFFLED4x16INT8", x)
+    model = one_op_model("FULLY_CONNECTED", [Input((2, 4)), Const(_f32(3, 3)), None],
+                         [Output((2, 3))])
+    _raises(model, "FULLY_CONNECTED", "rows of 3", x)
+    model = one_op_model("FULLY_CONNECTED", [Input((2, 4)), Const(_f32(3, 2)), None],
+                         [Output((2, 2, 3))], keep_num_dims=True)
+    _raises(model, "FULLY_CONNECTED", "keep_num_dims", x)
+    model = one_op_model("FULLY_CONNECTED", [Input((2, 4)), Const(_f32(3, 4)), Const(_f32(4))],
+                         [Output((2, 3))])
+    _raises(model, "FULLY_CONNECTED", "bias", x)

@@ -1,0 +1,319 @@
+"""RESHAPE, SHAPE, PACK, UNPACK, EXPAND_DIMS, SQUEEZE, TRANSPOSE, CONCATENATION vs LiteRT through
+one-op models: float32, int8 (inputs and outputs share their quantization, as LiteRT requires
+for these ops) and int32. Tolerances: tflite_taichi.testing."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.errors import ModelError
+from tflite_taichi.quant import round_half_away
+from tflite_taichi.testing import (Const, Input, Output, check_against_litert, model_inputs,
+                                   one_op_model, run_ours, strategies)
+
+S = strategies()
+DTYPES = ["float32", "int8", "int32"]
+
+
+@st.composite
+def tensor_type(draw, dtype):
+    """(numpy dtype, quantization) of a tensor of `dtype` ('float32', 'int8', 'int32')."""
+    if dtype == "int8":
+        return np.int8, draw(S.quant_params())
+    return np.dtype(dtype).type, None
+
+
+def _i32(values):
+    return Const(np.array(values, np.int32))
+
+
+def _expect_error(model, *words):
+    with pytest.raises(ModelError) as info:
+        run_ours(model, model_inputs(model))
+    for w in words:
+        assert w in str(info.value), str(info.value)
+
+
+# -- RESHAPE ----------------------------------------------------------------------------------
+@st.composite
+def reshape_case(draw):
+    """An input shape and a new shape with the same element count (maybe with one -1)."""
+    shape = draw(S.shapes(0, 4, 1, 5))
+    count = int(np.prod(shape))
+    factors = []                       # split count into random factors
+    rest = count
+    for _ in range(draw(st.integers(0, 4))):
+        divisors = [d for d in range(1, rest + 1) if rest % d == 0]
+        f = draw(st.sampled_from(divisors))
+        factors.append(f)
+        rest //= f
+    if rest != 1 or not factors:
+        factors.append(rest)
+    factors = draw(st.permutations(factors))
+    new_shape = list(factors)
+    if draw(st.booleans()):
+        new_shape[draw(st.integers(0, len(new_shape) - 1))] = -1
+    return shape, new_shape, tuple(factors)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=reshape_case(), data=st.data(), how=st.sampled_from(["input", "options", "both"]),
+       seed=S.seeds())
+def test_reshape_matches_litert(dtype, case, data, how, seed):
+    shape, new_shape, out = case
+    t, q = data.draw(tensor_type(dtype))
+    inputs = [Input(shape, t, q)]
+    options = {}
+    if how in ("input", "both"):
+        inputs.append(_i32(new_shape))
+    if how in ("options", "both"):
+        options["new_shape"] = new_shape
+    model = one_op_model("RESHAPE", inputs, [Output(out, t, q)], **options)
+    result, = check_against_litert(model, seed=seed)
+    assert result.shape == out
+
+
+def _chain_model(shape_from_input_shape: bool):
+    """x (2, 3, 4) -> RESHAPE to [-1 or 6, 4]; the shape is built by ops, not stored.
+
+    shape_from_input_shape: SHAPE(x) -> STRIDED_SLICE -> CONCATENATION; else CONCATENATION of
+    constants. (1-element vectors, not PACK of scalars: the builder stores a scalar constant
+    with shape [1], see the report.)"""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (2, 3, 4))
+    if shape_from_input_shape:
+        shp = g.tensor("shape_of_x", (3,), np.int32)
+        g.op("SHAPE", [x], [shp], out_type="INT32")
+        last = g.tensor("last", (1,), np.int32)
+        g.op("STRIDED_SLICE", [shp, g.const("b0", np.array([2], np.int32)),
+                               g.const("e0", np.array([3], np.int32)),
+                               g.const("s0", np.array([1], np.int32))], [last])
+        first = g.const("minus_one", np.array([-1], np.int32))
+    else:
+        first = g.const("six", np.array([6], np.int32))
+        last = g.const("four", np.array([4], np.int32))
+    new_shape = g.tensor("new_shape", (2,), np.int32)
+    g.op("CONCATENATION", [first, last], [new_shape], axis=0)
+    y = g.tensor("y", (6, 4))
+    g.op("RESHAPE", [x, new_shape], [y])
+    g.output(y)
+    return b.finish()
+
+
+def test_reshape_with_a_shape_computed_from_constants():
+    check_against_litert(_chain_model(shape_from_input_shape=False))
+
+
+def test_reshape_with_a_shape_computed_from_the_input_shape():
+    check_against_litert(_chain_model(shape_from_input_shape=True))
+
+
+def test_reshape_errors():
+    _expect_error(one_op_model("RESHAPE", [Input((2, 3)), _i32([4, 2])], [Output((4, 2))]),
+                  "RESHAPE", "cannot reshape")
+    _expect_error(one_op_model("RESHAPE", [Input((2, 3)), _i32([-1, -1])], [Output((3, 2))]),
+                  "RESHAPE", "more than one -1")
+    _expect_error(one_op_model("RESHAPE", [Input((2, 3)), _i32([-1, 4])], [Output((3, 2))]),
+                  "RESHAPE", "cannot reshape")
+    _expect_error(one_op_model("RESHAPE", [Input((2, 3)), _i32([-2, -3])], [Output((2, 3))]),
+                  "RESHAPE", "negative dimension")
+    _expect_error(one_op_model("RESHAPE", [Input((2, 3))], [Output((3, 2))], new_shape=[5]),
+                  "RESHAPE", "cannot reshape")
+    _expect_error(one_op_model("RESHAPE", [Input((2, 3)), Input((2,), np.int32)], [Output((3, 2))]),
+                  "RESHAPE", "must be known before invoke")
+
+
+# -- SHAPE ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("out_type", ["INT32", "INT64"])
+@given(shape=S.shapes(1, 5, 1, 6), data=st.data(), seed=S.seeds())
+def test_shape_matches_litert(dtype, out_type, shape, data, seed):
+    t, q = data.draw(tensor_type(dtype))
+    out_dtype = np.int32 if out_type == "INT32" else np.int64
+    model = one_op_model("SHAPE", [Input(shape, t, q)], [Output((len(shape),), out_dtype)],
+                         out_type=out_type)
+    result, = check_against_litert(model, seed=seed)
+    np.testing.assert_array_equal(result, shape)
+
+
+@pytest.mark.parametrize("out_type, dtype", [("INT32", np.int32), ("INT64", np.int64)])
+def test_shape_of_a_scalar(out_type, dtype):
+    """(LiteRT's Python API cannot return the empty output, so no oracle here.)"""
+    model = one_op_model("SHAPE", [Input(())], [Output((0,), dtype)], out_type=out_type)
+    out, = run_ours(model, [np.float32(1.0)])
+    assert out.shape == (0,) and out.dtype == dtype
+
+
+def test_shape_errors():
+    _expect_error(one_op_model("SHAPE", [Input((2, 3))], [Output((2,), np.int32)],
+                               out_type="INT64"), "SHAPE", "does not match")
+    _expect_error(one_op_model("SHAPE", [Input((2, 3))], [Output((2,), np.int32)],
+                               out_type="INT8"), "SHAPE", "INT32 or INT64")
+
+
+# -- PACK / UNPACK ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(shape=S.shapes(0, 4, 1, 5), n=st.integers(1, 4), data=st.data(), seed=S.seeds())
+def test_pack_matches_litert(dtype, shape, n, data, seed):
+    t, q = data.draw(tensor_type(dtype))
+    axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    a = axis % (len(shape) + 1)
+    out = shape[:a] + (n,) + shape[a:]
+    model = one_op_model("PACK", [Input(shape, t, q) for _ in range(n)], [Output(out, t, q)],
+                         values_count=n, axis=axis)
+    check_against_litert(model, seed=seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(shape=S.shapes(1, 4, 1, 4), data=st.data(), seed=S.seeds())
+def test_unpack_matches_litert(dtype, shape, data, seed):
+    t, q = data.draw(tensor_type(dtype))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    n = shape[axis]
+    out = shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]
+    model = one_op_model("UNPACK", [Input(shape, t, q)], [Output(out, t, q) for _ in range(n)],
+                         num=n, axis=axis)
+    check_against_litert(model, seed=seed)
+
+
+def test_pack_unpack_errors():
+    _expect_error(one_op_model("PACK", [Input((2, 3)), Input((2, 3))], [Output((2, 2, 3))],
+                               values_count=2, axis=3), "PACK", "axis 3 is out of range")
+    _expect_error(one_op_model("PACK", [Input((2, 3)), Input((2, 3))], [Output((2, 2, 3))],
+                               values_count=3, axis=0), "PACK", "values_count")
+    _expect_error(one_op_model("PACK", [Input((2, 3)), Input((3, 2))], [Output((2, 2, 3))],
+                               values_count=2, axis=0), "PACK", "input 1 has shape")
+    _expect_error(one_op_model("UNPACK", [Input((2, 3))], [Output((2,))] * 3, num=3, axis=-3),
+                  "UNPACK", "axis -3 is out of range")
+    _expect_error(one_op_model("UNPACK", [Input((2, 3))], [Output((3,))] * 3, num=3, axis=0),
+                  "UNPACK", "num is 3")
+
+
+# -- EXPAND_DIMS / SQUEEZE --------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(shape=S.shapes(0, 4, 1, 5), data=st.data(), scalar_axis=st.booleans(),
+       axis_dtype=st.sampled_from([np.int32, np.int64]), seed=S.seeds())
+def test_expand_dims_matches_litert(dtype, shape, data, scalar_axis, axis_dtype, seed):
+    t, q = data.draw(tensor_type(dtype))
+    axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    out = np.expand_dims(np.empty(shape), axis).shape
+    axis_value = np.array(axis if scalar_axis else [axis], axis_dtype)
+    model = one_op_model("EXPAND_DIMS", [Input(shape, t, q), Const(axis_value)], [Output(out, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+@st.composite
+def squeeze_case(draw):
+    shape = tuple(draw(st.lists(st.sampled_from([1, 1, 2, 3]), min_size=1, max_size=5)))
+    ones = [d for d, s in enumerate(shape) if s == 1]
+    dims = draw(st.lists(st.sampled_from(ones), unique=True)) if ones else []
+    dims = [d - len(shape) if draw(st.booleans()) else d for d in dims]
+    drop = {d % len(shape) for d in dims} if dims else set(ones)
+    out = tuple(s for d, s in enumerate(shape) if d not in drop)
+    return shape, dims, out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=squeeze_case(), data=st.data(), seed=S.seeds())
+def test_squeeze_matches_litert(dtype, case, data, seed):
+    shape, dims, out = case
+    t, q = data.draw(tensor_type(dtype))
+    options = {"squeeze_dims": dims} if dims or data.draw(st.booleans()) else {}
+    model = one_op_model("SQUEEZE", [Input(shape, t, q)], [Output(out, t, q)], **options)
+    check_against_litert(model, seed=seed)
+
+
+def test_expand_dims_squeeze_errors():
+    _expect_error(one_op_model("EXPAND_DIMS", [Input((2, 3)), _i32(3)], [Output((2, 3, 1))]),
+                  "EXPAND_DIMS", "axis 3 is out of range")
+    _expect_error(one_op_model("EXPAND_DIMS", [Input((2, 3)), _i32([0, 1])], [Output((1, 2, 3))]),
+                  "EXPAND_DIMS", "one value")
+    _expect_error(one_op_model("SQUEEZE", [Input((2, 1))], [Output((2,))], squeeze_dims=[0]),
+                  "SQUEEZE", "cannot squeeze dimension 0")
+    _expect_error(one_op_model("SQUEEZE", [Input((2, 1))], [Output((2,))], squeeze_dims=[2]),
+                  "SQUEEZE", "out of range")
+
+
+# -- TRANSPOSE --------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(shape=S.shapes(1, 5, 1, 4), data=st.data(), seed=S.seeds())
+def test_transpose_matches_litert(dtype, shape, data, seed):
+    t, q = data.draw(tensor_type(dtype))
+    perm = data.draw(st.permutations(range(len(shape))))
+    out = tuple(shape[p] for p in perm)
+    model = one_op_model("TRANSPOSE", [Input(shape, t, q), _i32(perm)], [Output(out, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+def test_transpose_errors():
+    _expect_error(one_op_model("TRANSPOSE", [Input((2, 3)), _i32([0, 0])], [Output((2, 2))]),
+                  "TRANSPOSE", "not a permutation")
+    _expect_error(one_op_model("TRANSPOSE", [Input((2, 3)), _i32([1, 0, 2])], [Output((3, 2))]),
+                  "TRANSPOSE", "not a permutation")
+    _expect_error(one_op_model("TRANSPOSE", [Input((2, 3)), Input((2,), np.int32)], [Output((3, 2))]),
+                  "TRANSPOSE", "must be known before invoke")
+
+
+# -- CONCATENATION ----------------------------------------------------------------------------
+@st.composite
+def concat_case(draw):
+    shape = draw(S.shapes(1, 4, 1, 4))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    a = axis % len(shape)
+    sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    shapes = [shape[:a] + (s,) + shape[a + 1:] for s in sizes]
+    out = shape[:a] + (sum(sizes),) + shape[a + 1:]
+    return shapes, axis, out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=concat_case(), data=st.data(), const_index=st.integers(-1, 3), seed=S.seeds())
+def test_concatenation_matches_litert(dtype, case, data, const_index, seed):
+    """LiteRT 2.3 refuses a fused activation on CONCATENATION (activation != NONE fails its
+    Prepare); activations are checked against numpy below."""
+    shapes, axis, out = case
+    t, q = data.draw(tensor_type(dtype))       # int8: one scale and zero point for all
+    rng = np.random.default_rng(seed)
+    inputs = []
+    for i, s in enumerate(shapes):
+        if i == const_index and len(shapes) > 1:
+            if t is np.float32:
+                inputs.append(Const(rng.uniform(-3, 3, s).astype(np.float32)))
+            else:
+                inputs.append(Const(rng.integers(-100, 100, s).astype(t), quantization=q))
+        else:
+            inputs.append(Input(s, t, q))
+    model = one_op_model("CONCATENATION", inputs, [Output(out, t, q)], axis=axis)
+    check_against_litert(model, seed=seed)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@given(case=concat_case(), data=st.data(), act=S.activations(), seed=S.seeds())
+def test_concatenation_activation_matches_numpy(dtype, case, data, act, seed):
+    shapes, axis, out = case
+    t, q = data.draw(tensor_type(dtype))
+    model = one_op_model("CONCATENATION", [Input(s, t, q) for s in shapes], [Output(out, t, q)],
+                         axis=axis, fused_activation_function=act)
+    xs = model_inputs(model, seed)
+    result, = run_ours(model, xs)
+    lo, hi = {"NONE": (-np.inf, np.inf), "RELU": (0, np.inf), "RELU_N1_TO_1": (-1, 1),
+              "RELU6": (0, 6)}[act]
+    if q is None:
+        expected = np.clip(np.concatenate(xs, axis=axis), lo, hi)
+    else:
+        scale, zp = q    # clamp in the integer domain: the real bounds rounded onto the grid
+        qlo = -128 if lo == -np.inf else zp + round_half_away(np.float32(lo) / np.float32(scale))
+        qhi = 127 if hi == np.inf else zp + round_half_away(np.float32(hi) / np.float32(scale))
+        expected = np.clip(np.concatenate(xs, axis=axis), max(qlo, -128), min(qhi, 127))
+        expected = expected.astype(np.int8)
+    np.testing.assert_array_equal(result, expected)
+
+
+def test_concatenation_errors():
+    _expect_error(one_op_model("CONCATENATION", [Input((2, 3)), Input((2, 3))], [Output((2, 6))],
+                               axis=2), "CONCATENATION", "axis 2 is out of range")
+    _expect_error(one_op_model("CONCATENATION", [Input((2, 3)), Input((3, 3))], [Output((2, 6))],
+                               axis=1), "CONCATENATION", "does not match")
+    _expect_error(one_op_model("CONCATENATION", [Input((2, 3)), Input((2, 3, 1))], [Output((2, 6))],
+                               axis=1), "CONCATENATION", "does not match")

@@ -1,0 +1,367 @@
+"""PAD, PADV2, SLICE, STRIDED_SLICE vs LiteRT through one-op models: float32, int8 (input and
+output share their quantization, as LiteRT requires) and int32. STRIDED_SLICE cases where
+LiteRT is wrong (DESIGN.md, "The oracle's own caveats") are checked against numpy indexing.
+Tolerances: tflite_taichi.testing."""
+import numpy as np
+import pytest
+from hypothesis import assume, given, strategies as st
+
+from tflite_taichi.errors import ModelError
+from tflite_taichi.testing import (Const, Input, Output, check_against_litert, model_inputs,
+                                   one_op_model, quantize_array, run_ours, strategies)
+
+S = strategies()
+DTYPES = ["float32", "int8", "int32"]
+
+
+@st.composite
+def tensor_type(draw, dtype):
+    """(numpy dtype, quantization) of a tensor of `dtype` ('float32', 'int8', 'int32')."""
+    if dtype == "int8":
+        return np.int8, draw(S.quant_params())
+    return np.dtype(dtype).type, None
+
+
+def _i32(values):
+    return Const(np.array(values, np.int32))
+
+
+def _expect_error(model, *words):
+    with pytest.raises(ModelError) as info:
+        run_ours(model, model_inputs(model))
+    for w in words:
+        assert w in str(info.value), str(info.value)
+
+
+# -- PAD / PADV2 ------------------------------------------------------------------------------
+@st.composite
+def pad_case(draw):
+    shape = draw(S.shapes(1, 4, 1, 5))
+    pads = np.array([[draw(st.integers(0, 3)), draw(st.integers(0, 3))] for _ in shape], np.int32)
+    out = tuple(int(d + lo + hi) for d, (lo, hi) in zip(shape, pads))
+    return shape, pads, out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=pad_case(), data=st.data(), int64_pads=st.booleans(), seed=S.seeds())
+def test_pad_matches_litert(dtype, case, data, int64_pads, seed):
+    shape, pads, out = case
+    t, q = data.draw(tensor_type(dtype))
+    pads = pads.astype(np.int64 if int64_pads else np.int32)
+    model = one_op_model("PAD", [Input(shape, t, q), Const(pads)], [Output(out, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=pad_case(), data=st.data(), value=st.floats(-4, 4), scalar=st.booleans(),
+       seed=S.seeds())
+def test_padv2_matches_litert(dtype, case, data, value, scalar, seed):
+    shape, pads, out = case
+    t, q = data.draw(tensor_type(dtype))
+    vshape = () if scalar else (1,)
+    if dtype == "int8":
+        # LiteRT requires the pad value to share the output's quantization.
+        const = Const(quantize_array(np.full(vshape, value), q), quantization=q)
+    else:
+        const = Const(np.full(vshape, value).astype(t))
+    model = one_op_model("PADV2", [Input(shape, t, q), Const(pads), const], [Output(out, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+def test_pad_int8_pads_with_the_zero_point():
+    q = (0.05, 17)
+    model = one_op_model("PAD", [Input((2,), np.int8, q), _i32([[1, 2]])], [Output((5,), np.int8, q)])
+    out, = run_ours(model, [np.array([-5, 100], np.int8)])
+    np.testing.assert_array_equal(out, [17, -5, 100, 17, 17])
+
+
+def test_pad_errors():
+    _expect_error(one_op_model("PAD", [Input((2, 3)), _i32([[1, 1], [-1, 0]])], [Output((4, 2))]),
+                  "PAD", "negative padding")
+    _expect_error(one_op_model("PAD", [Input((2, 3)), _i32([[1, 1]])], [Output((4, 3))]),
+                  "PAD", "[2, 2]")
+    _expect_error(one_op_model("PADV2", [Input((2, 3)), _i32([[1, 1], [0, 0]]),
+                                         Const(np.zeros(2, np.float32))], [Output((4, 3))]),
+                  "PADV2", "one element")
+    # paddings only known at run time
+    _expect_error(one_op_model("PAD", [Input((2, 3)), Input((2, 2), np.int32)], [Output((4, 3))]),
+                  "PAD", "must be known before invoke")
+
+
+# -- SLICE ------------------------------------------------------------------------------------
+@st.composite
+def slice_case(draw):
+    shape = draw(S.shapes(1, 4, 1, 6))
+    begin, size, out = [], [], []
+    for n in shape:
+        b = draw(st.integers(0, n - 1))
+        s = draw(st.one_of(st.just(-1), st.integers(1, n - b)))
+        begin.append(b)
+        size.append(s)
+        out.append(n - b if s == -1 else s)
+    return shape, begin, size, tuple(out)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=slice_case(), data=st.data(), index_dtype=st.sampled_from([np.int32, np.int64]),
+       seed=S.seeds())
+def test_slice_matches_litert(dtype, case, data, index_dtype, seed):
+    shape, begin, size, out = case
+    t, q = data.draw(tensor_type(dtype))
+    model = one_op_model("SLICE", [Input(shape, t, q), Const(np.array(begin, index_dtype)),
+                                   Const(np.array(size, index_dtype))], [Output(out, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+def test_slice_errors():
+    x = Input((4, 5))
+    _expect_error(one_op_model("SLICE", [x, _i32([2, 0]), _i32([3, -1])], [Output((3, 5))]),
+                  "SLICE", "do not fit")
+    _expect_error(one_op_model("SLICE", [x, _i32([-1, 0]), _i32([1, 1])], [Output((1, 1))]),
+                  "SLICE", "do not fit")
+    _expect_error(one_op_model("SLICE", [x, _i32([0]), _i32([1])], [Output((1, 5))]),
+                  "SLICE", "begin has 1 entries")
+
+
+# -- STRIDED_SLICE ----------------------------------------------------------------------------
+@st.composite
+def strided_spec(draw, shape, max_spec=6, litert_safe=False):
+    """A random slice spec for `shape`: per entry a kind and begin/end/stride values, plus masks.
+    litert_safe: keep clear of LiteRT's bugs (no ellipsis together with a new axis, no negative
+    stride on a shrink entry; the empty non-final ellipsis is left to the caller's assume()).
+
+    Returns (begin, end, strides, masks dict, kinds)."""
+    rank = len(shape)
+    kinds = []
+    consuming = 0
+    has_ellipsis = False
+    allow_new = allow_ellipsis = True
+    if litert_safe:
+        allow_new = draw(st.booleans())
+        allow_ellipsis = not allow_new
+    for _ in range(draw(st.integers(1, max_spec))):
+        room = not litert_safe or rank + kinds.count("new") < 5   # LiteRT: at most 5 dims
+        options = ["new"] if allow_new and room else []
+        if consuming < rank:
+            options += ["slice", "slice", "shrink"]
+        if not has_ellipsis and allow_ellipsis:
+            options.append("ellipsis")
+        if not options:
+            break
+        kind = draw(st.sampled_from(options))
+        kinds.append(kind)
+        consuming += kind in ("slice", "shrink")
+        has_ellipsis |= kind == "ellipsis"
+    # dimension each consuming entry indexes (the ellipsis covers what the others leave)
+    n_consuming = sum(k in ("slice", "shrink") for k in kinds)
+    dims, d = [], 0
+    for k in kinds:
+        if k == "ellipsis":
+            d += rank - n_consuming
+            dims.append(None)
+        elif k == "new":
+            dims.append(None)
+        else:
+            dims.append(d)
+            d += 1
+    begin, end, strides = [], [], []
+    begin_mask = end_mask = shrink_mask = new_mask = ellipsis_mask = 0
+    for i, (k, dim) in enumerate(zip(kinds, dims)):
+        n = shape[dim] if dim is not None else 1
+        stride = draw(st.sampled_from([1, 1, 2, 3, -1, -2]))
+        b = draw(st.integers(-n - 2, n + 2))
+        e = draw(st.integers(-n - 2, n + 2))
+        if k == "shrink":
+            stride = draw(st.sampled_from([1, 1, 2] if litert_safe else [1, 1, 2, -1]))
+            b = draw(st.integers(-n, n - 1))
+            shrink_mask |= 1 << i
+        if k == "new":
+            new_mask |= 1 << i
+        if k == "ellipsis":
+            ellipsis_mask |= 1 << i
+            if draw(st.booleans()):
+                new_mask |= 1 << i          # the ellipsis wins
+        if draw(st.integers(0, 3)) == 0:
+            begin_mask |= 1 << i
+        if draw(st.integers(0, 3)) == 0:
+            end_mask |= 1 << i
+        if k != "shrink" and draw(st.integers(0, 7)) == 0:
+            shrink_mask |= (1 << i) if k == "new" else 0   # new_axis wins over shrink
+        begin.append(b)
+        end.append(e)
+        strides.append(stride)
+    masks = dict(begin_mask=begin_mask, end_mask=end_mask, ellipsis_mask=ellipsis_mask,
+                 new_axis_mask=new_mask, shrink_axis_mask=shrink_mask)
+    return begin, end, strides, masks, kinds
+
+
+def numpy_index(begin, end, strides, masks, kinds):
+    """The Python index expression a spec stands for (numpy is the oracle here)."""
+    index = []
+    for i, k in enumerate(kinds):
+        bm, em = masks["begin_mask"] >> i & 1, masks["end_mask"] >> i & 1
+        if k == "ellipsis":
+            index.append(Ellipsis)
+        elif k == "new":
+            index.append(None)
+        elif k == "shrink":
+            index.append((0 if strides[i] > 0 else -1) if bm else begin[i])
+        else:
+            index.append(slice(None if bm else begin[i], None if em else end[i], strides[i]))
+    return tuple(index)
+
+
+def _litert_is_wrong(shape, kinds, strides, masks):
+    """The spec hits one of LiteRT's known STRIDED_SLICE bugs."""
+    if "ellipsis" in kinds and "new" in kinds:
+        return True       # DESIGN.md: crashes or garbage
+    if "ellipsis" in kinds and kinds[-1] != "ellipsis":
+        covered = len(shape) - sum(k in ("slice", "shrink") for k in kinds)
+        if covered == 0:
+            return True   # DESIGN.md: an empty ellipsis that is not last slices wrongly
+    if any(k == "shrink" and s < 0 for k, s in zip(kinds, strides)):
+        return True       # measured here: a shrink entry with a negative stride yields zeros
+    return False
+
+
+def _strided_model(shape, t, q, begin, end, strides, out_shape, **options):
+    return one_op_model("STRIDED_SLICE", [Input(shape, t, q), _i32(begin), _i32(end), _i32(strides)],
+                        [Output(out_shape, t, q)], **options)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(shape=S.shapes(1, 4, 1, 6), data=st.data(), seed=S.seeds())
+def test_strided_slice_matches_litert(dtype, shape, data, seed):
+    t, q = data.draw(tensor_type(dtype))
+    begin, end, strides, masks, kinds = data.draw(strided_spec(shape, litert_safe=True))
+    assume(not _litert_is_wrong(shape, kinds, strides, masks))
+    expected_shape = np.empty(shape)[numpy_index(begin, end, strides, masks, kinds)].shape
+    model = _strided_model(shape, t, q, begin, end, strides, expected_shape, **masks)
+    out, = check_against_litert(model, seed=seed)
+    assert out.shape == expected_shape
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@given(shape=S.shapes(1, 4, 1, 6), data=st.data(), seed=S.seeds())
+def test_strided_slice_matches_numpy(dtype, shape, data, seed):
+    """Every spec, the ones LiteRT gets wrong included, against numpy indexing."""
+    t, q = data.draw(tensor_type(dtype))
+    begin, end, strides, masks, kinds = data.draw(strided_spec(shape))
+    index = numpy_index(begin, end, strides, masks, kinds)
+    rng = np.random.default_rng(seed)
+    x = (rng.integers(-128, 128, shape).astype(np.int8) if q
+         else rng.uniform(-3, 3, shape).astype(np.float32))
+    model = _strided_model(shape, t, q, begin, end, strides, x[index].shape, **masks)
+    out, = run_ours(model, [x])
+    np.testing.assert_array_equal(out, x[index])
+
+
+@pytest.mark.parametrize("index_text, shape", [
+    ("[..., None, 1:3]", (2, 3, 4)),
+    ("[None, ..., 0]", (2, 3, 4)),
+    ("[1, None, ..., None, ::-1]", (2, 3, 4, 5)),
+    ("[..., 0:1, 1:2, 2:3]", (2, 3, 4)),      # the ellipsis covers nothing and is not last
+    ("[0, ..., 1:2, ::2]", (2, 3, 4)),
+    ("[1:, ..., 2, None]", (2, 3)),
+])
+def test_strided_slice_litert_caveats_follow_numpy(index_text, shape):
+    """Hand-written index expressions from DESIGN.md's caveats, as the converter encodes them."""
+    index = eval(f"np.s_{index_text}")
+    begin, end, strides, masks = [], [], [], dict(begin_mask=0, end_mask=0, ellipsis_mask=0,
+                                                  new_axis_mask=0, shrink_axis_mask=0)
+    for i, item in enumerate(index):
+        b, e, s = 0, 0, 1
+        if item is Ellipsis:
+            masks["ellipsis_mask"] |= 1 << i
+        elif item is None:
+            masks["new_axis_mask"] |= 1 << i
+        elif isinstance(item, int):
+            b, e = item, item + 1
+            masks["shrink_axis_mask"] |= 1 << i
+        else:
+            s = item.step or 1
+            if item.start is None:
+                masks["begin_mask"] |= 1 << i
+            else:
+                b = item.start
+            if item.stop is None:
+                masks["end_mask"] |= 1 << i
+            else:
+                e = item.stop
+        begin.append(b)
+        end.append(e)
+        strides.append(s)
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    model = _strided_model(shape, np.float32, None, begin, end, strides, x[index].shape, **masks)
+    out, = run_ours(model, [x])
+    np.testing.assert_array_equal(out, x[index])
+
+
+@st.composite
+def offset_case(draw):
+    shape = draw(S.shapes(1, 4, 1, 6))
+    begin, size, strides = [], [], []
+    for n in shape:
+        stride = draw(st.sampled_from([1, 1, 2, -1]))
+        count = draw(st.integers(0, n if abs(stride) == 1 else (n + 1) // 2))
+        span = (count - 1) * abs(stride) + 1 if count else 0
+        if stride > 0:
+            b = draw(st.integers(0, n - span))
+        else:
+            # LiteRT adds the size to begin and then wraps a negative end, so a window that
+            # reaches element 0 (begin + size == -1) yields garbage there: stop one short.
+            count = min(count, n - 1)
+            b = draw(st.integers(count, n - 1))
+        if draw(st.booleans()):
+            b -= n                    # negative begin counts from the end
+        begin.append(b)
+        size.append(count * stride)   # end holds the extent from begin, in input elements
+        strides.append(stride)
+    return shape, begin, size, strides
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=offset_case(), data=st.data(), seed=S.seeds())
+def test_strided_slice_offset_matches_litert(dtype, case, data, seed):
+    shape, begin, size, strides = case
+    t, q = data.draw(tensor_type(dtype))
+    out_shape = tuple(max(-(-s // st_), 0) for s, st_ in zip(size, strides))
+    model = _strided_model(shape, t, q, begin, size, strides, out_shape, offset=True)
+    out, = check_against_litert(model, seed=seed)
+    assert out.shape == out_shape
+
+
+def test_strided_slice_offset_with_a_begin_known_only_at_run_time():
+    """offset=True: the output shape needs only end and strides; begin may be an input. A start
+    that would run past the end is clamped to keep the window inside (XLA dynamic_slice)."""
+    model = one_op_model("STRIDED_SLICE", [Input((6, 4)), Input((2,), np.int32),
+                                           _i32([3, 2]), _i32([1, 1])], [Output((3, 2))],
+                         offset=True)
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    out, = run_ours(model, [x, np.array([1, 1], np.int32)])
+    np.testing.assert_array_equal(out, x[1:4, 1:3])
+    out, = run_ours(model, [x, np.array([5, 3], np.int32)])
+    np.testing.assert_array_equal(out, x[3:6, 2:4])
+    # a reversed window down to element 0 (LiteRT returns garbage for this one)
+    model = one_op_model("STRIDED_SLICE", [Input((4,)), _i32([2]), _i32([-3]), _i32([-1])],
+                         [Output((3,))], offset=True)
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(run_ours(model, [x])[0], x[2::-1])
+
+
+def test_strided_slice_errors():
+    x = Input((4, 5))
+    _expect_error(_strided_model((4, 5), np.float32, None, [0, 0], [2, 2], [1, 0], (2, 2)),
+                  "STRIDED_SLICE", "stride 1 is 0")
+    _expect_error(_strided_model((4, 5), np.float32, None, [0, 0], [2, 2], [1, 1], (4, 5),
+                                 ellipsis_mask=3), "STRIDED_SLICE", "more than one ellipsis")
+    _expect_error(_strided_model((4, 5), np.float32, None, [4, 0], [5, 2], [1, 1], (2,),
+                                 shrink_axis_mask=1), "STRIDED_SLICE", "out of range")
+    _expect_error(_strided_model((4, 5), np.float32, None, [0, 0, 0], [1, 1, 1], [1, 1, 1], (1, 1)),
+                  "STRIDED_SLICE", "indexes 3 dimensions")
+    _expect_error(one_op_model("STRIDED_SLICE", [x, _i32([0, 0]), _i32([1, 1, 1]), _i32([1, 1])],
+                               [Output((1, 1))]), "STRIDED_SLICE", "expected 3")
+    _expect_error(_strided_model((4, 5), np.float32, None, [0, 0], [5, 2], [1, 1], (5, 2),
+                                 offset=True), "STRIDED_SLICE", "does not fit")
+    _expect_error(one_op_model("STRIDED_SLICE", [x, Input((2,), np.int32), _i32([1, 1]), _i32([1, 1])],
+                               [Output((1, 1))]), "STRIDED_SLICE", "must be known before invoke")

@@ -1,0 +1,5 @@
+import sys
+
+from tflite_taichi.cli import main
+
+sys.exit(main())

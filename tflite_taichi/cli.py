@@ -1,0 +1,181 @@
+"""tflite-taichi: run | inspect | demo."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+
+import numpy as np
+
+from tflite_taichi.errors import TfliteTaichiError
+from tflite_taichi.interpreter import BACKENDS, Interpreter
+from tflite_taichi.testing import random_input
+
+
+def _fmt_quant(detail) -> str:
+    q = detail["quantization_parameters"]
+    if q["scales"].size == 0:
+        return ""
+    if q["scales"].size == 1:
+        return f" scale={q['scales'][0]:.6g} zero_point={int(q['zero_points'][0])}"
+    return f" per-channel({q['scales'].size}, dim {q['quantized_dimension']})"
+
+
+def _fmt_tensor(d) -> str:
+    return f"{d['name']} {d['shape'].tolist()} {np.dtype(d['dtype']).name}{_fmt_quant(d)}"
+
+
+def _load_inputs(it, pairs, seed):
+    rng = np.random.default_rng(seed)
+    given = {}
+    for pair in pairs or []:
+        name, sep, path = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--input takes NAME=file.npy, got {pair!r}")
+        given[name] = np.load(path, allow_pickle=False)
+    details = it.get_input_details()
+    unknown = set(given) - {d["name"] for d in details}
+    if unknown:
+        raise SystemExit(f"unknown input name(s) {sorted(unknown)}; inputs: {[d['name'] for d in details]}")
+    for d in details:
+        if d["name"] in given and tuple(given[d["name"]].shape) != tuple(d["shape"]):
+            it.resize_tensor_input(d["index"], given[d["name"]].shape)
+    it.allocate_tensors()
+    feeds = {}
+    for d in it.get_input_details():
+        feeds[d["index"]] = given.get(d["name"])
+        if feeds[d["index"]] is None:
+            feeds[d["index"]] = random_input(d, rng, 0.0, 1.0)
+        it.set_tensor(d["index"], feeds[d["index"]])
+    return feeds
+
+
+def cmd_run(args) -> int:
+    it = Interpreter(model_path=args.model, backend=args.backend, precision=args.precision)
+    _load_inputs(it, args.input, args.seed)
+    times = []
+    for _ in range(max(args.runs, 1)):
+        start = time.perf_counter()
+        it.invoke()
+        times.append(time.perf_counter() - start)
+    outputs = {}
+    print(f"{os.path.basename(args.model)} on backend={it.backend}")
+    for d in it.get_output_details():
+        y = it.get_tensor(d["index"])
+        outputs[d["name"]] = y
+        stats = (f"min {y.min():.6g} max {y.max():.6g} mean {y.astype(np.float64).mean():.6g}"
+                 if y.size else "empty")
+        print(f"  output {_fmt_tensor(d)}: {stats}")
+    first = times[0] * 1e3
+    median = float(np.median(times)) * 1e3
+    print(f"  invoke: first {first:.2f} ms, median {median:.2f} ms over {len(times)} run(s)")
+    if args.output:
+        np.savez(args.output, **outputs)
+        print(f"  outputs written to {args.output}")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    it = Interpreter(model_path=args.model, backend="reference")
+    it.allocate_tensors()
+    m = it.model
+    print(f"{args.model}: {m.size} bytes, schema v{m.version}, {len(m.subgraphs)} subgraph(s)")
+    if m.description:
+        print(f"  description: {m.description}")
+    for d in it.get_input_details():
+        print(f"  input  {_fmt_tensor(d)}")
+    for d in it.get_output_details():
+        print(f"  output {_fmt_tensor(d)}")
+    for key, sig in it.get_signature_list().items():
+        print(f"  signature {key}: inputs {sig['inputs']} outputs {sig['outputs']}")
+    for sg in m.subgraphs:
+        counts = Counter(op.name for op in sg.operators)
+        print(f"subgraph {sg.index} '{sg.name}': {len(sg.operators)} ops: "
+              + ", ".join(f"{n} x{c}" for n, c in counts.most_common()))
+    print("ops (subgraph 0):")
+    for row in it.op_table():
+        where = "folded at prepare" if row["folded"] else "reference (numpy)"
+        delegate = "yes" if row["delegate"] is None else f"no: {row['delegate']}"
+        print(f"  #{row['index']:<4} {row['op']:<24} v{row['version']}  {row['outputs']}  "
+              f"[{where}; delegate {delegate}]")
+    if args.tensors:
+        print("tensors (subgraph 0):")
+        for d in it.get_tensor_details():
+            print(f"  {d['index']:<5} {_fmt_tensor(d)}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from tflite_taichi.demo import build_demo_model
+    model = build_demo_model()
+    path = os.path.join(tempfile.mkdtemp(prefix="tflite_taichi_demo_"), "demo.tflite")
+    with open(path, "wb") as f:
+        f.write(model)
+    print(f"built a {len(model)}-byte demo classifier with tflite_taichi.builder: {path}")
+    results = {}
+    for backend in ("auto", "reference"):
+        it = Interpreter(model_path=path, backend=backend)
+        it.allocate_tensors()
+        d = it.get_input_details()[0]
+        x = random_input(d, np.random.default_rng(0), 0.0, 1.0)
+        it.set_tensor(d["index"], x)
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            it.invoke()
+            times.append(time.perf_counter() - start)
+        y = it.get_tensor(it.get_output_details()[0]["index"])
+        results[backend] = y
+        label = f"{backend} -> {it.backend}" if backend == "auto" else backend
+        print(f"  {label:<22} median {np.median(times) * 1e3:7.2f} ms  top class {int(y.argmax())} "
+              f"p={float(y.max()):.4f}")
+    diff = float(np.max(np.abs(results["auto"] - results["reference"])))
+    print(f"  max |auto - reference| = {diff:.3g}")
+    try:
+        from tflite_taichi.testing import run_litert
+        lite = run_litert(model, [random_input(d, np.random.default_rng(0), 0.0, 1.0)], "xnnpack")[0]
+        print(f"  max |reference - LiteRT| = {float(np.max(np.abs(results['reference'] - lite))):.3g}")
+    except ImportError:
+        print("  (LiteRT not installed: pip install 'tflite-taichi[test]' to compare with it)")
+    summary = Interpreter(model_path=path, backend="auto").summary()
+    print(f"  summary: backend={summary['backend']} ops={summary['ops_total']} "
+          f"delegated={summary['ops_delegated']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tflite-taichi", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a model on random (seeded) or given inputs")
+    run.add_argument("model")
+    run.add_argument("--backend", default="auto", choices=BACKENDS)
+    run.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    run.add_argument("--input", action="append", metavar="NAME=file.npy")
+    run.add_argument("--output", metavar="out.npz")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--runs", type=int, default=1, help="invokes to time (default 1)")
+    run.set_defaults(func=cmd_run)
+    ins = sub.add_parser("inspect", help="IO, op counts, and per-op support")
+    ins.add_argument("model")
+    ins.add_argument("--tensors", action="store_true", help="also list every tensor")
+    ins.set_defaults(func=cmd_inspect)
+    demo = sub.add_parser("demo", help="build a small model and run it")
+    demo.add_argument("--runs", type=int, default=5)
+    demo.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TfliteTaichiError as e:
+        print(f"tflite-taichi: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
