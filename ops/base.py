@@ -95,8 +95,8 @@ def no_options(_options) -> None:
     return None
 
 
-def _not_on_delegate(_node: Node) -> Optional[str]:
-    return "no Taichi implementation of this op yet"
+def _no_restrictions(_node: Node) -> Optional[str]:
+    return None
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ class OpDef:
     parse: Callable[[Any], Any] = no_options
     options_class: Optional[str] = None      # e.g. "Conv2DOptions"; None: no builtin options
     versions: tuple = (1, 1 << 30)           # inclusive range of op versions accepted
-    supports: Callable[[Node], Optional[str]] = _not_on_delegate
-    taichi: Any = None
+    supports: Callable[[Node], Optional[str]] = _no_restrictions   # checked only when taichi is set
+    taichi: Any = None                       # (node, StepIO) -> an object with a ti.func run(arena, weights, io)
     foldable: bool = True                    # may be evaluated at prepare when inputs are constant
     reads_only_shapes: bool = False          # output depends on input shapes alone (SHAPE): always folded
     min_inputs: int = 1

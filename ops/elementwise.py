@@ -1,5 +1,4 @@
 """Binary element-wise ops with numpy broadcasting and fused activations."""
-from __future__ import annotations
 
 from dataclasses import dataclass
 
@@ -7,6 +6,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import apply_activation, broadcast_shapes, check_activation
+from .tiutil import activation, broadcast_flat, ti
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,54 @@ def _infer_broadcast(node):
     return [broadcast_shapes(node, *(s.shape for s in node.inputs))]
 
 
+# -- Taichi ----------------------------------------------------------------------------------
+_CODES = {"ADD": 0, "SUB": 1, "MUL": 2, "DIV": 3, "MAXIMUM": 4, "MINIMUM": 5,
+          "SQUARED_DIFFERENCE": 6, "LOGICAL_AND": 7}
+
+
+@ti.func
+def _apply(x, y, code: ti.template()):
+    r = 0.0
+    if ti.static(code == 0):
+        r = x + y
+    elif ti.static(code == 1):
+        r = x - y
+    elif ti.static(code == 2):
+        r = x * y
+    elif ti.static(code == 3):
+        r = x / y
+    elif ti.static(code == 4):
+        r = ti.max(x, y)
+    elif ti.static(code == 5):
+        r = ti.min(x, y)
+    elif ti.static(code == 6):
+        r = (x - y) * (x - y)
+    else:
+        # nested selects, not `&` of comparisons: Taichi's GLSL backend miscompiles that
+        r = ti.select(x != 0.0, ti.select(y != 0.0, 1.0, 0.0), 0.0)
+    return r
+
+
+@ti.data_oriented
+class BinaryStep:
+    def __init__(self, code, a, b, out, act):
+        self.code, self.a, self.b, self.out, self.act = code, a, b, out, act
+        self.loop = out.shape or (1,)
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for I in ti.grouped(ti.ndrange(*self.loop)):
+            x = self.a.load(arena, weights, io, broadcast_flat(I, self.a, self.out.rank))
+            y = self.b.load(arena, weights, io, broadcast_flat(I, self.b, self.out.rank))
+            r = activation(_apply(x, y, self.code), self.act)
+            self.out.store(arena, io, self.out.flat_index(I), r)
+
+
+def _binary_taichi(node, io):
+    act = node.options.fused_activation_function if node.options is not None else 0
+    return BinaryStep(_CODES[node.op], io.inputs[0], io.inputs[1], io.outputs[0], act)
+
+
 def _binary(name, fn, options_class=None, has_activation=True):
     def reference(node, inputs):
         a, b = inputs
@@ -37,7 +85,7 @@ def _binary(name, fn, options_class=None, has_activation=True):
         name=name, infer=_infer_broadcast, reference=reference,
         parse=_parse_activation if has_activation else (lambda _o: None),
         options_class=options_class if options_class else None,
-        min_inputs=2, max_inputs=2))
+        taichi=_binary_taichi, min_inputs=2, max_inputs=2))
 
 
 def _divide(a, b):

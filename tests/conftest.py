@@ -20,3 +20,32 @@ def shared_models():
     if not os.path.isdir(path):
         pytest.skip(f"the shared model folder {path} is absent (set TFLITE_TAICHI_MODELS)")
     return path
+
+
+# Taichi backends under test, each in its own worker process (Taichi is one arch per process).
+# CI has cpu, vulkan (Mesa lavapipe) and opengl (llvmpipe); a backend listed here that does not
+# start is a failure, not a skip: the delegate must really run on it.
+TAICHI_BACKENDS = [b for b in os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl").split(",") if b]
+
+
+@pytest.fixture(scope="session")
+def taichi_workers():
+    from tflite_taichi.testing import BackendWorker
+    workers = []
+    try:
+        for backend in TAICHI_BACKENDS:
+            workers.append(BackendWorker(backend))
+        yield workers
+    finally:
+        for w in workers:
+            w.close()
+
+
+@pytest.fixture(scope="session")
+def gles_worker():
+    from tflite_taichi.testing import BackendWorker
+    if "gles" not in os.environ.get("TFLITE_TAICHI_TEST_GLES", "gles"):
+        pytest.skip("GLES disabled by TFLITE_TAICHI_TEST_GLES")
+    w = BackendWorker("gles")
+    yield w
+    w.close()

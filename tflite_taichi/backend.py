@@ -28,33 +28,7 @@ _lock = threading.Lock()
 _current: Optional[str] = None
 _probe_cache: dict = {}
 
-# A probe runs one tiny kernel and prints the device Taichi found (its trace log names the
-# Vulkan device); for GL it asks EGL/GL for the renderer string through ctypes.
-_PROBE = r"""
-import sys, os
-name = sys.argv[1]
-import taichi as ti
-arch = {"cpu": ti.cpu}.get(name) or getattr(ti, name)
-ti.init(arch=arch, enable_fallback=False, offline_cache=False, log_level=ti.TRACE)
-got = ti.lang.impl.current_cfg().arch.name
-x = ti.ndarray(ti.f32, 4)
-@ti.kernel
-def fill(a: ti.types.ndarray()):
-    for i in a:
-        a[i] = i * 2.0
-fill(x)
-assert x.to_numpy().tolist() == [0.0, 2.0, 4.0, 6.0], "wrong result"
-renderer = ""
-if name in ("opengl", "gles"):
-    try:
-        import ctypes
-        gl = ctypes.CDLL("libGL.so.1") if name == "opengl" else ctypes.CDLL("libGLESv2.so.2")
-        gl.glGetString.restype = ctypes.c_char_p
-        renderer = (gl.glGetString(0x1F01) or b"").decode()
-    except Exception:
-        renderer = ""
-print("PROBE-OK", got, renderer, flush=True)
-"""
+PROBE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_probe.py")
 
 
 def _env_for(name: str) -> dict:
@@ -69,7 +43,7 @@ def probe(name: str, timeout: float = 120.0) -> tuple:
     if name in _probe_cache:
         return _probe_cache[name]
     try:
-        proc = subprocess.run([sys.executable, "-c", _PROBE, name], capture_output=True,
+        proc = subprocess.run([sys.executable, PROBE_SCRIPT, name], capture_output=True,
                               text=True, timeout=timeout, env=_env_for(name))
     except subprocess.TimeoutExpired:
         result = (False, False, f"probe timed out after {timeout:.0f} s")
@@ -77,7 +51,9 @@ def probe(name: str, timeout: float = 120.0) -> tuple:
         out = proc.stdout + proc.stderr
         ok_line = [l for l in proc.stdout.splitlines() if l.startswith("PROBE-OK")]
         if proc.returncode != 0 or not ok_line:
-            tail = [l for l in out.strip().splitlines() if l.strip()][-1:] or [f"exit code {proc.returncode}"]
+            messages = [l for l in out.strip().splitlines()
+                        if l.strip() and not l.startswith(("[T ", "[D ", "[I ", "[Taichi]"))]
+            tail = messages[-1:] or [f"exit code {proc.returncode}"]
             if proc.returncode < 0:
                 tail = [f"the probe crashed (signal {-proc.returncode})"]
             result = (False, False, tail[0][:300])

@@ -22,34 +22,53 @@ PRECISIONS = ("fp32", "fp16")
 
 
 def _resolve_backend(backend: str, precision: str) -> str:
+    """The backend this interpreter runs on: 'reference' or a Taichi arch, initialised."""
     if backend not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if precision not in PRECISIONS:
         raise BackendUnavailable(f"unknown precision {precision!r}; choose 'fp32' or 'fp16'")
-    if backend not in ("auto", "reference"):
-        raise BackendUnavailable(
-            f"backend {backend!r} needs the Taichi delegate, which this version does not ship yet; "
-            "use backend='reference' (numpy) or 'auto'")
-    if precision != "fp32":
-        raise BackendUnavailable("precision='fp16' needs a Taichi backend; the reference path is fp32")
-    return "reference"
+    if backend == "reference":
+        if precision != "fp32":
+            raise BackendUnavailable("precision='fp16' needs a Taichi backend (cuda, vulkan or cpu); "
+                                     "the reference path is fp32")
+        return "reference"
+    from tflite_taichi import backend as ti_backend
+    if backend == "auto":
+        backend = ti_backend.current() or ti_backend.choose_auto()
+    if precision == "fp16" and backend not in ti_backend.FP16_BACKENDS:
+        raise BackendUnavailable(f"precision='fp16' is not available on {backend}: Taichi's "
+                                 "OpenGL/GLES path has no 16-bit storage; use cuda, vulkan or cpu")
+    return ti_backend.ensure_runtime(backend)
 
 
 class _SubgraphState:
-    """Shapes, prepared graph and IO storage of one subgraph."""
+    """Shapes, prepared graph, delegate schedule and IO storage of one subgraph."""
 
-    def __init__(self, model, subgraph, resolved):
+    def __init__(self, model, subgraph, resolved, options):
         self.model = model
         self.subgraph = subgraph
         self.resolved = resolved
+        self.options = options          # backend, precision, max partitions, profile
         self.input_shapes = {}          # resized inputs: tensor index -> shape
         self.prepared = None            # PreparedGraph after allocate_tensors
+        self.schedule = None            # partitions and CPU steps (Taichi backends)
+        self.compiled = {}              # id(Partition) -> CompiledPartition
         self.io = {}                    # input/output tensor index -> array in the model's dtype
         self.values = {}                # float views from the last invoke
         self.invoked = False
+        self.timings = {}               # schedule position -> list of seconds (profile=True)
 
     def allocate(self):
         self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
+        self.schedule, self.compiled = None, {}
+        if self.options["backend"] != "reference":
+            from tflite_taichi.codegen import CompiledPartition
+            from tflite_taichi.partition import build_schedule
+            self.schedule = build_schedule(self.prepared, self.options["max_partitions"],
+                                           fp16=self.options["precision"] == "fp16")
+            for p in self.schedule.partitions:
+                self.compiled[id(p)] = CompiledPartition(p, self.prepared, self.options["backend"],
+                                                         self.options["precision"] == "fp16")
         old = self.io
         self.io = {}
         for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):
@@ -61,6 +80,23 @@ class _SubgraphState:
                 self.io[t] = np.zeros(spec.shape, dtype=spec.dtype)
         self.values = {}
         self.invoked = False
+        self.timings = {}
+
+    def _run_schedule(self, feeds: dict) -> dict:
+        values = {**self.prepared.constants, **feeds}
+        profile = self.options["profile"]
+        for position, item in enumerate(self.schedule.items):
+            start = time.perf_counter() if profile else 0.0
+            compiled = self.compiled.get(id(item))
+            if compiled is not None:
+                compiled.run(values)
+            else:
+                inputs = [values[t] if t != -1 else None for t in item.op.inputs]
+                for t, v in zip(item.op.outputs, graph_mod.execute(item.opdef, item.node, inputs)):
+                    values[t] = v
+            if profile:
+                self.timings.setdefault(position, []).append(time.perf_counter() - start)
+        return values
 
     def invoke(self):
         if self.prepared is None:
@@ -73,7 +109,10 @@ class _SubgraphState:
                         if is_float_view(tensor.dtype, tensor.quantization) else data)
         self.values = {}
         self.invoked = False
-        values = graph_mod.run_reference(self.prepared, feeds)
+        if self.schedule is None:
+            values = graph_mod.run_reference(self.prepared, feeds)
+        else:
+            values = self._run_schedule(feeds)
         for t in self.subgraph.outputs:
             np.copyto(self.io[t], self._to_model_dtype(t, values[t]))
         self.values = values
@@ -102,20 +141,31 @@ class Interpreter:
     """Runs a .tflite model. See the README for the backends and the float view of 8-bit models."""
 
     def __init__(self, model_path=None, model_content=None, backend: str = "auto",
-                 precision: str = "fp32", num_threads: Optional[int] = None,
-                 experimental_delegates=None, **_ignored_litert_options):
+                 precision: str = "fp32", num_threads: Optional[int] = None, *,
+                 max_delegated_partitions: int = 1, profile: bool = False,
+                 experimental_delegates=None, experimental_op_resolver_type=None,
+                 experimental_preserve_all_tensors: bool = False):
+        """backend: 'auto' (the best hardware GPU backend, else Taichi's CPU), 'reference'
+        (numpy), or a Taichi arch: 'cuda', 'vulkan', 'metal', 'opengl', 'gles', 'cpu'.
+        precision: 'fp32', or 'fp16' (f16 storage on cuda, vulkan, cpu).
+        The experimental_* arguments of LiteRT are accepted for drop-in use: op resolvers do
+        not apply here, and every tensor is preserved anyway; delegates are refused."""
         if (model_path is None) == (model_content is None):
             raise InputError("pass exactly one of model_path or model_content")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
             raise InputError(f"num_threads must be an int >= -1, got {num_threads!r}")
         if experimental_delegates:
             raise InputError("experimental_delegates is not supported: choose backend= instead")
+        if not isinstance(max_delegated_partitions, int) or max_delegated_partitions < 0:
+            raise InputError(f"max_delegated_partitions must be an int >= 0, got {max_delegated_partitions!r}")
+        self._model = read_model(model_path if model_path is not None else model_content)
+        self._resolved = graph_mod.resolve_ops(self._model)
         self._backend = _resolve_backend(backend, precision)
         self._requested_backend = backend
         self._precision = precision
         self._num_threads = num_threads
-        self._model = read_model(model_path if model_path is not None else model_content)
-        self._resolved = graph_mod.resolve_ops(self._model)
+        self._options = {"backend": self._backend, "precision": precision,
+                         "max_partitions": max_delegated_partitions, "profile": bool(profile)}
         self._states = {}
         self._main = self._state(0)
         self._last_invoke_s = None
@@ -127,7 +177,7 @@ class Interpreter:
                 raise InputError(f"subgraph index {subgraph_index} out of range "
                                  f"({len(self._model.subgraphs)} subgraphs)")
             self._states[subgraph_index] = _SubgraphState(
-                self._model, self._model.subgraphs[subgraph_index], self._resolved)
+                self._model, self._model.subgraphs[subgraph_index], self._resolved, self._options)
         return self._states[subgraph_index]
 
     def _tensor(self, index, subgraph_index=0):
@@ -266,40 +316,86 @@ class Interpreter:
     def op_table(self) -> list:
         """Per op of the main graph: index, name, version, output shapes, whether it was folded
         at prepare, and `delegate`: None if the delegate takes it, else the reason it cannot."""
-        state = self._main
-        if state.prepared is None:
-            raise InterpreterStateError("op_table() needs allocate_tensors() first")
+        from tflite_taichi.partition import delegate_reason
+        state = self._require_prepared("op_table()")
         folded = set(state.prepared.folded)
         steps = {s.op.index: s for s in state.prepared.steps}
+        refused = state.schedule.refused if state.schedule is not None else {}
         rows = []
         for op in state.subgraph.operators:
-            opdef, _ = self._resolved[(0, op.index)]
             step = steps.get(op.index)
+            if step is None:
+                reason = None
+            elif op.index in refused:
+                reason = refused[op.index]
+            else:
+                reason = delegate_reason(step, self._precision == "fp16")
             rows.append({
                 "index": op.index, "op": op.name, "version": op.version,
                 "outputs": [list(state.prepared.specs[t].shape) for t in op.outputs],
-                "folded": op.index in folded,
-                "delegate": opdef.supports(step.node) if step is not None else None,
+                "folded": op.index in folded, "delegate": reason,
             })
         return rows
 
+    def _require_prepared(self, what: str) -> "_SubgraphState":
+        if self._main.prepared is None:
+            raise InterpreterStateError(f"{what} needs allocate_tensors() first")
+        return self._main
+
     def summary(self) -> dict:
-        """How the model runs: backend, op counts, delegated partitions, ops on the CPU and why."""
-        ops = self._main.subgraph.operators
-        reason = ("backend='reference' runs every op on the numpy path"
-                  if self._requested_backend == "reference"
-                  else "the Taichi delegate is not available in this version")
+        """How the model runs: backend, op counts, delegated partitions and their kernels, the
+        ops left on the CPU and why, the ops folded at prepare, and whether it is a float view."""
+        state = self._main
+        ops = state.subgraph.operators
+        names = {op.index: op.name for op in ops}
         quantized = any(t.quantization is not None and t.dtype is not None and t.dtype.kind in "iu"
-                        for t in self._main.subgraph.tensors if t.data is None)
+                        for t in state.subgraph.tensors if t.data is None)
+        if state.prepared is None:
+            state.allocate()
+        folded = list(state.prepared.folded)
+        if state.schedule is None:
+            partitions, fallback = [], [
+                {"index": s.op.index, "op": s.op.name,
+                 "reason": "backend='reference' runs every op on the numpy path"}
+                for s in state.prepared.steps]
+        else:
+            partitions = [{"ops": [s.op.index for s in p.steps],
+                           "kernels": state.compiled[id(p)].launches}
+                          for p in state.schedule.partitions]
+            fallback = [{"index": i, "op": names[i], "reason": r}
+                        for i, r in sorted(state.schedule.refused.items())]
         return {
             "backend": self._backend,
             "precision": self._precision,
             "ops_total": len(ops),
-            "ops_delegated": 0,
-            "partitions": [],
-            "fallback": [{"index": op.index, "op": op.name, "reason": reason} for op in ops],
+            "ops_delegated": sum(len(p["ops"]) for p in partitions),
+            "ops_folded": len(folded),
+            "partitions": partitions,
+            "fallback": fallback,
+            "folded": [{"index": i, "op": names[i]} for i in folded],
             "float_view": quantized,
         }
+
+    def profile(self) -> dict:
+        """Times of the invokes since allocate_tensors() (needs profile=True): per partition and
+        per CPU op, median milliseconds and kernel launches per invoke."""
+        if not self._options["profile"]:
+            raise InterpreterStateError("profiling is off: create the Interpreter with profile=True")
+        state = self._require_prepared("profile()")
+        rows, launches = [], 0
+        items = state.schedule.items if state.schedule is not None else []
+        for position, item in enumerate(items):
+            times = state.timings.get(position, [])
+            median_ms = float(np.median(times)) * 1e3 if times else None
+            compiled = state.compiled.get(id(item))
+            if compiled is not None:
+                launches += compiled.launches
+                rows.append({"kind": "partition", "ops": [s.op.index for s in item.steps],
+                             "launches": compiled.launches, "ms": median_ms, "invokes": len(times)})
+            else:
+                rows.append({"kind": "cpu", "ops": [item.op.index], "op": item.op.name,
+                             "launches": 0, "ms": median_ms, "invokes": len(times)})
+        return {"backend": self._backend, "items": rows, "launches_per_invoke": launches}
 
 
 class SignatureRunner:

@@ -9,6 +9,7 @@ LiteRT (`ai-edge-litert`) is imported only when a check needs it.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -16,6 +17,11 @@ import numpy as np
 
 from tflite_taichi.builder import ModelBuilder, as_quantization
 from tflite_taichi.quant import quantize
+
+# Hypothesis examples per Taichi-vs-reference property test: each example compiles a kernel on
+# every backend under test, so CI runs fewer than the LiteRT tests' 50; the "thorough"
+# profile (HYPOTHESIS_PROFILE=thorough) raises it with TFLITE_TAICHI_EXAMPLES=200.
+TAICHI_EXAMPLES = int(os.environ.get("TFLITE_TAICHI_EXAMPLES", "20"))
 
 # Tolerances, stated once. Float: one op vs LiteRT's reference kernels may differ only by
 # float32 rounding and summation order, so 1e-5 of the output's largest magnitude. Quantized:
@@ -206,3 +212,152 @@ def strategies():
             return st.integers(0, 2**31 - 1)
 
     return S
+
+
+# -- Taichi backends in worker processes -------------------------------------------------------
+# Taichi runs one arch per process, so each backend under test lives in its own worker process;
+# a test sends a model and inputs to every worker at once (they run in parallel) and compares
+# each answer with the reference path in the test's own process. A crash in a driver kills a
+# worker, not the test run.
+
+def _worker_main(conn, backend: str):
+    import traceback
+    try:
+        from tflite_taichi.interpreter import Interpreter
+        from tflite_taichi.testing import _run as run
+        import warnings
+        probe = one_op_model("RELU", [Input((2,))], [Output((2,))])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            actual = Interpreter(model_content=probe, backend=backend).backend
+        conn.send(("ready", actual))
+    except BaseException as e:  # report, never hang the parent
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        if request is None:
+            return
+        model, inputs, precision, kwargs = request
+        try:
+            import importlib
+            for module in kwargs.pop("plugins", ()):   # users' op modules (register_op at import)
+                importlib.import_module(module)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                it = Interpreter(model_content=model, backend=kwargs.pop("backend", backend),
+                                 precision=precision, **kwargs)
+                outputs = run(it, inputs)
+            summary = it.summary()
+            summary["warnings"] = [str(w.message) for w in caught]
+            if kwargs.get("profile"):
+                it.invoke()
+                summary["profile"] = it.profile()
+            conn.send(("ok", outputs, summary))
+        except BaseException as e:
+            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+class BackendWorker:
+    """A subprocess running the delegate on one Taichi backend."""
+
+    def __init__(self, backend: str, timeout: float = 300.0):
+        self.backend = backend
+        self.timeout = timeout
+        self._start()
+
+    def _start(self):
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")
+        backend = self.backend
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_worker_main, args=(child, backend), daemon=True,
+                                 name=f"tflite-taichi-{backend}")
+        self._proc.start()
+        reply = self._receive()
+        if reply[0] != "ready":
+            self.close()
+            raise RuntimeError(f"backend {backend} failed to start: {reply[1]}")
+        if reply[1] != backend:
+            self.close()
+            raise RuntimeError(f"asked for backend {backend}, the worker runs {reply[1]}")
+
+    def _receive(self):
+        if not self._conn.poll(self.timeout):
+            self.close()
+            raise RuntimeError(f"backend {self.backend}: no answer within {self.timeout:.0f} s")
+        try:
+            return self._conn.recv()
+        except EOFError:
+            raise RuntimeError(f"backend {self.backend}: the worker died "
+                               f"(exit code {self._proc.exitcode})") from None
+
+    def submit(self, model: bytes, inputs, precision: str = "fp32", **kwargs):
+        if not self._proc.is_alive():      # a driver crash in an earlier case: start afresh
+            self._start()
+        self._conn.send((model, list(inputs), precision, kwargs))
+
+    def result(self):
+        """(outputs, summary) of the last submit; RuntimeError with the worker's traceback."""
+        reply = self._receive()
+        if reply[0] != "ok":
+            raise RuntimeError(f"backend {self.backend}: {reply[1]}")
+        return reply[1], reply[2]
+
+    def run(self, model: bytes, inputs, precision: str = "fp32", **kwargs):
+        self.submit(model, inputs, precision, **kwargs)
+        return self.result()
+
+    def close(self):
+        try:
+            self._conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self._proc.join(5)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+
+# The delegate vs the reference: the same float32 math in another summation order, so the
+# tolerance of one op against LiteRT; fp16 storage rounds every tensor to 11 bits: 2e-2.
+TAICHI_RTOL = {"fp32": FLOAT_RTOL, "fp16": 2e-2}
+
+
+def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]] = None, *,
+                   seed: int = 0, precision: str = "fp32", rtol: Optional[float] = None,
+                   expect_all_delegated: bool = True, **kwargs) -> dict:
+    """Run `model` on every worker's backend and on the reference path; outputs must agree
+    (float view values within `rtol` of the largest magnitude) and, unless told otherwise,
+    every op that is not folded at prepare must run inside a delegated partition."""
+    if inputs is None:
+        inputs = model_inputs(model, seed)
+    from tflite_taichi.interpreter import Interpreter
+    ref_it = Interpreter(model_content=model, backend="reference")
+    expected = _run(ref_it, inputs)
+    details = ref_it.get_output_details()
+    rtol = TAICHI_RTOL[precision] if rtol is None else rtol
+    workers = list(workers)
+    for w in workers:
+        w.submit(model, inputs, precision, **kwargs)
+    summaries = {}
+    for w in workers:
+        outputs, summary = w.result()
+        summaries[w.backend] = summary
+        assert summary["backend"] == w.backend, f"ran on {summary['backend']}, not {w.backend}"
+        if expect_all_delegated:
+            assert not summary["fallback"], f"{w.backend}: ops left on the CPU: {summary['fallback']}"
+        for i, (a, e, d) in enumerate(zip(outputs, expected, details)):
+            what = f"{w.backend}/{precision} output {i} ('{d['name']}')"
+            q = d["quantization_parameters"]
+            if q["scales"].size and np.dtype(d["dtype"]).kind in "iu":
+                # compare float views: a value on a rounding boundary may snap either way
+                qa = as_quantization((q["scales"], q["zero_points"], q["quantized_dimension"]))
+                from tflite_taichi.quant import dequantize
+                assert_quantized_close(a, e, 1, what=what)
+                assert_float_close(dequantize(a, qa), dequantize(e, qa), max(rtol, 1 / 127), what=what)
+            else:
+                assert_float_close(a, e, rtol, what=what)
+    return summaries

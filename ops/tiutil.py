@@ -1,0 +1,120 @@
+"""What every op's Taichi part builds on: tensor references with static offsets, loads and
+stores (with the float view's quantization simulation fused into the store), activations.
+
+A `TensorRef` is a plain Python object; inside a kernel its attributes are compile-time
+constants, so `ref.load(bufs, i)` compiles to one indexed read at a fixed offset. Kernels take
+three 1-D buffers, bundled as `bufs` (a `Buffers` of ti.template args):
+- `arena`   the partition's intermediates, offsets reused by lifetime (planner.py);
+- `weights` the partition's constants, dequantized once at prepare;
+- `io`      the partition's inputs and outputs, copied from/to the host at each invoke.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "False")
+import taichi as ti  # noqa: E402
+
+ARENA, WEIGHTS, IO = 0, 1, 2
+
+
+@ti.data_oriented
+class TensorRef:
+    """A tensor's place: which buffer, its offset, its shape and row-major strides, and for an
+    op output whose tensor is quantized in the model, the grid to snap values to."""
+
+    def __init__(self, buffer: int, offset: int, shape: tuple, quant: Optional[tuple] = None,
+                 storage=ti.f32):
+        self.buffer = buffer
+        self.storage = storage          # the buffers' element type: f32, or f16 for fp16 precision
+        self.offset = int(offset)
+        self.shape = tuple(int(d) for d in shape)
+        strides, acc = [], 1
+        for d in reversed(self.shape):
+            strides.append(acc)
+            acc *= d
+        self.strides = tuple(reversed(strides))
+        self.size = acc
+        self.rank = len(self.shape)
+        # (scale, zero_point, qmin, qmax) of a per-tensor quantized output
+        self.quant = quant
+        self.quantized = quant is not None
+        if quant is not None:
+            self.q_scale, self.q_zero, self.q_min, self.q_max = (float(v) for v in quant)
+            self.q_inv = 1.0 / self.q_scale
+
+    def __repr__(self):
+        return f"TensorRef(buf={self.buffer}, off={self.offset}, shape={self.shape})"
+
+    @ti.func
+    def load(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat):
+        """Element `flat` (row-major) as f32, whatever the storage precision."""
+        v = 0.0
+        if ti.static(self.buffer == ARENA):
+            v = ti.cast(arena[self.offset + flat], ti.f32)
+        elif ti.static(self.buffer == WEIGHTS):
+            v = ti.cast(weights[self.offset + flat], ti.f32)
+        else:
+            v = ti.cast(io[self.offset + flat], ti.f32)
+        return v
+
+    @ti.func
+    def store(self, arena: ti.template(), io: ti.template(), flat, value):
+        """Write element `flat`, through the quantization simulation when the tensor is quantized:
+        q = clamp(round_half_away(x / scale) + zp, qmin, qmax); x = (q - zp) * scale."""
+        v = ti.cast(value, ti.f32)
+        if ti.static(self.quantized):
+            q = v * self.q_inv
+            q = ti.math.sign(q) * ti.floor(ti.abs(q) + 0.5) + self.q_zero
+            q = ti.min(ti.max(q, self.q_min), self.q_max)
+            v = (q - self.q_zero) * self.q_scale
+        if ti.static(self.buffer == ARENA):
+            arena[self.offset + flat] = ti.cast(v, self.storage)
+        else:
+            io[self.offset + flat] = ti.cast(v, self.storage)
+
+    @ti.func
+    def flat_index(self, I):
+        """Row-major position of a ti.Vector index of this tensor's rank."""
+        f = 0
+        for d in ti.static(range(self.rank)):
+            f += I[d] * self.strides[d]
+        return f
+
+
+@ti.func
+def activation(v, act: ti.template()):
+    """A fused activation (tflite.ActivationFunctionType), chosen at compile time."""
+    r = v
+    if ti.static(act == 1):
+        r = ti.max(v, 0.0)
+    elif ti.static(act == 2):
+        r = ti.min(ti.max(v, -1.0), 1.0)
+    elif ti.static(act == 3):
+        r = ti.min(ti.max(v, 0.0), 6.0)
+    elif ti.static(act == 4):
+        r = ti.tanh(v)
+    elif ti.static(act == 5):
+        r = ti.select(v < 0.0, 1.0, 0.0)
+    return r
+
+
+@ti.func
+def broadcast_flat(out_index, ref: ti.template(), out_rank: ti.template()):
+    """Position in `ref` of the element broadcast to output index `out_index` (numpy rules:
+    trailing dims aligned, size-1 dims repeat)."""
+    f = 0
+    for d in ti.static(range(ref.rank)):
+        od = out_rank - ref.rank + d
+        if ti.static(ref.shape[d] != 1):
+            f += out_index[od] * ref.strides[d]
+    return f
+
+
+@dataclass
+class StepIO:
+    """What an op's Taichi factory receives: a TensorRef per input (None: omitted optional
+    input) and per output."""
+    inputs: tuple
+    outputs: tuple

@@ -1,0 +1,117 @@
+"""The delegate's mechanics: backends, partitions and their warnings, summary, profiling."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import plugin_ops  # noqa: F401  (registers CUSTOM:CpuOnlyAbs in this process too)
+from tflite_taichi import Interpreter
+from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.errors import BackendUnavailable
+from tflite_taichi.testing import BackendWorker, check_delegate, model_inputs
+
+PLUGINS = {"plugins": ["plugin_ops"]}
+
+
+def _chain(with_cpu_op: bool):
+    """x -> ADD -> RELU6 -> [CUSTOM:CpuOnlyAbs] -> MUL -> SUB -> out (five or four ops)."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 6, 6, 3))
+    c = g.const("c", np.linspace(-1, 1, 3).astype(np.float32))
+    t = [g.tensor(f"t{i}", (1, 6, 6, 3)) for i in range(5)]
+    g.op("ADD", [x, c], [t[0]])
+    g.op("RELU6", [t[0]], [t[1]])
+    last = t[1]
+    if with_cpu_op:
+        g.op("CUSTOM:CpuOnlyAbs", [t[1]], [t[2]])
+        last = t[2]
+    g.op("MUL", [last, c], [t[3]])
+    g.op("SUB", [t[3], x], [t[4]])
+    g.output(t[4])
+    return b.finish()
+
+
+def test_an_op_the_delegate_refuses_splits_the_model(taichi_workers):
+    model = _chain(with_cpu_op=True)
+    summaries = check_delegate(model, taichi_workers, expect_all_delegated=False,
+                               max_delegated_partitions=2, **PLUGINS)
+    for backend, s in summaries.items():
+        assert [p["ops"] for p in s["partitions"]] == [[0, 1], [3, 4]], backend
+        assert s["ops_delegated"] == 4 and s["ops_total"] == 5
+        assert s["fallback"] == [{"index": 2, "op": "CUSTOM:CpuOnlyAbs",
+                                  "reason": "no Taichi implementation of this op yet"}]
+        assert ("WARNING: op code #2 (CUSTOM:CpuOnlyAbs) cannot be handled by this delegate: "
+                "no Taichi implementation of this op yet") in s["warnings"]
+        assert any("4 of 5 ops run on the GPU delegate in 2 partition(s); 1 run on the CPU" in w
+                   for w in s["warnings"]), s["warnings"]
+
+
+def test_max_delegated_partitions_keeps_the_largest(taichi_workers):
+    model = _chain(with_cpu_op=True)
+    for s in check_delegate(model, taichi_workers, expect_all_delegated=False, **PLUGINS).values():
+        assert [p["ops"] for p in s["partitions"]] == [[0, 1]]       # tie: the first one
+        assert {f["index"] for f in s["fallback"]} == {2, 3, 4}
+        assert "max_delegated_partitions" in s["fallback"][1]["reason"]
+
+
+def test_a_fully_supported_chain_is_one_kernel_per_partition(taichi_workers):
+    model = _chain(with_cpu_op=False)
+    for backend, s in check_delegate(model, taichi_workers, profile=True).items():
+        assert [p["ops"] for p in s["partitions"]] == [[0, 1, 2, 3]]
+        expected_kernels = 4 if backend in ("opengl", "gles") else 1    # codegen.CHUNK_STEPS
+        assert s["partitions"][0]["kernels"] == expected_kernels
+        profile = s["profile"]
+        assert profile["launches_per_invoke"] == expected_kernels
+        assert profile["items"][0]["kind"] == "partition" and profile["items"][0]["ms"] > 0
+
+
+def test_profile_counts_cpu_ops_too(taichi_workers):
+    model = _chain(with_cpu_op=True)
+    s = check_delegate(model, taichi_workers[:1], expect_all_delegated=False, profile=True,
+                       max_delegated_partitions=2, **PLUGINS)[taichi_workers[0].backend]
+    kinds = [(item["kind"], item["ops"]) for item in s["profile"]["items"]]
+    assert kinds == [("partition", [0, 1]), ("cpu", [2]), ("partition", [3, 4])]
+
+
+def test_a_second_taichi_arch_in_one_process_is_refused(taichi_workers):
+    worker = taichi_workers[0]
+    other = "vulkan" if worker.backend != "vulkan" else "cpu"
+    model = _chain(with_cpu_op=False)
+    worker.submit(model, model_inputs(model), backend=other)
+    with pytest.raises(RuntimeError, match=f"BackendUnavailable: Taichi already runs on '{worker.backend}'"):
+        worker.result()
+
+
+def test_a_missing_arch_is_an_error_not_a_silent_cpu_fallback():
+    with pytest.raises(RuntimeError, match="BackendUnavailable: cuda is not available"):
+        BackendWorker("cuda", timeout=120)
+
+
+def test_fp16_is_refused_on_opengl_and_reference():
+    model = _chain(with_cpu_op=False)
+    with pytest.raises(BackendUnavailable, match="fp16"):
+        Interpreter(model_content=model, backend="reference", precision="fp16")
+    with pytest.raises(BackendUnavailable, match="OpenGL/GLES path has no 16-bit"):
+        Interpreter(model_content=model, backend="opengl", precision="fp16")
+
+
+def test_auto_takes_no_software_gpu(tmp_path):
+    """auto never picks a software device (Mesa's lavapipe/llvmpipe: on CI the only Vulkan and
+    OpenGL devices), and only picks a backend whose probe ran a kernel; else Taichi's CPU."""
+    script = tmp_path / "auto.py"
+    script.write_text("import json\nfrom tflite_taichi import backend\n"
+                      "probes = {n: backend.probe(n) for n in ('cuda', 'vulkan', 'opengl')}\n"
+                      "print('AUTO', json.dumps([backend.choose_auto(), probes]))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path).stdout
+    import json
+    chosen, probes = json.loads([l for l in out.splitlines() if l.startswith("AUTO")][0][5:])
+    assert chosen == "cpu" or (probes[chosen][0] and not probes[chosen][1]), (chosen, probes)
+    for name, (ok, software, detail) in probes.items():
+        if software:
+            assert chosen != name, (name, detail)
+    if os.environ.get("CI"):      # CI's machine has Mesa only: auto must be the CPU
+        assert chosen == "cpu" and probes["vulkan"][1] and probes["opengl"][1], probes

@@ -1,0 +1,79 @@
+"""Element-wise ops on the delegate (cpu, vulkan, opengl workers; fp16 on vulkan; gles) vs the
+reference path. Tolerances: tflite_taichi.testing.TAICHI_RTOL."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+                                   one_op_model, strategies)
+from test_ops_elementwise import INT8_OPS, WITH_ACTIVATION, WITHOUT_ACTIVATION, broadcast_pair
+
+S = strategies()
+
+
+def _model(op, shapes, act, const_rhs, seed, dtype=np.float32, q=None):
+    a_shape, b_shape, out_shape = shapes
+    rng = np.random.default_rng(seed)
+    rhs = rng.uniform(-3, 3, b_shape).astype(np.float32)
+    if op == "DIV":
+        rhs = np.where(np.abs(rhs) < 0.1, 0.5, rhs).astype(np.float32)
+    options = {"fused_activation_function": act} if op in WITH_ACTIVATION else {}
+    if dtype == np.int8:
+        qa, qb, qo = q
+        model = one_op_model(op, [Input(a_shape, np.int8, qa), Input(b_shape, np.int8, qb)],
+                             [Output(out_shape, np.int8, qo)], **options)
+        return model, None
+    model = one_op_model(op, [Input(a_shape), Const(rhs) if const_rhs else Input(b_shape)],
+                         [Output(out_shape)], **options)
+    inputs = [rng.uniform(-3, 3, a_shape).astype(np.float32)] + ([] if const_rhs else [rhs])
+    return model, inputs
+
+
+@pytest.mark.parametrize("op", WITH_ACTIVATION + WITHOUT_ACTIVATION)
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shapes=broadcast_pair(), act=S.activations(), const_rhs=st.booleans(), seed=S.seeds())
+def test_float32_delegate_matches_reference(taichi_workers, op, shapes, act, const_rhs, seed):
+    model, inputs = _model(op, shapes, act, const_rhs, seed)
+    check_delegate(model, taichi_workers, inputs)
+
+
+@pytest.mark.parametrize("op", INT8_OPS)
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shapes=broadcast_pair(), act=S.activations(), qa=S.quant_params(), qb=S.quant_params(),
+       qo=S.quant_params(), seed=S.seeds())
+def test_int8_delegate_matches_reference(taichi_workers, op, shapes, act, qa, qb, qo, seed):
+    model, _ = _model(op, shapes, act, False, seed, np.int8, (qa, qb, qo))
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shapes=broadcast_pair(), seed=S.seeds())
+def test_logical_and_delegate(taichi_workers, shapes, seed):
+    a_shape, b_shape, out_shape = shapes
+    model = one_op_model("LOGICAL_AND", [Input(a_shape, np.bool_), Input(b_shape, np.bool_)],
+                         [Output(out_shape, np.bool_)])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@pytest.mark.parametrize("op", ["ADD", "MUL", "SQUARED_DIFFERENCE"])
+def test_fp16_on_vulkan(taichi_workers, op):
+    vulkan = [w for w in taichi_workers if w.backend == "vulkan"]
+    if not vulkan:
+        pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
+    model, inputs = _model(op, ((2, 5, 3), (5, 1), (2, 5, 3)), "RELU6", True, 7)
+    check_delegate(model, vulkan, inputs, precision="fp16")
+
+
+def test_gles(gles_worker):
+    model, inputs = _model("SUB", ((3, 1, 4), (2, 4), (3, 2, 4)), "NONE", False, 3)
+    check_delegate(model, [gles_worker], inputs)
+
+
+def test_int32_div_stays_on_the_cpu(taichi_workers):
+    model = one_op_model("DIV", [Input((4,), np.int32), Const(np.array([3, -3, 2, 1], np.int32))],
+                         [Output((4,), np.int32)])
+    summaries = check_delegate(model, taichi_workers, [np.array([7, 7, -7, 0], np.int32)],
+                               expect_all_delegated=False)
+    for summary in summaries.values():
+        assert summary["ops_delegated"] == 0
+        assert "int32" in summary["fallback"][0]["reason"]

@@ -1,0 +1,131 @@
+"""Which ops the delegate takes, and how they group into partitions.
+
+An op is delegated when its OpDef has a Taichi implementation, every tensor it reads or
+writes at run time is one the arena can carry (float32, float16, a quantized integer tensor
+in its float view, or bool as 0/1), and its own `supports(node)` has no objection. Consecutive
+delegated ops in graph order form a partition; as in TFLite, only the `max_delegated_partitions`
+largest partitions are kept (default 1) and everything else runs on the reference path.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from tflite_taichi.graph import PreparedGraph, Step
+from tflite_taichi.quant import is_float_view
+
+ARENA_DTYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.bool_)}
+
+
+class DelegateWarning(UserWarning):
+    """An op the delegate cannot take, or how the model was split between GPU and CPU."""
+
+
+@dataclass
+class Partition:
+    steps: list                       # graph-order Steps, all delegated
+    inputs: list = field(default_factory=list)     # non-constant tensors read from outside
+    outputs: list = field(default_factory=list)    # tensors written here and needed after it
+    constants: list = field(default_factory=list)  # float constants its ops read
+
+
+@dataclass
+class Schedule:
+    items: list                       # Partition or Step (a CPU op), in execution order
+    refused: dict                     # op index -> reason it runs on the CPU
+
+    @property
+    def partitions(self) -> list:
+        return [item for item in self.items if isinstance(item, Partition)]
+
+
+def carried_by_arena(spec) -> bool:
+    return spec.dtype is not None and (np.dtype(spec.dtype) in ARENA_DTYPES
+                                       or is_float_view(spec.dtype, spec.quantization))
+
+
+def delegate_reason(step: Step, fp16: bool = False) -> Optional[str]:
+    """None if the delegate takes this op instance, else why not (TFLite's warning text)."""
+    opdef, node = step.opdef, step.node
+    if opdef.taichi is None:
+        return "no Taichi implementation of this op yet"
+    runtime_inputs = [s for s in node.inputs if s is not None and s.value is None]
+    for spec in runtime_inputs + list(node.outputs):   # constants: read at build time or packed
+        if not carried_by_arena(spec):
+            return (f"tensor '{spec.name}' is {np.dtype(spec.dtype).name if spec.dtype is not None else 'opaque'};"
+                    " the delegate carries float data (float32, float16, quantized 8/16-bit, bool)")
+        if 0 in spec.shape:
+            return f"tensor '{spec.name}' is empty {list(spec.shape)}"
+        if spec.quantization is not None and spec.quantization.per_channel:
+            return f"tensor '{spec.name}' has per-channel quantization at run time"
+    return opdef.supports(node)
+
+
+def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = False,
+                   warn: bool = True) -> Schedule:
+    reasons = {s.op.index: delegate_reason(s, fp16) for s in graph.steps}
+    runs, current = [], []
+    for step in graph.steps:
+        if reasons[step.op.index] is None:
+            current.append(step)
+        elif current:
+            runs.append(current)
+            current = []
+    if current:
+        runs.append(current)
+    keep = sorted(runs, key=len, reverse=True)[:max(max_partitions, 0)]
+    for run in runs:
+        if not any(run is k for k in keep):
+            for step in run:
+                reasons[step.op.index] = (f"the delegate keeps only the {max_partitions} largest "
+                                          "partition(s) (max_delegated_partitions)")
+    items, kept_ids = [], {id(r) for r in keep}
+    run_of = {s.op.index: r for r in runs for s in r}
+    seen = set()
+    for step in graph.steps:
+        run = run_of.get(step.op.index)
+        if run is not None and id(run) in kept_ids:
+            if id(run) not in seen:
+                seen.add(id(run))
+                items.append(_partition(run, graph))
+        else:
+            items.append(step)
+    schedule = Schedule(items=items, refused={i: r for i, r in reasons.items() if r is not None})
+    if warn:
+        _warn(schedule, graph)
+    return schedule
+
+
+def _partition(steps: list, graph: PreparedGraph) -> Partition:
+    inside = {t for s in steps for t in s.op.outputs}
+    last = steps[-1].op.index
+    p = Partition(steps=steps)
+    for s in steps:
+        for t in s.op.inputs:
+            if t == -1 or t in inside:
+                continue
+            if graph.specs[t].value is not None:
+                if t not in p.constants and carried_by_arena(graph.specs[t]):
+                    p.constants.append(t)
+            elif t not in p.inputs:
+                p.inputs.append(t)
+    needed_after = set(graph.subgraph.outputs)
+    for s in graph.steps:
+        if s.op.index > last:
+            needed_after.update(t for t in s.op.inputs if t != -1)
+    p.outputs = [t for s in steps for t in s.op.outputs if t in needed_after]
+    return p
+
+
+def _warn(schedule: Schedule, graph: PreparedGraph):
+    names = {s.op.index: s.op.name for s in graph.steps}
+    for index, reason in sorted(schedule.refused.items()):
+        warnings.warn(f"WARNING: op code #{index} ({names[index]}) cannot be handled by this "
+                      f"delegate: {reason}", DelegateWarning, stacklevel=4)
+    delegated = sum(len(p.steps) for p in schedule.partitions)
+    warnings.warn(f"INFO: {delegated} of {len(graph.steps)} ops run on the GPU delegate in "
+                  f"{len(schedule.partitions)} partition(s); {len(graph.steps) - delegated} run on "
+                  f"the CPU ({len(graph.folded)} folded at prepare)", DelegateWarning, stacklevel=4)
