@@ -5,15 +5,20 @@ All are element-wise except SOFTMAX (over the last axis) and PRELU (alpha broadc
 input). On the float view a quantized input arrives holding real values and the runtime
 fake-quantizes the output, so each reference is the plain float formula; LiteRT's int8 lookup
 tables and fixed-point kernels approximate exactly these formulas.
-"""
-from __future__ import annotations
 
+Taichi: the element-wise ops are one `UnaryStep` (one thread per element, the formula chosen at
+compile time), PRELU a `PreluStep` (alpha broadcast like the reference), SOFTMAX a
+`SoftmaxStep` (one thread per row of the last axis: max, then the sum of exponentials, then
+the writes). Each mirrors its reference's float32 formula, cut-offs included; the store snaps a
+quantized output to its grid.
+"""
 from dataclasses import dataclass
 
 import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
+from .tiutil import broadcast_flat, ti
 
 _ACTIVATION_DTYPES = {np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8),
                       np.dtype(np.int16)}
@@ -35,7 +40,7 @@ def _infer_same_shape(node):
     return [tuple(node.inputs[0].shape)]
 
 
-def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape):
+def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape, taichi=None):
     def reference(node, inputs):
         x = np.asarray(inputs[0], np.float32)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
@@ -43,15 +48,132 @@ def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape):
 
     return register_op(OpDef(name=name, infer=infer, reference=reference,
                              parse=parse if parse is not None else (lambda _o: None),
-                             options_class=options_class, min_inputs=1, max_inputs=1))
+                             options_class=options_class, min_inputs=1, max_inputs=1,
+                             taichi=taichi if taichi is not None else _unary_taichi))
+
+
+# -- Taichi ------------------------------------------------------------------------------------
+_UNARY_CODES = {"RELU": 0, "RELU6": 1, "RELU_N1_TO_1": 2, "LOGISTIC": 3, "TANH": 4, "EXP": 5,
+                "HARD_SWISH": 6, "LEAKY_RELU": 7}
+# |x| beyond which tanh is +-1 to within one float32 ulp (1 - tanh(9.1) = 2.5e-8): a backend's
+# tanh built from exp(2x) could give inf/inf = NaN for large |x| (GLSL leaves tanh's accuracy to
+# the driver; lavapipe and llvmpipe saturate correctly), so larger inputs never reach it.
+_TANH_SATURATION = 9.1
+# The reference's LOGISTIC cut-offs (defined with it below), as Python floats for the kernel.
+_LOGISTIC_UPPER, _LOGISTIC_LOWER = 16.619047164916992188, -9.0
+
+
+@ti.func
+def _unary_formula(x, code: ti.template(), alpha: ti.template()):
+    r = x
+    if ti.static(code == 0):
+        r = ti.max(x, 0.0)
+    elif ti.static(code == 1):
+        r = ti.min(ti.max(x, 0.0), 6.0)
+    elif ti.static(code == 2):
+        r = ti.min(ti.max(x, -1.0), 1.0)
+    elif ti.static(code == 3):
+        # the reference's LiteRT-compatible piecewise logistic
+        if x > _LOGISTIC_UPPER:
+            r = 1.0
+        elif x < _LOGISTIC_LOWER:
+            r = ti.exp(x)
+        else:
+            r = 1.0 / (1.0 + ti.exp(-x))
+    elif ti.static(code == 4):
+        if x > _TANH_SATURATION:
+            r = 1.0
+        elif x < -_TANH_SATURATION:
+            r = -1.0
+        else:
+            r = ti.tanh(x)
+    elif ti.static(code == 5):
+        r = ti.exp(x)
+    elif ti.static(code == 6):
+        r = x * ti.min(ti.max(x + 3.0, 0.0), 6.0) / 6.0
+    elif ti.static(code == 7):
+        r = ti.select(x > 0.0, x, x * alpha)
+    return r
+
+
+@ti.data_oriented
+class UnaryStep:
+    """One thread per element: out[i] = formula(x[i])."""
+
+    def __init__(self, code, x, out, alpha=0.0):
+        self.code, self.x, self.out = code, x, out
+        self.alpha = float(np.float32(alpha))
+        self.n = out.size
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for i in range(self.n):
+            v = self.x.load(arena, weights, io, i)
+            self.out.store(arena, io, i, _unary_formula(v, self.code, self.alpha))
+
+
+def _unary_taichi(node, io):
+    alpha = node.options.alpha if node.op == "LEAKY_RELU" else 0.0
+    return UnaryStep(_UNARY_CODES[node.op], io.inputs[0], io.outputs[0], alpha)
+
+
+@ti.data_oriented
+class SoftmaxStep:
+    """One thread per row of the last axis: max of x * beta, sum of exp(x * beta - max), then
+    each exp(x * beta - max) / sum (the reference's order of operations)."""
+
+    def __init__(self, x, out, beta):
+        self.x, self.out = x, out
+        self.beta = float(np.float32(beta))
+        self.n = out.shape[-1]
+        self.rows = out.size // self.n
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for r in range(self.rows):
+            base = r * self.n
+            m = self.x.load(arena, weights, io, base) * self.beta
+            for k in range(1, self.n):
+                m = ti.max(m, self.x.load(arena, weights, io, base + k) * self.beta)
+            s = 0.0
+            for k in range(self.n):
+                s += ti.exp(self.x.load(arena, weights, io, base + k) * self.beta - m)
+            for k in range(self.n):
+                e = ti.exp(self.x.load(arena, weights, io, base + k) * self.beta - m)
+                self.out.store(arena, io, base + k, e / s)
+
+
+def _softmax_taichi(node, io):
+    return SoftmaxStep(io.inputs[0], io.outputs[0], node.options.beta)
+
+
+@ti.data_oriented
+class PreluStep:
+    """One thread per element: x >= 0 ? x : x * alpha, alpha broadcast against x."""
+
+    def __init__(self, x, alpha, out):
+        self.x, self.alpha, self.out = x, alpha, out
+        self.loop = out.shape or (1,)
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for I in ti.grouped(ti.ndrange(*self.loop)):
+            f = self.out.flat_index(I)
+            v = self.x.load(arena, weights, io, f)
+            a = self.alpha.load(arena, weights, io, broadcast_flat(I, self.alpha, self.out.rank))
+            self.out.store(arena, io, f, ti.select(v >= 0.0, v, v * a))
+
+
+def _prelu_taichi(node, io):
+    return PreluStep(io.inputs[0], io.inputs[1], io.outputs[0])
 
 
 # -- element-wise ------------------------------------------------------------------------------
 # TFLite's float LOGISTIC (reference_ops::Logistic, and Eigen's scalar_logistic_op) is
 # piecewise: 1 above this cutoff, exp(x) below -9 (where 1/(1+exp(-x)) differs from exp(x) by a
 # relative exp(x) < 1.3e-4), else 1/(1+exp(-x)). Mirrored so tiny outputs agree to 1e-5 too.
-_LOGISTIC_CUTOFF_UPPER = np.float32(16.619047164916992188)
-_LOGISTIC_CUTOFF_LOWER = np.float32(-9.0)
+_LOGISTIC_CUTOFF_UPPER = np.float32(_LOGISTIC_UPPER)
+_LOGISTIC_CUTOFF_LOWER = np.float32(_LOGISTIC_LOWER)
 
 
 def _logistic(_node, x):
@@ -123,7 +245,7 @@ def _softmax(node, x):
 
 
 SOFTMAX = _unary("SOFTMAX", _softmax, parse=_parse_softmax, options_class="SoftmaxOptions",
-                 infer=_infer_softmax)
+                 infer=_infer_softmax, taichi=_softmax_taichi)
 
 
 # -- PRELU -------------------------------------------------------------------------------------
@@ -147,4 +269,4 @@ def _prelu_reference(node, inputs):
 
 
 PRELU = register_op(OpDef(name="PRELU", infer=_infer_prelu, reference=_prelu_reference,
-                          min_inputs=2, max_inputs=2))
+                          taichi=_prelu_taichi, min_inputs=2, max_inputs=2))

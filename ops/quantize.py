@@ -6,12 +6,17 @@ is a cast. QUANTIZE (float32 -> int8/uint8/int16, and the requantizations int8 -
 new scale, uint8 <-> int8, int16 -> int16/int8) returns its input: the runtime snaps the output
 to its quantization grid (fake-quant), which is exactly TFLite's round(x / scale) + zero_point
 with clamping. Float16 weights behind DEQUANTIZE are constants, so they fold at prepare.
-"""
-from __future__ import annotations
 
+Taichi: both are a `CopyStep` (one thread per element). DEQUANTIZE of a run-time tensor hands
+the float view on (float16 -> float32 is the load's cast); QUANTIZE writes its input through the
+output's store, which snaps it to the output's grid: float -> int8 quantization and int8 -> int8
+requantization alike. A quantized model input is dequantized on the CPU before the partition, so
+a QUANTIZE/DEQUANTIZE at the model boundary still runs here, as a snap or an identity.
+"""
 import numpy as np
 
 from .base import OpDef, register_op
+from .tiutil import ti
 
 _QUANTIZED_INTS = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
 
@@ -69,7 +74,28 @@ def _quantize_reference(node, inputs):
     return [np.asarray(inputs[0], np.float32)]
 
 
+# -- Taichi ------------------------------------------------------------------------------------
+@ti.data_oriented
+class CopyStep:
+    """One thread per element: out[i] = x[i], through the output's store (its grid, if any)."""
+
+    def __init__(self, x, out):
+        self.x, self.out = x, out
+        self.n = out.size
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for i in range(self.n):
+            self.out.store(arena, io, i, self.x.load(arena, weights, io, i))
+
+
+def _copy_taichi(node, io):
+    return CopyStep(io.inputs[0], io.outputs[0])
+
+
 DEQUANTIZE = register_op(OpDef(name="DEQUANTIZE", infer=_infer_dequantize,
-                               reference=_dequantize_reference, min_inputs=1, max_inputs=1))
+                               reference=_dequantize_reference, taichi=_copy_taichi,
+                               min_inputs=1, max_inputs=1))
 QUANTIZE = register_op(OpDef(name="QUANTIZE", infer=_infer_quantize,
-                             reference=_quantize_reference, min_inputs=1, max_inputs=1))
+                             reference=_quantize_reference, taichi=_copy_taichi,
+                             min_inputs=1, max_inputs=1))

@@ -1,20 +1,28 @@
 """Shape and layout ops: RESHAPE, SHAPE, PACK, UNPACK, EXPAND_DIMS, SQUEEZE, TRANSPOSE,
-CONCATENATION.
+CONCATENATION, DEPTH_TO_SPACE, SPACE_TO_DEPTH.
 
 All of them move values without arithmetic (CONCATENATION adds its fused activation), so on the
 float view a quantized tensor keeps its real values and the runtime's fake-quant snaps the
 output to its own grid. (LiteRT copies the int8 bytes instead; the two agree whenever input and
 output share their quantization, which LiteRT requires for most of these ops anyway.)
-"""
-from __future__ import annotations
 
+Taichi: every op here (and the slicing family's, ops/slicing.py) is an affine data movement:
+a loop over some index space I, reading source element `src_base + sum(I * src_coefs)` and
+writing destination element `dst_base + sum(I * dst_coefs)`. `MoveStep` runs a list of such
+moves (one per input of CONCATENATION/PACK, one per output of UNPACK/SPLIT), each its own
+parallel loop, one thread per element moved; adjacent loop dimensions that are contiguous on
+both sides are merged at build time, so a RESHAPE is a 1-D copy. SHAPE is always folded at
+prepare and has no Taichi part.
+(No `from __future__ import annotations` here: Taichi reads the ti.func annotations.)
+"""
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from .base import OpDef, register_op
-from .common import apply_activation, check_activation
+from .common import apply_activation, check_activation, positive_ints
+from .tiutil import activation, ti
 
 # tflite.TensorType codes SHAPE's out_type may name.
 _FLOAT32, _INT32, _INT64 = 0, 2, 4
@@ -38,6 +46,90 @@ def _axis(node, axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < rank:
         raise node.fail(f"{what} {axis} is out of range for rank {rank} (valid: {-rank}..{rank - 1})")
     return axis % rank
+
+
+# -- Taichi: affine moves ---------------------------------------------------------------------
+def _simplify(loop, src_coefs, dst_coefs) -> tuple:
+    """The same move over fewer loop dimensions: size-1 dimensions dropped, and an outer
+    dimension merged into the next one where both sides are contiguous across them. An empty
+    loop (a scalar) becomes one iteration."""
+    merged = []
+    for n, s, d in zip(loop, src_coefs, dst_coefs):
+        n, s, d = int(n), int(s), int(d)
+        if n == 1:
+            continue
+        if merged and merged[-1][1] == s * n and merged[-1][2] == d * n:
+            merged[-1] = (merged[-1][0] * n, s, d)
+            continue
+        merged.append((n, s, d))
+    if not merged:
+        merged = [(1, 0, 0)]
+    return tuple(zip(*merged))
+
+
+@ti.data_oriented
+class Move:
+    """One parallel loop over `loop`: dst[dst_base + I . dst_coefs] = act(src[src_base + I . src_coefs]).
+    Everything is static; the store applies the destination's quantization grid."""
+
+    def __init__(self, src, dst, loop, src_base, src_coefs, dst_base, dst_coefs, act=0):
+        if len(loop) != len(src_coefs) or len(loop) != len(dst_coefs):
+            raise ValueError("a move needs one source and one destination coefficient per loop dimension")
+        self.src, self.dst, self.act = src, dst, int(act)
+        self.loop, self.src_coefs, self.dst_coefs = _simplify(loop, src_coefs, dst_coefs)
+        self.src_base, self.dst_base = int(src_base), int(dst_base)
+        self.rank = len(self.loop)
+
+    def __repr__(self):
+        return (f"Move({self.src} -> {self.dst}, loop={self.loop}, src={self.src_base}+{self.src_coefs}, "
+                f"dst={self.dst_base}+{self.dst_coefs})")
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for I in ti.grouped(ti.ndrange(*self.loop)):
+            s = self.src_base
+            d = self.dst_base
+            for j in ti.static(range(self.rank)):
+                s += I[j] * self.src_coefs[j]
+                d += I[j] * self.dst_coefs[j]
+            v = self.src.load(arena, weights, io, s)
+            self.dst.store(arena, io, d, activation(v, self.act))
+
+
+@ti.data_oriented
+class MoveStep:
+    """An op as a list of moves, run in order (each its own parallel task)."""
+
+    def __init__(self, moves):
+        self.moves = list(moves)
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for m in ti.static(self.moves):
+            m.run(arena, weights, io)
+
+
+def copy_move(src, dst) -> Move:
+    """dst = src element for element (row-major order kept): RESHAPE and friends."""
+    return Move(src, dst, (dst.size,), 0, (1,), 0, (1,))
+
+
+def gather_move(src, dst, src_base: int, src_coefs) -> Move:
+    """Every element of dst, read from src at src_base + I . src_coefs (I: dst's index)."""
+    return Move(src, dst, dst.shape, src_base, src_coefs, 0, dst.strides)
+
+
+def scatter_move(src, dst, dst_base: int, dst_coefs, act: int = 0) -> Move:
+    """Every element of src, written to dst at dst_base + I . dst_coefs (I: src's index)."""
+    return Move(src, dst, src.shape, 0, src.strides, dst_base, dst_coefs, act)
+
+
+def _without(values, axis: int) -> tuple:
+    return tuple(v for d, v in enumerate(values) if d != axis)
+
+
+def _copy_taichi(node, io):
+    return MoveStep([copy_move(io.inputs[0], io.outputs[0])])
 
 
 # -- RESHAPE ----------------------------------------------------------------------------------
@@ -95,7 +187,7 @@ def _reshape(node, inputs):
 
 RESHAPE = register_op(OpDef(name="RESHAPE", infer=_infer_reshape, reference=_reshape,
                             parse=_parse_reshape, options_class="ReshapeOptions",
-                            min_inputs=1, max_inputs=2))
+                            taichi=_copy_taichi, min_inputs=1, max_inputs=2))
 
 
 # -- SHAPE ------------------------------------------------------------------------------------
@@ -163,8 +255,16 @@ def _pack(node, inputs):
     return [np.stack(inputs, axis=axis)]
 
 
+def _pack_taichi(node, io):
+    out = io.outputs[0]
+    axis = node.options.axis % out.rank
+    coefs = _without(out.strides, axis)
+    return MoveStep([scatter_move(x, out, k * out.strides[axis], coefs)
+                     for k, x in enumerate(io.inputs)])
+
+
 PACK = register_op(OpDef(name="PACK", infer=_infer_pack, reference=_pack, parse=_parse_pack,
-                         options_class="PackOptions", min_inputs=1))
+                         options_class="PackOptions", taichi=_pack_taichi, min_inputs=1))
 
 
 @dataclass(frozen=True)
@@ -198,9 +298,17 @@ def _unpack(node, inputs):
     return [np.take(x, i, axis=axis) for i in range(x.shape[axis])]
 
 
+def _unpack_taichi(node, io):
+    x = io.inputs[0]
+    axis = node.options.axis % x.rank
+    coefs = _without(x.strides, axis)
+    return MoveStep([gather_move(x, out, k * x.strides[axis], coefs)
+                     for k, out in enumerate(io.outputs)])
+
+
 UNPACK = register_op(OpDef(name="UNPACK", infer=_infer_unpack, reference=_unpack,
                            parse=_parse_unpack, options_class="UnpackOptions",
-                           min_inputs=1, max_inputs=1))
+                           taichi=_unpack_taichi, min_inputs=1, max_inputs=1))
 
 
 # -- EXPAND_DIMS / SQUEEZE ----------------------------------------------------------------------
@@ -223,7 +331,8 @@ def _expand_dims(node, inputs):
 
 
 EXPAND_DIMS = register_op(OpDef(name="EXPAND_DIMS", infer=_infer_expand_dims,
-                                reference=_expand_dims, min_inputs=2, max_inputs=2))
+                                reference=_expand_dims, taichi=_copy_taichi,
+                                min_inputs=2, max_inputs=2))
 
 
 @dataclass(frozen=True)
@@ -257,7 +366,7 @@ def _squeeze(node, inputs):
 
 SQUEEZE = register_op(OpDef(name="SQUEEZE", infer=_infer_squeeze, reference=_squeeze,
                             parse=_parse_squeeze, options_class="SqueezeOptions",
-                            min_inputs=1, max_inputs=1))
+                            taichi=_copy_taichi, min_inputs=1, max_inputs=1))
 
 
 # -- TRANSPOSE --------------------------------------------------------------------------------
@@ -280,8 +389,13 @@ def _transpose(node, inputs):
     return [np.transpose(inputs[0], _ints(inputs[1]))]
 
 
+def _transpose_taichi(node, io):
+    x = io.inputs[0]
+    return MoveStep([gather_move(x, io.outputs[0], 0, [x.strides[p] for p in _perm(node)])])
+
+
 TRANSPOSE = register_op(OpDef(name="TRANSPOSE", infer=_infer_transpose, reference=_transpose,
-                              min_inputs=2, max_inputs=2))
+                              taichi=_transpose_taichi, min_inputs=2, max_inputs=2))
 
 
 # -- CONCATENATION ----------------------------------------------------------------------------
@@ -320,6 +434,108 @@ def _concatenation(node, inputs):
     return [apply_activation(out, node.options.fused_activation_function)]
 
 
+def _concatenation_taichi(node, io):
+    out = io.outputs[0]
+    axis = node.options.axis % out.rank
+    moves, at = [], 0
+    for x in io.inputs:
+        moves.append(scatter_move(x, out, at * out.strides[axis], out.strides,
+                                  node.options.fused_activation_function))
+        at += x.shape[axis]
+    return MoveStep(moves)
+
+
 CONCATENATION = register_op(OpDef(name="CONCATENATION", infer=_infer_concatenation,
                                   reference=_concatenation, parse=_parse_concatenation,
-                                  options_class="ConcatenationOptions", min_inputs=1))
+                                  options_class="ConcatenationOptions",
+                                  taichi=_concatenation_taichi, min_inputs=1))
+
+
+# -- DEPTH_TO_SPACE / SPACE_TO_DEPTH ----------------------------------------------------------
+# NHWC. DEPTH_TO_SPACE: out[b, h*bs + i, w*bs + j, c] = in[b, h, w, (i*bs + j)*C_out + c];
+# SPACE_TO_DEPTH is its inverse. On the 6-D views [B, H, W, bs, bs, C] (depth side) and
+# [B, H, bs, W, bs, C] (space side) both are one transpose, so one affine move.
+@dataclass(frozen=True)
+class BlockOptions:
+    block_size: int = 0
+
+
+def _parse_block(opts) -> BlockOptions:
+    return BlockOptions(int(opts.BlockSize()))
+
+
+def _check_nhwc(node) -> tuple:
+    shape = node.inputs[0].shape
+    if len(shape) != 4:
+        raise node.fail(f"the input must be 4-D (NHWC), has shape {list(shape)}")
+    positive_ints(node, "block_size", node.options.block_size)
+    return tuple(shape)
+
+
+def _infer_depth_to_space(node):
+    b, h, w, c = _check_nhwc(node)
+    bs = node.options.block_size
+    if c % (bs * bs):
+        raise node.fail(f"the input depth {c} is not a multiple of block_size^2 = {bs * bs}")
+    return [(b, h * bs, w * bs, c // (bs * bs))]
+
+
+def _depth_to_space(node, inputs):
+    x = inputs[0]
+    b, h, w, c = x.shape
+    bs = node.options.block_size
+    y = x.reshape(b, h, w, bs, bs, c // (bs * bs)).transpose(0, 1, 3, 2, 4, 5)
+    return [y.reshape(node.outputs[0].shape)]
+
+
+def _depth_to_space_taichi(node, io):
+    x, out = io.inputs[0], io.outputs[0]
+    b, h, w, c = x.shape
+    bs = node.options.block_size
+    co = c // (bs * bs)
+    loop = (b, h, w, bs, bs, co)                       # the input, in its own order
+    src = x.strides[:3] + (bs * co, co, 1)
+    o = out.strides
+    dst = (o[0], bs * o[1], bs * o[2], o[1], o[2], 1)
+    return MoveStep([Move(x, out, loop, 0, src, 0, dst)])
+
+
+DEPTH_TO_SPACE = register_op(OpDef(name="DEPTH_TO_SPACE", infer=_infer_depth_to_space,
+                                   reference=_depth_to_space, parse=_parse_block,
+                                   options_class="DepthToSpaceOptions",
+                                   taichi=_depth_to_space_taichi, min_inputs=1, max_inputs=1))
+
+
+def _infer_space_to_depth(node):
+    b, h, w, c = _check_nhwc(node)
+    bs = node.options.block_size
+    if h % bs or w % bs:
+        raise node.fail(f"the input height {h} and width {w} must be multiples of "
+                        f"block_size {bs}")
+    return [(b, h // bs, w // bs, c * bs * bs)]
+
+
+def _space_to_depth(node, inputs):
+    x = inputs[0]
+    b, h, w, c = x.shape
+    bs = node.options.block_size
+    y = x.reshape(b, h // bs, bs, w // bs, bs, c).transpose(0, 1, 3, 2, 4, 5)
+    return [y.reshape(node.outputs[0].shape)]
+
+
+def _space_to_depth_taichi(node, io):
+    x, out = io.inputs[0], io.outputs[0]
+    b, ho, wo, _ = out.shape
+    bs = node.options.block_size
+    c = x.shape[3]
+    loop = (b, ho, wo, bs, bs, c)                      # the output, in its own order
+    i = x.strides
+    src = (i[0], bs * i[1], bs * i[2], i[1], i[2], 1)
+    dst = out.strides[:3] + (bs * c, c, 1)
+    return MoveStep([Move(x, out, loop, 0, src, 0, dst)])
+
+
+SPACE_TO_DEPTH = register_op(OpDef(name="SPACE_TO_DEPTH", infer=_infer_space_to_depth,
+                                   reference=_space_to_depth, parse=_parse_block,
+                                   options_class="SpaceToDepthOptions",
+                                   taichi=_space_to_depth_taichi, min_inputs=1, max_inputs=1))

@@ -1,4 +1,4 @@
-"""Padding and slicing: PAD, PADV2, SLICE, STRIDED_SLICE.
+"""Padding, slicing and splitting: PAD, PADV2, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V.
 
 STRIDED_SLICE follows numpy indexing (TensorFlow's tf.strided_slice): a spec of `len(begin)`
 entries, each a slice `begin:end:stride`, an index (shrink_axis_mask), a new axis
@@ -12,14 +12,23 @@ numpy has no counterpart, LiteRT's rules are taken:
   measured from `begin`; the output size along that axis is ceil(end / stride), and the start is
   clamped so that the slice lies inside the input (as XLA's dynamic_slice does; LiteRT reads out
   of bounds there). With `offset` the begin input may be known only at run time.
-"""
-from __future__ import annotations
 
+SPLIT (axis first, then the input; num_splits equal parts) and SPLIT_V (input, size_splits with
+at most one -1, axis) cut the input along one axis.
+
+Taichi: slices and splits are affine gathers (ops/shape.py's `Move`, one parallel loop per
+output, one thread per output element); PAD/PADV2 is one loop over the output that reads the
+input or takes the pad value. Indices, sizes and paddings are read statically at build time.
+(No `from __future__ import annotations` here: Taichi reads the ti.func annotations.)
+"""
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from .base import OpDef, register_op
+from .shape import MoveStep, gather_move
+from .tiutil import ti
 
 
 def _ints(value) -> list:
@@ -81,8 +90,60 @@ def _pad(node, inputs):
                    constant_values=np.asarray(value, dtype=x.dtype))]
 
 
-PAD = register_op(OpDef(name="PAD", infer=_infer_pad, reference=_pad, min_inputs=2, max_inputs=2))
-PADV2 = register_op(OpDef(name="PADV2", infer=_infer_pad, reference=_pad,
+@ti.data_oriented
+class PadStep:
+    """One thread per output element: the input element it covers, or the pad value (a
+    constant, or element 0 of `value_ref`: PADV2's value input when it is a run-time or packed
+    float tensor)."""
+
+    def __init__(self, x, out, pads, value: float = 0.0, value_ref=None):
+        self.x, self.out = x, out
+        self.lo = tuple(int(lo) for lo, _ in pads)
+        self.padded = tuple(int(lo) > 0 or int(hi) > 0 for lo, hi in pads)
+        self.value = float(value)
+        self.value_ref = value_ref
+        self.has_value_ref = value_ref is not None
+        self.loop = out.shape or (1,)
+        self.rank = out.rank
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for I in ti.grouped(ti.ndrange(*self.loop)):
+            inside = 1
+            src = 0
+            for d in ti.static(range(self.rank)):
+                i = I[d] - self.lo[d]
+                if ti.static(self.padded[d]):
+                    # plain branches: GLSL (OpenGL/GLES) rejects & between comparisons here
+                    if i < 0:
+                        inside = 0
+                    if i >= self.x.shape[d]:
+                        inside = 0
+                src += i * self.x.strides[d]
+            v = self.value
+            if inside != 0:
+                v = self.x.load(arena, weights, io, src)
+            else:
+                if ti.static(self.has_value_ref):
+                    v = self.value_ref.load(arena, weights, io, 0)
+            self.out.store(arena, io, self.out.flat_index(I), v)
+
+
+def _pad_taichi(node, io):
+    x, out = io.inputs[0], io.outputs[0]
+    pads = _paddings(node).tolist()
+    value, value_ref = 0.0, None
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        if io.inputs[2] is not None:
+            value_ref = io.inputs[2]
+        else:     # a constant the planner does not pack (not a float-view tensor)
+            value = float(np.asarray(node.input_value(2, "the constant value")).reshape(-1)[0])
+    return PadStep(x, out, pads, value, value_ref)
+
+
+PAD = register_op(OpDef(name="PAD", infer=_infer_pad, reference=_pad, taichi=_pad_taichi,
+                        min_inputs=2, max_inputs=2))
+PADV2 = register_op(OpDef(name="PADV2", infer=_infer_pad, reference=_pad, taichi=_pad_taichi,
                           min_inputs=2, max_inputs=3))
 
 
@@ -113,8 +174,14 @@ def _slice(node, inputs):
     return [inputs[0][index]]
 
 
+def _slice_taichi(node, io):
+    x = io.inputs[0]
+    base = sum(b * st for (b, _), st in zip(_slice_window(node), x.strides))
+    return MoveStep([gather_move(x, io.outputs[0], base, x.strides)])
+
+
 SLICE = register_op(OpDef(name="SLICE", infer=_infer_slice, reference=_slice,
-                          min_inputs=3, max_inputs=3))
+                          taichi=_slice_taichi, min_inputs=3, max_inputs=3))
 
 
 # -- STRIDED_SLICE ----------------------------------------------------------------------------
@@ -245,7 +312,137 @@ def _strided_slice(node, inputs):
     return [np.array(x[index])]
 
 
+def _strided_slice_supports(node) -> Optional[str]:
+    if node.inputs[1] is None or node.inputs[1].value is None:
+        return "begin is known only at run time"
+    return None
+
+
+def _strided_slice_taichi(node, io):
+    """The numpy index as an affine gather: an int entry moves the base, a slice gives its
+    output dimension the coefficient step * input stride, a new axis the coefficient 0."""
+    x, out = io.inputs[0], io.outputs[0]
+    shape, begin, end, strides = _strided_slice_inputs(node)
+    index = strided_slice_index(node, shape, begin, end, strides)
+    base, coefs, d = 0, [], 0
+    for item in index:
+        if item is None:
+            coefs.append(0)
+            continue
+        if isinstance(item, slice):
+            start, _, step = item.indices(shape[d])
+            base += start * x.strides[d]
+            coefs.append(step * x.strides[d])
+        else:
+            base += int(item) * x.strides[d]
+        d += 1
+    coefs.extend(x.strides[d:])                 # dimensions the spec does not reach: whole
+    if len(coefs) != out.rank:
+        raise node.fail(f"internal: the slice spec gives {len(coefs)} output dimensions, the "
+                        f"output has {out.rank}")
+    return MoveStep([gather_move(x, out, base, coefs)])
+
+
 STRIDED_SLICE = register_op(OpDef(name="STRIDED_SLICE", infer=_infer_strided_slice,
                                   reference=_strided_slice, parse=_parse_strided_slice,
                                   options_class="StridedSliceOptions",
+                                  supports=_strided_slice_supports, taichi=_strided_slice_taichi,
                                   min_inputs=4, max_inputs=4))
+
+
+# -- SPLIT / SPLIT_V --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SplitOptions:
+    num_splits: int = 0
+
+
+def _parse_split(opts) -> SplitOptions:
+    return SplitOptions(int(opts.NumSplits()))
+
+
+def _split_axis(node, i: int, data: int) -> int:
+    """The constant axis input `i` (one value, any integer type) for the input `data`."""
+    spec = node.inputs[i]
+    if spec is None:
+        raise node.fail(f"the axis (input {i}) is missing")
+    if not np.issubdtype(np.dtype(spec.dtype), np.integer) or spec.is_quantized:
+        raise node.fail(f"the axis must be an int32 tensor, got {np.dtype(spec.dtype).name}")
+    values = _ints(node.input_value(i, "the axis"))
+    if len(values) != 1:
+        raise node.fail(f"the axis input must hold one value, has {len(values)}")
+    rank = len(node.inputs[data].shape)
+    axis = values[0]
+    if not -rank <= axis < rank:
+        raise node.fail(f"axis {axis} is out of range for rank {rank} "
+                        f"(valid: {-rank}..{rank - 1})")
+    return axis % rank
+
+
+def _split_sizes(node) -> tuple:
+    """(axis, sizes of the pieces along it, data input index) of SPLIT or SPLIT_V."""
+    n_out = len(node.outputs)
+    num = node.options.num_splits
+    if node.op == "SPLIT":
+        data = 1
+        axis = _split_axis(node, 0, data)
+        n = node.inputs[data].shape[axis]
+        if num < 1:
+            raise node.fail(f"num_splits must be >= 1, got {num}")
+        if n % num:
+            raise node.fail(f"dimension {axis} of the input {list(node.inputs[data].shape)} "
+                            f"(size {n}) does not split into {num} equal parts")
+        sizes = [n // num] * num
+    else:
+        data = 0
+        axis = _split_axis(node, 2, data)
+        n = node.inputs[data].shape[axis]
+        sizes = _index_input(node, 1, "size_splits")
+        if num != len(sizes):
+            raise node.fail(f"num_splits is {num} but size_splits has {len(sizes)} entries")
+        if sum(s == -1 for s in sizes) > 1:
+            raise node.fail(f"size_splits {sizes} has more than one -1")
+        if any(s < -1 for s in sizes):
+            raise node.fail(f"size_splits {sizes} has a negative size")
+        known = sum(s for s in sizes if s != -1)
+        if -1 in sizes:
+            if known > n:
+                raise node.fail(f"size_splits {sizes} add up to more than dimension {axis} "
+                                f"(size {n})")
+            sizes = [n - known if s == -1 else s for s in sizes]
+        elif known != n:
+            raise node.fail(f"size_splits {sizes} add up to {known}, dimension {axis} of the "
+                            f"input has size {n}")
+    if n_out != num:
+        raise node.fail(f"num_splits is {num} but the op has {n_out} outputs")
+    return axis, sizes, data
+
+
+def _infer_split(node):
+    axis, sizes, data = _split_sizes(node)
+    shape = node.inputs[data].shape
+    return [tuple(shape[:axis]) + (s,) + tuple(shape[axis + 1:]) for s in sizes]
+
+
+def _split(node, inputs):
+    axis, sizes, data = _split_sizes(node)
+    cuts = np.cumsum(sizes)[:-1]
+    return np.split(inputs[data], cuts, axis=axis)
+
+
+def _split_taichi(node, io):
+    """One gather per output, all in this step."""
+    axis, sizes, data = _split_sizes(node)
+    x = io.inputs[data]
+    moves, at = [], 0
+    for out, size in zip(io.outputs, sizes):
+        moves.append(gather_move(x, out, at * x.strides[axis], x.strides))
+        at += size
+    return MoveStep(moves)
+
+
+SPLIT = register_op(OpDef(name="SPLIT", infer=_infer_split, reference=_split,
+                          parse=_parse_split, options_class="SplitOptions",
+                          taichi=_split_taichi, min_inputs=2, max_inputs=2))
+SPLIT_V = register_op(OpDef(name="SPLIT_V", infer=_infer_split, reference=_split,
+                            parse=_parse_split, options_class="SplitVOptions",
+                            taichi=_split_taichi, min_inputs=3, max_inputs=3))

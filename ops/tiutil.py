@@ -2,8 +2,8 @@
 stores (with the float view's quantization simulation fused into the store), activations.
 
 A `TensorRef` is a plain Python object; inside a kernel its attributes are compile-time
-constants, so `ref.load(bufs, i)` compiles to one indexed read at a fixed offset. Kernels take
-three 1-D buffers, bundled as `bufs` (a `Buffers` of ti.template args):
+constants, so `ref.load(arena, weights, io, i)` compiles to one indexed read at a fixed offset. Kernels take
+three 1-D buffers, passed to every load and store as ti.template args:
 - `arena`   the partition's intermediates, offsets reused by lifetime (planner.py);
 - `weights` the partition's constants, dequantized once at prepare;
 - `io`      the partition's inputs and outputs, copied from/to the host at each invoke.
@@ -42,7 +42,6 @@ class TensorRef:
         self.quantized = quant is not None
         if quant is not None:
             self.q_scale, self.q_zero, self.q_min, self.q_max = (float(v) for v in quant)
-            self.q_inv = 1.0 / self.q_scale
 
     def __repr__(self):
         return f"TensorRef(buf={self.buffer}, off={self.offset}, shape={self.shape})"
@@ -65,7 +64,7 @@ class TensorRef:
         q = clamp(round_half_away(x / scale) + zp, qmin, qmax); x = (q - zp) * scale."""
         v = ti.cast(value, ti.f32)
         if ti.static(self.quantized):
-            q = v * self.q_inv
+            q = v / self.q_scale        # divide, as quant.fake_quant does: bit-identical rounding
             q = ti.math.sign(q) * ti.floor(ti.abs(q) + 0.5) + self.q_zero
             q = ti.min(ti.max(q, self.q_min), self.q_max)
             v = (q - self.q_zero) * self.q_scale

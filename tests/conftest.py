@@ -2,12 +2,17 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 # Every property test runs at least 50 examples (the floor); "thorough" for local soaks.
 settings.register_profile("ci", max_examples=50, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("thorough", max_examples=500, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+# "debug": no shrinking, for checking that a test can fail (shrinking a Taichi case recompiles
+# kernels at every step).
+settings.register_profile("debug", max_examples=50, deadline=None, print_blob=True,
+                          phases=[Phase.explicit, Phase.reuse, Phase.generate],
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

@@ -188,7 +188,7 @@ def test_signature_on_a_second_subgraph_matches_litert():
 
 def test_backend_and_precision_choices():
     model = _float_add()
-    assert Interpreter(model_content=model).backend == "reference"
+    assert Interpreter(model_content=model, backend="reference").backend == "reference"
     with pytest.raises(BackendUnavailable, match="unknown backend"):
         Interpreter(model_content=model, backend="directx")
     with pytest.raises(BackendUnavailable, match="precision"):

@@ -1,5 +1,5 @@
-"""RESHAPE, SHAPE, PACK, UNPACK, EXPAND_DIMS, SQUEEZE, TRANSPOSE, CONCATENATION vs LiteRT through
-one-op models: float32, int8 (inputs and outputs share their quantization, as LiteRT requires
+"""RESHAPE, SHAPE, PACK, UNPACK, EXPAND_DIMS, SQUEEZE, TRANSPOSE, CONCATENATION, DEPTH_TO_SPACE,
+SPACE_TO_DEPTH vs LiteRT through one-op models: float32, int8 (inputs and outputs share their quantization, as LiteRT requires
 for these ops) and int32. Tolerances: tflite_taichi.testing."""
 import numpy as np
 import pytest
@@ -317,3 +317,54 @@ def test_concatenation_errors():
                                axis=1), "CONCATENATION", "does not match")
     _expect_error(one_op_model("CONCATENATION", [Input((2, 3)), Input((2, 3, 1))], [Output((2, 6))],
                                axis=1), "CONCATENATION", "does not match")
+
+
+# -- DEPTH_TO_SPACE / SPACE_TO_DEPTH ----------------------------------------------------------
+@st.composite
+def depth_to_space_case(draw):
+    """(input shape, block_size, output shape) of a DEPTH_TO_SPACE; swapped, a SPACE_TO_DEPTH."""
+    b, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    bs, c = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    return (b, h, w, bs * bs * c), bs, (b, h * bs, w * bs, c)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=depth_to_space_case(), data=st.data(), seed=S.seeds())
+def test_depth_to_space_matches_litert(dtype, case, data, seed):
+    shape, bs, out = case
+    t, q = data.draw(tensor_type(dtype))
+    model = one_op_model("DEPTH_TO_SPACE", [Input(shape, t, q)], [Output(out, t, q)], block_size=bs)
+    check_against_litert(model, seed=seed)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=depth_to_space_case(), data=st.data(), seed=S.seeds())
+def test_space_to_depth_matches_litert(dtype, case, data, seed):
+    out, bs, shape = case
+    t, q = data.draw(tensor_type(dtype))
+    model = one_op_model("SPACE_TO_DEPTH", [Input(shape, t, q)], [Output(out, t, q)], block_size=bs)
+    check_against_litert(model, seed=seed)
+
+
+def test_depth_to_space_follows_its_definition():
+    """out[b, h*bs + i, w*bs + j, c] = in[b, h, w, (i*bs + j)*C_out + c], and back."""
+    x = np.arange(2 * 2 * 3 * 8, dtype=np.float32).reshape(2, 2, 3, 8)
+    model = one_op_model("DEPTH_TO_SPACE", [Input(x.shape)], [Output((2, 4, 6, 2))], block_size=2)
+    y, = run_ours(model, [x])
+    for b, h, w, i, j, c in np.ndindex(2, 2, 3, 2, 2, 2):
+        assert y[b, h * 2 + i, w * 2 + j, c] == x[b, h, w, (i * 2 + j) * 2 + c]
+    back = one_op_model("SPACE_TO_DEPTH", [Input(y.shape)], [Output(x.shape)], block_size=2)
+    np.testing.assert_array_equal(run_ours(back, [y])[0], x)
+
+
+def test_depth_to_space_errors():
+    _expect_error(one_op_model("DEPTH_TO_SPACE", [Input((2, 3, 8))], [Output((4, 6, 2))],
+                               block_size=2), "DEPTH_TO_SPACE", "4-D")
+    _expect_error(one_op_model("DEPTH_TO_SPACE", [Input((1, 2, 3, 8))], [Output((1, 2, 3, 8))],
+                               block_size=0), "DEPTH_TO_SPACE", "block_size must be >= 1")
+    _expect_error(one_op_model("DEPTH_TO_SPACE", [Input((1, 2, 3, 6))], [Output((1, 4, 6, 1))],
+                               block_size=2), "DEPTH_TO_SPACE", "not a multiple")
+    _expect_error(one_op_model("SPACE_TO_DEPTH", [Input((1, 3, 4, 2))], [Output((1, 1, 2, 8))],
+                               block_size=2), "SPACE_TO_DEPTH", "multiples of block_size 2")
+    _expect_error(one_op_model("SPACE_TO_DEPTH", [Input((1, 4, 4, 2))], [Output((1, 4, 4, 2))],
+                               block_size=-1), "SPACE_TO_DEPTH", "block_size must be >= 1")

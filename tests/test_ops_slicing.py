@@ -1,4 +1,4 @@
-"""PAD, PADV2, SLICE, STRIDED_SLICE vs LiteRT through one-op models: float32, int8 (input and
+"""PAD, PADV2, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V vs LiteRT through one-op models: float32, int8 (input and
 output share their quantization, as LiteRT requires) and int32. STRIDED_SLICE cases where
 LiteRT is wrong (DESIGN.md, "The oracle's own caveats") are checked against numpy indexing.
 Tolerances: tflite_taichi.testing."""
@@ -365,3 +365,93 @@ def test_strided_slice_errors():
                                  offset=True), "STRIDED_SLICE", "does not fit")
     _expect_error(one_op_model("STRIDED_SLICE", [x, Input((2,), np.int32), _i32([1, 1]), _i32([1, 1])],
                                [Output((1, 1))]), "STRIDED_SLICE", "must be known before invoke")
+
+
+# -- SPLIT / SPLIT_V --------------------------------------------------------------------------
+def _axis_const(axis, scalar):
+    return _i32(axis if scalar else [axis])
+
+
+@st.composite
+def split_case(draw):
+    """(input shape, axis (maybe negative), num_splits, output shape)."""
+    shape = list(draw(S.shapes(1, 4, 1, 4)))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    num, piece = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+    shape[axis] = num * piece
+    out = list(shape)
+    out[axis] = piece
+    return tuple(shape), axis, num, tuple(out)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=split_case(), data=st.data(), scalar_axis=st.booleans(), seed=S.seeds())
+def test_split_matches_litert(dtype, case, data, scalar_axis, seed):
+    shape, axis, num, out = case
+    t, q = data.draw(tensor_type(dtype))
+    model = one_op_model("SPLIT", [_axis_const(axis, scalar_axis), Input(shape, t, q)],
+                         [Output(out, t, q) for _ in range(num)], num_splits=num)
+    results = check_against_litert(model, seed=seed)
+    assert len(results) == num
+
+
+@st.composite
+def split_v_case(draw):
+    """(input shape, axis, size_splits (maybe one -1), output shapes)."""
+    shape = list(draw(S.shapes(1, 4, 1, 4)))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
+    sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
+    shape[axis] = sum(sizes)
+    outs = []
+    for size in sizes:
+        o = list(shape)
+        o[axis] = size
+        outs.append(tuple(o))
+    size_splits = list(sizes)
+    if draw(st.booleans()):
+        size_splits[draw(st.integers(0, len(sizes) - 1))] = -1
+    return tuple(shape), axis, size_splits, outs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@given(case=split_v_case(), data=st.data(), scalar_axis=st.booleans(),
+       sizes_dtype=st.sampled_from([np.int32, np.int64]), seed=S.seeds())
+def test_split_v_matches_litert(dtype, case, data, scalar_axis, sizes_dtype, seed):
+    shape, axis, size_splits, outs = case
+    t, q = data.draw(tensor_type(dtype))
+    model = one_op_model("SPLIT_V", [Input(shape, t, q), Const(np.array(size_splits, sizes_dtype)),
+                                     _axis_const(axis, scalar_axis)],
+                         [Output(o, t, q) for o in outs], num_splits=len(outs))
+    results = check_against_litert(model, seed=seed)
+    assert [r.shape for r in results] == outs
+
+
+def test_split_errors():
+    x = Input((4, 6))
+    _expect_error(one_op_model("SPLIT", [_i32(1), x], [Output((4, 6 // 4))] * 4, num_splits=4),
+                  "SPLIT", "does not split into 4 equal parts")
+    _expect_error(one_op_model("SPLIT", [_i32(2), x], [Output((4, 3))] * 2, num_splits=2),
+                  "SPLIT", "axis 2 is out of range")
+    _expect_error(one_op_model("SPLIT", [_i32(1), x], [Output((4, 3))] * 2, num_splits=3),
+                  "SPLIT", "num_splits is 3 but the op has 2 outputs")
+    _expect_error(one_op_model("SPLIT", [_i32([0, 1]), x], [Output((2, 6))] * 2, num_splits=2),
+                  "SPLIT", "one value")
+    _expect_error(one_op_model("SPLIT", [Input((), np.int32), x], [Output((2, 6))] * 2,
+                               num_splits=2), "SPLIT", "must be known before invoke")
+
+
+def test_split_v_errors():
+    x = Input((4, 6))
+    two = [Output((4, 3))] * 2
+    _expect_error(one_op_model("SPLIT_V", [x, _i32([-1, -1]), _i32(1)], two, num_splits=2),
+                  "SPLIT_V", "more than one -1")
+    _expect_error(one_op_model("SPLIT_V", [x, _i32([2, 3]), _i32(1)], two, num_splits=2),
+                  "SPLIT_V", "add up to 5")
+    _expect_error(one_op_model("SPLIT_V", [x, _i32([7, -1]), _i32(1)], two, num_splits=2),
+                  "SPLIT_V", "add up to more than")
+    _expect_error(one_op_model("SPLIT_V", [x, _i32([3, 3]), _i32(1)], two, num_splits=3),
+                  "SPLIT_V", "num_splits is 3 but size_splits has 2")
+    _expect_error(one_op_model("SPLIT_V", [x, _i32([3, 3]), _i32(-3)], two, num_splits=2),
+                  "SPLIT_V", "axis -3 is out of range")
+    _expect_error(one_op_model("SPLIT_V", [x, _i32([3, -2]), _i32(1)], two, num_splits=2),
+                  "SPLIT_V", "negative size")

@@ -53,8 +53,21 @@ def _load_inputs(it, pairs, seed):
     return feeds
 
 
+def _print_profile(it) -> None:
+    prof = it.profile()
+    print(f"  profile ({prof['backend']}, {prof['launches_per_invoke']} kernel launch(es) per invoke):")
+    print(f"    {'what':<44} {'launches':>8} {'median ms':>10}")
+    for item in prof["items"]:
+        ops = item["ops"]
+        what = (f"partition: {len(ops)} ops (#{ops[0]}..#{ops[-1]})" if item["kind"] == "partition"
+                else f"cpu: #{ops[0]} {item['op']}")
+        ms = f"{item['ms']:.3f}" if item["ms"] is not None else "-"
+        print(f"    {what:<44} {item['launches']:>8} {ms:>10}")
+
+
 def cmd_run(args) -> int:
-    it = Interpreter(model_path=args.model, backend=args.backend, precision=args.precision)
+    it = Interpreter(model_path=args.model, backend=args.backend, precision=args.precision,
+                     profile=args.profile)
     _load_inputs(it, args.input, args.seed)
     times = []
     for _ in range(max(args.runs, 1)):
@@ -62,7 +75,10 @@ def cmd_run(args) -> int:
         it.invoke()
         times.append(time.perf_counter() - start)
     outputs = {}
-    print(f"{os.path.basename(args.model)} on backend={it.backend}")
+    s = it.summary()
+    print(f"{os.path.basename(args.model)} on backend={it.backend} ({it._precision}): "
+          f"{s['ops_delegated']} of {s['ops_total']} ops delegated in {len(s['partitions'])} "
+          f"partition(s), {len(s['fallback'])} on the CPU, {s['ops_folded']} folded")
     for d in it.get_output_details():
         y = it.get_tensor(d["index"])
         outputs[d["name"]] = y
@@ -72,6 +88,8 @@ def cmd_run(args) -> int:
     first = times[0] * 1e3
     median = float(np.median(times)) * 1e3
     print(f"  invoke: first {first:.2f} ms, median {median:.2f} ms over {len(times)} run(s)")
+    if args.profile:
+        _print_profile(it)
     if args.output:
         np.savez(args.output, **outputs)
         print(f"  outputs written to {args.output}")
@@ -116,6 +134,9 @@ def cmd_demo(args) -> int:
         f.write(model)
     print(f"built a {len(model)}-byte demo classifier with tflite_taichi.builder: {path}")
     results = {}
+    import warnings
+    from tflite_taichi.partition import DelegateWarning
+    warnings.simplefilter("ignore", DelegateWarning)     # the summary line below says it
     for backend in ("auto", "reference"):
         it = Interpreter(model_path=path, backend=backend)
         it.allocate_tensors()
@@ -157,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", metavar="out.npz")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--runs", type=int, default=1, help="invokes to time (default 1)")
+    run.add_argument("--profile", action="store_true",
+                     help="per-partition and per-CPU-op times and kernel launches")
     run.set_defaults(func=cmd_run)
     ins = sub.add_parser("inspect", help="IO, op counts, and per-op support")
     ins.add_argument("model")

@@ -59,6 +59,9 @@ def delegate_reason(step: Step, fp16: bool = False) -> Optional[str]:
                     " the delegate carries float data (float32, float16, quantized 8/16-bit, bool)")
         if 0 in spec.shape:
             return f"tensor '{spec.name}' is empty {list(spec.shape)}"
+        if fp16 and is_float_view(spec.dtype, spec.quantization) and np.dtype(spec.dtype).itemsize > 1:
+            return (f"tensor '{spec.name}' is {np.dtype(spec.dtype).name}-quantized: its grid does "
+                    "not fit in float16 storage (precision='fp16')")
         if spec.quantization is not None and spec.quantization.per_channel:
             return f"tensor '{spec.name}' has per-channel quantization at run time"
     return opdef.supports(node)
@@ -124,8 +127,8 @@ def _warn(schedule: Schedule, graph: PreparedGraph):
     names = {s.op.index: s.op.name for s in graph.steps}
     for index, reason in sorted(schedule.refused.items()):
         warnings.warn(f"WARNING: op code #{index} ({names[index]}) cannot be handled by this "
-                      f"delegate: {reason}", DelegateWarning, stacklevel=4)
+                      f"delegate: {reason}", DelegateWarning, stacklevel=5)
     delegated = sum(len(p.steps) for p in schedule.partitions)
     warnings.warn(f"INFO: {delegated} of {len(graph.steps)} ops run on the GPU delegate in "
                   f"{len(schedule.partitions)} partition(s); {len(graph.steps) - delegated} run on "
-                  f"the CPU ({len(graph.folded)} folded at prepare)", DelegateWarning, stacklevel=4)
+                  f"the CPU ({len(graph.folded)} folded at prepare)", DelegateWarning, stacklevel=5)

@@ -244,6 +244,8 @@ def _worker_main(conn, backend: str):
         model, inputs, precision, kwargs = request
         try:
             import importlib
+            import sys
+            sys.path.extend(p for p in kwargs.pop("sys_path", ()) if p not in sys.path)
             for module in kwargs.pop("plugins", ()):   # users' op modules (register_op at import)
                 importlib.import_module(module)
             with warnings.catch_warnings(record=True) as caught:
@@ -298,6 +300,9 @@ class BackendWorker:
     def submit(self, model: bytes, inputs, precision: str = "fp32", **kwargs):
         if not self._proc.is_alive():      # a driver crash in an earlier case: start afresh
             self._start()
+        if kwargs.get("plugins"):          # the worker imports them from the caller's path
+            import sys
+            kwargs["sys_path"] = list(sys.path)
         self._conn.send((model, list(inputs), precision, kwargs))
 
     def result(self):
@@ -342,9 +347,17 @@ def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]]
     workers = list(workers)
     for w in workers:
         w.submit(model, inputs, precision, **kwargs)
+    answers = {}
+    for w in workers:       # collect every answer before asserting: a pipe left unread would
+        try:                # hand its stale answer to the next test
+            answers[w.backend] = w.result()
+        except RuntimeError as e:
+            answers[w.backend] = e
     summaries = {}
     for w in workers:
-        outputs, summary = w.result()
+        if isinstance(answers[w.backend], Exception):
+            raise answers[w.backend]
+        outputs, summary = answers[w.backend]
         summaries[w.backend] = summary
         assert summary["backend"] == w.backend, f"ran on {summary['backend']}, not {w.backend}"
         if expect_all_delegated:
@@ -361,3 +374,28 @@ def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]]
             else:
                 assert_float_close(a, e, rtol, what=what)
     return summaries
+
+
+def check_op(cases, *, workers=(), plugins=(), litert: bool = False,
+             max_examples: Optional[int] = None, precision: str = "fp32") -> None:
+    """Property-test an op, yours or ours.
+
+    `cases` is a hypothesis strategy drawing (model_bytes, inputs) - usually one-op models from
+    `one_op_model`. Each case runs on the reference path; with `litert=True` it must match LiteRT
+    (for ops LiteRT has); on every worker's Taichi backend it must be delegated and match the
+    reference. `plugins` names the modules that register your ops, so workers import them too.
+    """
+    from hypothesis import given, settings
+
+    @settings(max_examples=max_examples or TAICHI_EXAMPLES, deadline=None)
+    @given(cases)
+    def property_test(case):
+        model, inputs = case
+        if litert:
+            check_against_litert(model, inputs)
+        else:
+            run_ours(model, inputs)
+        if workers:
+            check_delegate(model, workers, inputs, precision=precision, plugins=list(plugins))
+
+    property_test()

@@ -1,0 +1,289 @@
+"""Activation ops (ops/activations.py) and QUANTIZE / DEQUANTIZE (ops/quantize.py) on the
+delegate (cpu, vulkan, opengl workers; fp16 on vulkan; gles) vs the reference path, through
+one-op models (and one QUANTIZE -> op -> DEQUANTIZE chain). Tolerances:
+tflite_taichi.testing.TAICHI_RTOL; a quantized output within 1 unit.
+
+The attribute space is the LiteRT tests' (test_ops_activations.py, test_ops_quantize.py), with
+LiteRT's int8 constraints relaxed where only LiteRT needs them (any output quantization for
+LOGISTIC, SOFTMAX, HARD_SWISH here), and input magnitudes that reach LOGISTIC's cut-offs and
+TANH's saturation. A quantized model input is dequantized on the CPU, so QUANTIZE of a float
+input, int8 -> int8 requantization and DEQUANTIZE of an int8 input all run inside the
+partition, as a snap to the output's grid or an identity."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+                                   one_op_model, quantize_array, strategies)
+from test_ops_activations import FIXED_OUTPUT_QUANT, UNARY, prelu_shapes
+from test_ops_quantize import INTS, REQUANTIZE, _real_range, quant_params
+
+S = strategies()
+MAGNITUDES = [1.0, 4.0, 12.0, 20.0]     # 12: below LOGISTIC's -9 cut-off; 20: above 16.6
+
+
+def _data(rng, shape, magnitude):
+    return rng.uniform(-magnitude, magnitude, shape).astype(np.float32)
+
+
+def _vulkan(workers):
+    vulkan = [w for w in workers if w.backend == "vulkan"]
+    if not vulkan:
+        pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
+    return vulkan
+
+
+# -- element-wise activations --------------------------------------------------------------------
+@pytest.mark.parametrize("op", UNARY)
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shape=S.shapes(0, 4), magnitude=st.sampled_from(MAGNITUDES), seed=S.seeds())
+def test_unary_float32_delegate_matches_reference(taichi_workers, op, shape, magnitude, seed):
+    rng = np.random.default_rng(seed)
+    model = one_op_model(op, [Input(shape)], [Output(shape)])
+    check_delegate(model, taichi_workers, [_data(rng, shape, magnitude)])
+
+
+@pytest.mark.parametrize("op", UNARY)
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shape=S.shapes(0, 4), qi=S.quant_params(), data=st.data(), seed=S.seeds())
+def test_unary_int8_delegate_matches_reference(taichi_workers, op, shape, qi, data, seed):
+    fixed = FIXED_OUTPUT_QUANT.get(op)
+    qo = data.draw(S.quant_params() if fixed is None else st.just(fixed) | S.quant_params(),
+                   label="output quantization")
+    model = one_op_model(op, [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+def test_logistic_cut_off_regions_delegate_matches_reference(taichi_workers):
+    """Every input below -9 (exp(x) there, as LiteRT) or above 16.6 (exactly 1): the outputs'
+    own magnitude sets the tolerance, so a formula switched at the wrong place would show."""
+    model = one_op_model("LOGISTIC", [Input((2, 16))], [Output((2, 16))])
+    below = -np.geomspace(9.0001, 80.0, 32, dtype=np.float32).reshape(2, 16)
+    above = np.geomspace(16.62, 90.0, 32, dtype=np.float32).reshape(2, 16)
+    check_delegate(model, taichi_workers, [below])
+    check_delegate(model, taichi_workers, [above])
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shape=S.shapes(0, 4), alpha=st.floats(-2, 2), seed=S.seeds())
+def test_leaky_relu_float32_delegate_matches_reference(taichi_workers, shape, alpha, seed):
+    rng = np.random.default_rng(seed)
+    model = one_op_model("LEAKY_RELU", [Input(shape)], [Output(shape)], alpha=alpha)
+    check_delegate(model, taichi_workers, [_data(rng, shape, 3.0)])
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shape=S.shapes(0, 4), alpha=st.floats(0, 1.5), qi=S.quant_params(), qo=S.quant_params(),
+       seed=S.seeds())
+def test_leaky_relu_int8_delegate_matches_reference(taichi_workers, shape, alpha, qi, qo, seed):
+    model = one_op_model("LEAKY_RELU", [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)],
+                         alpha=alpha)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+# -- SOFTMAX ---------------------------------------------------------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shape=S.shapes(1, 4, 1, 7), beta=st.sampled_from([1.0, 0.5, 2.0, 0.01]) | st.floats(-3, 3),
+       magnitude=st.sampled_from([1.0, 10.0, 60.0]), seed=S.seeds())
+def test_softmax_float32_delegate_matches_reference(taichi_workers, shape, beta, magnitude, seed):
+    rng = np.random.default_rng(seed)
+    model = one_op_model("SOFTMAX", [Input(shape)], [Output(shape)], beta=beta)
+    check_delegate(model, taichi_workers, [_data(rng, shape, magnitude)])
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shape=S.shapes(1, 4, 1, 7), beta=st.sampled_from([1.0, 0.5, 2.0]) | st.floats(0.05, 4),
+       qi=st.tuples(S.scales(1e-3, 0.5), st.integers(-128, 127)),
+       qo=st.just(FIXED_OUTPUT_QUANT["SOFTMAX"]) | S.quant_params(), seed=S.seeds())
+def test_softmax_int8_delegate_matches_reference(taichi_workers, shape, beta, qi, qo, seed):
+    model = one_op_model("SOFTMAX", [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)],
+                         beta=beta)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+def test_softmax_long_rows_delegate_matches_reference(taichi_workers):
+    """One thread per row: a classifier-like 2 x 1001 row and many short rows."""
+    rng = np.random.default_rng(5)
+    for shape in [(2, 1001), (257, 3)]:
+        model = one_op_model("SOFTMAX", [Input(shape)], [Output(shape)], beta=1.0)
+        check_delegate(model, taichi_workers, [_data(rng, shape, 8.0)])
+
+
+# -- PRELU -----------------------------------------------------------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shapes=prelu_shapes(), const_alpha=st.booleans(), seed=S.seeds())
+def test_prelu_float32_delegate_matches_reference(taichi_workers, shapes, const_alpha, seed):
+    shape, alpha_shape = shapes
+    rng = np.random.default_rng(seed)
+    alpha = rng.uniform(-1, 2, alpha_shape).astype(np.float32)
+    alpha_in = Const(alpha) if const_alpha else Input(alpha_shape)
+    model = one_op_model("PRELU", [Input(shape), alpha_in], [Output(shape)])
+    check_delegate(model, taichi_workers,
+                   [_data(rng, shape, 3.0)] + ([] if const_alpha else [alpha]))
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shapes=prelu_shapes(), const_alpha=st.booleans(), qi=S.quant_params(),
+       qa=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
+def test_prelu_int8_delegate_matches_reference(taichi_workers, shapes, const_alpha, qi, qa, qo,
+                                               seed):
+    shape, alpha_shape = shapes
+    rng = np.random.default_rng(seed)
+    alpha = quantize_array(rng.uniform(-1, 2, alpha_shape), qa)
+    alpha_in = Const(alpha, qa) if const_alpha else Input(alpha_shape, np.int8, qa)
+    model = one_op_model("PRELU", [Input(shape, np.int8, qi), alpha_in],
+                         [Output(shape, np.int8, qo)])
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    check_delegate(model, taichi_workers, [x] + ([] if const_alpha else [alpha]))
+
+
+@pytest.mark.parametrize("alpha_shape", [(3, 1), (2, 1, 4), (1, 3, 1), (4,), ()])
+def test_prelu_broadcast_alpha_delegate_matches_reference(taichi_workers, alpha_shape):
+    """alpha with size-1 dims inside (repeated along them) or a scalar alpha."""
+    rng = np.random.default_rng(len(alpha_shape))
+    alpha = rng.uniform(-1, 2, alpha_shape).astype(np.float32)
+    for alpha_in in (Const(alpha), Input(alpha_shape)):
+        model = one_op_model("PRELU", [Input((2, 3, 4)), alpha_in], [Output((2, 3, 4))])
+        inputs = [_data(rng, (2, 3, 4), 3.0)] + ([alpha] if isinstance(alpha_in, Input) else [])
+        check_delegate(model, taichi_workers, inputs)
+
+
+# -- QUANTIZE / DEQUANTIZE -------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", list(INTS))
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(data=st.data(), shape=S.shapes(0, 4), seed=S.seeds())
+def test_quantize_float32_delegate_matches_reference(taichi_workers, dtype, data, shape, seed):
+    q = data.draw(quant_params(INTS[dtype]), label="quantization")
+    rng = np.random.default_rng(seed)
+    lo, hi = _real_range(INTS[dtype], q)        # past both ends: the store's clamp is exercised
+    x = rng.uniform(lo, hi, shape).astype(np.float32)
+    model = one_op_model("QUANTIZE", [Input(shape)], [Output(shape, INTS[dtype], q)])
+    check_delegate(model, taichi_workers, [x])
+
+
+@pytest.mark.parametrize("src,dst", REQUANTIZE)
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(data=st.data(), shape=S.shapes(0, 4), seed=S.seeds())
+def test_requantize_delegate_matches_reference(taichi_workers, src, dst, data, shape, seed):
+    qi = data.draw(quant_params(INTS[src]), label="input quantization")
+    qo = data.draw(quant_params(INTS[dst]), label="output quantization")
+    model = one_op_model("QUANTIZE", [Input(shape, INTS[src], qi)], [Output(shape, INTS[dst], qo)])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@pytest.mark.parametrize("dtype", list(INTS))
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(data=st.data(), shape=S.shapes(0, 4), seed=S.seeds())
+def test_dequantize_int_delegate_matches_reference(taichi_workers, dtype, data, shape, seed):
+    q = data.draw(quant_params(INTS[dtype]), label="quantization")
+    model = one_op_model("DEQUANTIZE", [Input(shape, INTS[dtype], q)], [Output(shape)])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shape=S.shapes(0, 4), magnitude=st.sampled_from([1.0, 100.0, 60000.0]), seed=S.seeds())
+def test_dequantize_float16_delegate_matches_reference(taichi_workers, shape, magnitude, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-magnitude, magnitude, shape).astype(np.float16)
+    model = one_op_model("DEQUANTIZE", [Input(shape, np.float16)], [Output(shape)])
+    check_delegate(model, taichi_workers, [x])
+
+
+def _chain_model(op, shape, q8, q_mid, **options):
+    """float -> QUANTIZE (int8) -> op (int8) -> DEQUANTIZE -> float: a quantized model's
+    boundary ops around one int8 op, all in one partition (quantized tensors in the arena)."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", shape)
+    xq = g.tensor("x_q", shape, np.int8, q8)
+    yq = g.tensor("y_q", shape, np.int8, q_mid)
+    y = g.tensor("y", shape)
+    g.op("QUANTIZE", [x], [xq])
+    g.op(op, [xq], [yq], **options)
+    g.op("DEQUANTIZE", [yq], [y])
+    g.output(y)
+    return b.finish()
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(["SOFTMAX", "LOGISTIC", "TANH", "HARD_SWISH", "RELU6"]),
+       shape=S.shapes(1, 4), q8=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
+def test_quantize_op_dequantize_chain_delegate_matches_reference(taichi_workers, op, shape, q8,
+                                                                 qo, seed):
+    rng = np.random.default_rng(seed)
+    lo, hi = _real_range(np.int8, q8)
+    options = {"beta": 1.0} if op == "SOFTMAX" else {}
+    model = _chain_model(op, shape, q8, qo, **options)
+    summaries = check_delegate(model, taichi_workers,
+                               [rng.uniform(lo, hi, shape).astype(np.float32)])
+    for summary in summaries.values():
+        assert [p["ops"] for p in summary["partitions"]] == [[0, 1, 2]]
+
+
+def test_dequantize_of_a_constant_is_folded_not_delegated(taichi_workers):
+    """An int8 weight behind DEQUANTIZE feeding PRELU: folded at prepare; PRELU delegated."""
+    rng = np.random.default_rng(3)
+    q = (0.02, -5)
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (2, 3, 4))
+    w = g.const("alpha_q", quantize_array(rng.uniform(-1, 1, (3, 4)), q), quantization=q)
+    w32, y = g.tensor("alpha", (3, 4)), g.tensor("y", (2, 3, 4))
+    g.op("DEQUANTIZE", [w], [w32])
+    g.op("PRELU", [x, w32], [y])
+    g.output(y)
+    summaries = check_delegate(b.finish(), taichi_workers, [_data(rng, (2, 3, 4), 3.0)])
+    for summary in summaries.values():
+        assert summary["folded"] == [{"index": 0, "op": "DEQUANTIZE"}]
+        assert summary["partitions"][0]["ops"] == [1]
+
+
+# -- fp16 (vulkan), GLES ---------------------------------------------------------------------------
+def _small_model(op):
+    """A fixed one-op model per op, for the fp16 and GLES runs."""
+    shape = (2, 5, 6)
+    if op == "SOFTMAX":
+        return one_op_model(op, [Input((3, 17))], [Output((3, 17))], beta=0.7)
+    if op == "LEAKY_RELU":
+        return one_op_model(op, [Input(shape)], [Output(shape)], alpha=0.2)
+    if op == "PRELU":
+        alpha = np.linspace(-1, 1, 6, dtype=np.float32)
+        return one_op_model(op, [Input(shape), Const(alpha)], [Output(shape)])
+    if op == "QUANTIZE":
+        return one_op_model(op, [Input(shape)], [Output(shape, np.int8, (0.03, 4))])
+    if op == "DEQUANTIZE":
+        return one_op_model(op, [Input(shape, np.float16)], [Output(shape)])
+    return one_op_model(op, [Input(shape)], [Output(shape)])
+
+
+FP16_OPS = ["SOFTMAX", "LOGISTIC", "TANH", "EXP", "HARD_SWISH", "LEAKY_RELU", "PRELU", "QUANTIZE",
+            "DEQUANTIZE"]
+
+
+@pytest.mark.parametrize("op", FP16_OPS)
+def test_fp16_on_vulkan(taichi_workers, op):
+    check_delegate(_small_model(op), _vulkan(taichi_workers), seed=11, precision="fp16")
+
+
+@pytest.mark.parametrize("op", ["SOFTMAX", "LOGISTIC", "PRELU", "QUANTIZE"])
+def test_gles(gles_worker, op):
+    check_delegate(_small_model(op), [gles_worker], seed=4)
+
+
+def test_gles_int8_chain(gles_worker):
+    model = _chain_model("TANH", (2, 9), (0.05, 3), (1 / 128, 0))
+    check_delegate(model, [gles_worker], [np.linspace(-7, 7, 18, dtype=np.float32).reshape(2, 9)])
+
+
+# -- what stays on the CPU -------------------------------------------------------------------------
+def test_dequantize_of_per_channel_input_stays_on_the_cpu(taichi_workers):
+    """The arena carries per-tensor grids only: a per-channel quantized run-time input is
+    refused by the generic check, with the reason."""
+    model = one_op_model("DEQUANTIZE", [Input((2, 3), np.int8, ([0.1, 0.2, 0.3], [0, 1, -1], 1))],
+                         [Output((2, 3))])
+    summaries = check_delegate(model, taichi_workers, seed=2, expect_all_delegated=False)
+    for summary in summaries.values():
+        assert summary["ops_delegated"] == 0
+        assert "per-channel" in summary["fallback"][0]["reason"]
+

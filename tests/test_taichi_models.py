@@ -1,0 +1,54 @@
+"""The five float models of ../shared/models fully delegated on every Taichi backend under test
+(cpu, vulkan on lavapipe, opengl on llvmpipe in CI) and matching LiteRT (XNNPACK): float32 within
+1e-4 of each output's largest magnitude (as for the reference path), fp16 storage within 2e-2."""
+import os
+
+import numpy as np
+import pytest
+
+from tflite_taichi.testing import assert_float_close, random_input
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+
+MODELS = ["face_detection_short_range", "iris_landmark", "hand_landmark_lite", "mobilenet_v1_fp32",
+          "selfie_segmentation"]
+RTOL = {"fp32": 1e-4, "fp16": 2e-2}
+
+pytestmark = pytest.mark.models
+
+
+def _litert_case(path):
+    it = litert.Interpreter(model_path=path)
+    it.allocate_tensors()
+    rng = np.random.default_rng(4321)
+    inputs = [random_input(d, rng, 0.0, 1.0) for d in it.get_input_details()]
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return inputs, [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def _check(worker, path, precision):
+    inputs, expected = _litert_case(path)
+    worker.submit(open(path, "rb").read(), inputs, precision)
+    outputs, summary = worker.result()
+    assert summary["backend"] == worker.backend
+    assert not summary["fallback"], f"ops left on the CPU: {summary['fallback']}"
+    assert summary["ops_delegated"] + summary["ops_folded"] == summary["ops_total"]
+    for i, (a, e) in enumerate(zip(outputs, expected)):
+        assert_float_close(a, e, RTOL[precision], what=f"{os.path.basename(path)} on "
+                                                       f"{worker.backend}/{precision} output {i}")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_float_model_fully_delegated_matches_litert(shared_models, taichi_workers, name):
+    for worker in taichi_workers:
+        _check(worker, os.path.join(shared_models, f"{name}.tflite"), "fp32")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_fp16_on_vulkan_matches_litert(shared_models, taichi_workers, name):
+    vulkan = [w for w in taichi_workers if w.backend == "vulkan"]
+    if not vulkan:
+        pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
+    _check(vulkan[0], os.path.join(shared_models, f"{name}.tflite"), "fp16")
