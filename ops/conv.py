@@ -5,17 +5,27 @@ All are im2col + matmul on the float view: `extract_patches` gathers, for each o
 kernel taps, the strided slice of the zero-padded input it sees, and one einsum contracts the
 patches with the filter. Zero padding is exact for quantized tensors too (the float view of the
 input's zero point is 0.0). `extract_patches` and `spatial_geometry` are shared with pooling.py.
-"""
-from __future__ import annotations
 
+Also MediaPipe's custom op CUSTOM:Convolution2DTransposeBias (a transpose conv whose bias is an
+input and whose output size comes from the input size, not an output_shape tensor).
+
+The Taichi parts (delegate) are gathers: one thread per output element, serial loops over the
+window taps and input channels. No `from __future__ import annotations` here: Taichi reads the
+annotations of the ti.func methods below.
+"""
+import struct
 from dataclasses import dataclass
 
 import numpy as np
+
+from tflite_taichi.errors import ModelError
+from tflite_taichi.quant import is_float_view
 
 from .base import OpDef, register_op
 from .common import (PADDING_SAME, PADDING_VALID, apply_activation,
                      check_activation, check_padding, conv_output_size, conv_padding_before,
                      positive_ints)
+from .tiutil import activation, ti
 
 _PADDING_NAMES = {PADDING_SAME: "SAME", PADDING_VALID: "VALID"}
 
@@ -76,6 +86,138 @@ def _add_bias(out, bias):
 def _float(x):
     x = np.asarray(x)
     return x if x.dtype.kind == "f" else x.astype(np.float32)
+
+
+# -- Taichi steps -----------------------------------------------------------------------------
+# Every step is a gather: one thread per output element (a top-level ti.ndrange loop over the
+# output), serial loops over the window taps and the input channels. All shapes, strides,
+# paddings and activations are attributes, hence compile-time constants.
+@ti.data_oriented
+class ConvStep:
+    """CONV_2D (grouped too) and DEPTHWISE_CONV_2D as one gather. Output channel `co` reads
+    input channels (co // per_group) * c_f + c, c < c_f; its filter tap (i, j), channel c is
+    filter element co * w_co + (i * k_w + j) * w_tap + c * w_c.
+    CONV_2D [O, H, W, I/groups]: w_co = H*W*c_f, w_tap = c_f, w_c = 1.
+    DEPTHWISE [1, H, W, C*M]:   c_f = 1, per_group = M, w_co = 1, w_tap = C*M."""
+
+    def __init__(self, x, w, b, out, k, s, d, pad, c_f, per_group, w_strides, act):
+        self.x, self.w, self.out = x, w, out
+        self.has_bias = b is not None
+        self.b = b if b is not None else w          # never read without a bias
+        _, self.in_h, self.in_w, self.c_in = x.shape
+        self.k_h, self.k_w = k
+        self.s_h, self.s_w = s
+        self.d_h, self.d_w = d
+        self.pad_top, self.pad_left = pad
+        self.c_f, self.per_group = c_f, per_group
+        self.w_co, self.w_tap, self.w_c = w_strides
+        self.act = act
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for n, oy, ox, co in ti.ndrange(*self.out.shape):
+            acc = 0.0
+            if ti.static(self.has_bias):
+                acc = self.b.load(arena, weights, io, co)
+            c0 = (co // self.per_group) * self.c_f
+            for i in range(self.k_h):
+                iy = oy * self.s_h - self.pad_top + i * self.d_h
+                if (iy >= 0) and (iy < self.in_h):
+                    for j in range(self.k_w):
+                        ix = ox * self.s_w - self.pad_left + j * self.d_w
+                        if (ix >= 0) and (ix < self.in_w):
+                            xb = ((n * self.in_h + iy) * self.in_w + ix) * self.c_in + c0
+                            wb = co * self.w_co + (i * self.k_w + j) * self.w_tap
+                            for c in range(self.c_f):
+                                acc += (self.x.load(arena, weights, io, xb + c)
+                                        * self.w.load(arena, weights, io, wb + c * self.w_c))
+            flat = ((n * self.out.shape[1] + oy) * self.out.shape[2] + ox) * self.out.shape[3] + co
+            self.out.store(arena, io, flat, activation(acc, self.act))
+
+
+@ti.data_oriented
+class TransposeConvStep:
+    """TRANSPOSE_CONV and Convolution2DTransposeBias, as a gather over the output: output
+    (oy, ox) takes input pixel iy with iy * s_h + i - pad_top == oy, i.e. the taps
+    i = (oy + pad_top) mod s_h + a * s_h. Weights [O, H, W, I]."""
+
+    def __init__(self, x, w, b, out, s, pad, act):
+        self.x, self.w, self.out = x, w, out
+        self.has_bias = b is not None
+        self.b = b if b is not None else w
+        _, self.in_h, self.in_w, self.c_in = x.shape
+        _, self.k_h, self.k_w, _ = w.shape
+        self.s_h, self.s_w = s
+        self.pad_top, self.pad_left = pad
+        self.n_i = -(-self.k_h // self.s_h)     # taps of one residue class, at most
+        self.n_j = -(-self.k_w // self.s_w)
+        self.act = act
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for n, oy, ox, co in ti.ndrange(*self.out.shape):
+            acc = 0.0
+            if ti.static(self.has_bias):
+                acc = self.b.load(arena, weights, io, co)
+            ty = oy + self.pad_top
+            tx = ox + self.pad_left
+            for a in range(self.n_i):
+                i = ty % self.s_h + a * self.s_h
+                iy = (ty - i) // self.s_h
+                if (i < self.k_h) and (iy >= 0) and (iy < self.in_h):
+                    for bj in range(self.n_j):
+                        j = tx % self.s_w + bj * self.s_w
+                        ix = (tx - j) // self.s_w
+                        if (j < self.k_w) and (ix >= 0) and (ix < self.in_w):
+                            xb = ((n * self.in_h + iy) * self.in_w + ix) * self.c_in
+                            wb = ((co * self.k_h + i) * self.k_w + j) * self.c_in
+                            for c in range(self.c_in):
+                                acc += (self.x.load(arena, weights, io, xb + c)
+                                        * self.w.load(arena, weights, io, wb + c))
+            flat = ((n * self.out.shape[1] + oy) * self.out.shape[2] + ox) * self.out.shape[3] + co
+            self.out.store(arena, io, flat, activation(acc, self.act))
+
+
+@ti.data_oriented
+class FullyConnectedStep:
+    """out[r, u] = bias[u] + sum_d x[r * depth + d] * w[u * depth + d] (row-major flat views)."""
+
+    def __init__(self, x, w, b, out, depth, act):
+        self.x, self.w, self.out = x, w, out
+        self.has_bias = b is not None
+        self.b = b if b is not None else w
+        self.depth = depth
+        self.units = w.shape[0]
+        self.rows = out.size // self.units
+        self.act = act
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for r, u in ti.ndrange(self.rows, self.units):
+            acc = 0.0
+            if ti.static(self.has_bias):
+                acc = self.b.load(arena, weights, io, u)
+            for d in range(self.depth):
+                acc += (self.x.load(arena, weights, io, r * self.depth + d)
+                        * self.w.load(arena, weights, io, u * self.depth + d))
+            self.out.store(arena, io, r * self.units + u, activation(acc, self.act))
+
+
+def _data_inputs_supported(node, *indices):
+    """The delegate reads these inputs through the arena or the weights buffer: a constant that
+    neither carries (e.g. an int8 filter without quantization) stays on the CPU."""
+    for i in indices:
+        spec = node.inputs[i] if i < len(node.inputs) else None
+        if spec is None or spec.value is None:
+            continue
+        if not (np.dtype(spec.dtype).kind == "f" or is_float_view(spec.dtype, spec.quantization)):
+            return (f"constant input {i} ('{spec.name}') is {np.dtype(spec.dtype).name} without "
+                    "quantization; the delegate reads float (or quantized) weights")
+    return None
+
+
+def _bias_ref(io, i):
+    return io.inputs[i] if i < len(io.inputs) else None
 
 
 # -- CONV_2D ----------------------------------------------------------------------------------
@@ -154,9 +296,25 @@ def _reference_conv(node, inputs):
     return [apply_activation(out, o.fused_activation_function)]
 
 
+def _conv_taichi(node, io):
+    o = node.options
+    c_out, k_h, k_w, c_f = node.inputs[1].shape
+    groups = node.inputs[0].shape[3] // c_f
+    _, _, pad_top, pad_left = _conv_geometry(node, k_h, k_w)
+    return ConvStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0], (k_h, k_w),
+                    (o.stride_h, o.stride_w), (o.dilation_h, o.dilation_w), (pad_top, pad_left),
+                    c_f=c_f, per_group=c_out // groups, w_strides=(k_h * k_w * c_f, c_f, 1),
+                    act=o.fused_activation_function)
+
+
+def _conv_supports(node):
+    return _data_inputs_supported(node, 0, 1, 2)
+
+
 CONV_2D = register_op(OpDef(
     name="CONV_2D", infer=_infer_conv, reference=_reference_conv, parse=_parse_conv,
-    options_class="Conv2DOptions", min_inputs=2, max_inputs=3))
+    options_class="Conv2DOptions", supports=_conv_supports, taichi=_conv_taichi,
+    min_inputs=2, max_inputs=3))
 
 
 # -- DEPTHWISE_CONV_2D -------------------------------------------------------------------------
@@ -193,10 +351,21 @@ def _reference_depthwise(node, inputs):
     return [apply_activation(out, o.fused_activation_function)]
 
 
+def _depthwise_taichi(node, io):
+    o = node.options
+    _, k_h, k_w, c_out = node.inputs[1].shape
+    mult = c_out // node.inputs[0].shape[3]
+    _, _, pad_top, pad_left = _conv_geometry(node, k_h, k_w)
+    return ConvStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0], (k_h, k_w),
+                    (o.stride_h, o.stride_w), (o.dilation_h, o.dilation_w), (pad_top, pad_left),
+                    c_f=1, per_group=mult, w_strides=(1, c_out, 0),
+                    act=o.fused_activation_function)
+
+
 DEPTHWISE_CONV_2D = register_op(OpDef(
     name="DEPTHWISE_CONV_2D", infer=_infer_depthwise, reference=_reference_depthwise,
-    parse=_parse_depthwise, options_class="DepthwiseConv2DOptions", min_inputs=2,
-    max_inputs=3))
+    parse=_parse_depthwise, options_class="DepthwiseConv2DOptions", supports=_conv_supports,
+    taichi=_depthwise_taichi, min_inputs=2, max_inputs=3))
 
 
 # -- TRANSPOSE_CONV ----------------------------------------------------------------------------
@@ -256,15 +425,11 @@ def _infer_transpose_conv(node):
     return [out_shape]
 
 
-def _reference_transpose_conv(node, inputs):
-    o = node.options
-    w, x = _float(inputs[1]), _float(inputs[2])
-    bias = inputs[3] if len(inputs) > 3 else None
-    n, out_h, out_w, c_out = node.outputs[0].shape
-    _, k_h, k_w, _ = w.shape
-    _, in_h, in_w, _ = x.shape
-    s_h, s_w = o.stride_h, o.stride_w
-    pad_top, pad_left = _transpose_conv_padding(node, out_h, out_w, k_h, k_w)
+def _transpose_conv(x, w, bias, out_h, out_w, s_h, s_w, pad_top, pad_left):
+    """out[n, oy, ox, o] = bias[o] + sum of x[n, iy, ix, c] * w[o, i, j, c] over the input
+    pixels and taps with iy*s_h + i - pad_top == oy and ix*s_w + j - pad_left == ox."""
+    n, in_h, in_w, _ = x.shape
+    c_out, k_h, k_w, _ = w.shape
     # every input pixel times every tap, then scattered onto a canvas holding the whole
     # (uncropped) output; the output is the canvas shifted by the padding
     contrib = np.einsum("nyxc,oijc->nyxijo", x, w, optimize=True)
@@ -276,13 +441,37 @@ def _reference_transpose_conv(node, inputs):
             canvas[:, i: i + (in_h - 1) * s_h + 1: s_h,
                    j: j + (in_w - 1) * s_w + 1: s_w, :] += contrib[:, :, :, i, j, :]
     out = canvas[:, pad_top: pad_top + out_h, pad_left: pad_left + out_w, :]
-    out = _add_bias(out, bias)
+    return _add_bias(out, bias)
+
+
+def _reference_transpose_conv(node, inputs):
+    o = node.options
+    w, x = _float(inputs[1]), _float(inputs[2])
+    bias = inputs[3] if len(inputs) > 3 else None
+    _, out_h, out_w, _ = node.outputs[0].shape
+    _, k_h, k_w, _ = w.shape
+    pad_top, pad_left = _transpose_conv_padding(node, out_h, out_w, k_h, k_w)
+    out = _transpose_conv(x, w, bias, out_h, out_w, o.stride_h, o.stride_w, pad_top, pad_left)
     return [apply_activation(out, o.fused_activation_function)]
+
+
+def _transpose_conv_taichi(node, io):
+    o = node.options
+    _, out_h, out_w, _ = node.outputs[0].shape
+    _, k_h, k_w, _ = node.inputs[1].shape
+    pad = _transpose_conv_padding(node, out_h, out_w, k_h, k_w)
+    return TransposeConvStep(io.inputs[2], io.inputs[1], _bias_ref(io, 3), io.outputs[0],
+                             (o.stride_h, o.stride_w), pad, o.fused_activation_function)
+
+
+def _transpose_conv_supports(node):
+    return _data_inputs_supported(node, 1, 2, 3)
 
 
 TRANSPOSE_CONV = register_op(OpDef(
     name="TRANSPOSE_CONV", infer=_infer_transpose_conv, reference=_reference_transpose_conv,
-    parse=_parse_transpose_conv, options_class="TransposeConvOptions", min_inputs=3,
+    parse=_parse_transpose_conv, options_class="TransposeConvOptions",
+    supports=_transpose_conv_supports, taichi=_transpose_conv_taichi, min_inputs=3,
     max_inputs=4))
 
 
@@ -334,10 +523,102 @@ def _reference_fully_connected(node, inputs):
     return [out.reshape(node.outputs[0].shape)]
 
 
+def _fully_connected_taichi(node, io):
+    _, depth = node.inputs[1].shape
+    return FullyConnectedStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
+                              depth, node.options.fused_activation_function)
+
+
 FULLY_CONNECTED = register_op(OpDef(
     name="FULLY_CONNECTED", infer=_infer_fully_connected, reference=_reference_fully_connected,
-    parse=_parse_fully_connected, options_class="FullyConnectedOptions", min_inputs=2,
-    max_inputs=3))
+    parse=_parse_fully_connected, options_class="FullyConnectedOptions",
+    supports=_conv_supports, taichi=_fully_connected_taichi, min_inputs=2, max_inputs=3))
+
+# -- CUSTOM:Convolution2DTransposeBias (MediaPipe) ---------------------------------------------
+# MediaPipe's transpose conv with a bias input (mediapipe/util/tflite/operations/
+# transpose_conv_bias.cc): inputs are the input [N, H, W, I], weights [O, kH, kW, I] and bias
+# [O]; custom_options are the raw bytes of a C TfLiteTransposeConvParams, read as its leading
+# int32 fields (padding, stride_width, stride_height; newer TFLite appends fields that the op
+# ignores). The padding there is the C enum TfLitePadding, not the schema's Padding.
+# The output size comes from the input, as MediaPipe's Prepare computes it:
+#   SAME:  total pad = max(0, k - (in - 1) % s - 1),  VALID: 0;
+#   out = s * (in - 1) + k - total pad,  and the padding before is total pad // 2.
+# No fused activation. MediaPipe's kernel takes float32 only.
+TFLITE_PADDING_SAME, TFLITE_PADDING_VALID = 1, 2        # TfLitePadding (C API)
+_TFLITE_PADDING_NAMES = {TFLITE_PADDING_SAME: "SAME", TFLITE_PADDING_VALID: "VALID"}
+TRANSPOSE_CONV_PARAMS = struct.Struct("<iii")           # padding, stride_width, stride_height
+
+
+@dataclass(frozen=True)
+class TransposeConvBiasOptions:
+    padding: int          # TfLitePadding: 1 SAME, 2 VALID
+    stride_h: int
+    stride_w: int
+
+
+def _parse_transpose_conv_bias(op) -> TransposeConvBiasOptions:
+    raw = op.custom_options or b""
+    if len(raw) < TRANSPOSE_CONV_PARAMS.size:
+        raise ModelError(f"op #{op.index} ({op.name}): custom_options must hold a "
+                         "TfLiteTransposeConvParams (padding, stride_width, stride_height as "
+                         f"int32: {TRANSPOSE_CONV_PARAMS.size} bytes), has {len(raw)} bytes")
+    padding, stride_w, stride_h = TRANSPOSE_CONV_PARAMS.unpack_from(raw)
+    return TransposeConvBiasOptions(padding=padding, stride_h=stride_h, stride_w=stride_w)
+
+
+def _transpose_conv_bias_geometry(node):
+    """(out_h, out_w, pad_top, pad_left) as MediaPipe's Prepare and Eval compute them."""
+    o = node.options
+    _, in_h, in_w, _ = node.inputs[0].shape
+    _, k_h, k_w, _ = node.inputs[1].shape
+    pad_h = pad_w = 0
+    if o.padding == TFLITE_PADDING_SAME:
+        pad_h = max(0, k_h - (in_h - 1) % o.stride_h - 1)
+        pad_w = max(0, k_w - (in_w - 1) % o.stride_w - 1)
+    return (o.stride_h * (in_h - 1) + k_h - pad_h, o.stride_w * (in_w - 1) + k_w - pad_w,
+            pad_h // 2, pad_w // 2)
+
+
+def _infer_transpose_conv_bias(node):
+    o = node.options
+    if o.padding not in _TFLITE_PADDING_NAMES:
+        raise node.fail(f"unknown padding {o.padding} in custom_options (TfLitePadding: "
+                        f"{TFLITE_PADDING_SAME} SAME, {TFLITE_PADDING_VALID} VALID)")
+    positive_ints(node, "strides", o.stride_h, o.stride_w)
+    n, _, _, c_in = _require_rank(node, 0, 4, "input")
+    c_out, k_h, k_w, c_w = _require_rank(node, 1, 4, "weights")
+    positive_ints(node, "weights size", k_h, k_w)
+    if c_in != c_w:
+        raise node.fail(f"input channels ({c_in}) != the weights' input channels ({c_w})")
+    _require_rank(node, 2, 1, "bias")
+    _check_bias(node, 2, c_out)
+    for what, spec in (("input", node.inputs[0]), ("weights", node.inputs[1]),
+                       ("bias", node.inputs[2]), ("output", node.outputs[0])):
+        if spec.dtype is None or np.dtype(spec.dtype) != np.float32:
+            dtype = np.dtype(spec.dtype).name if spec.dtype is not None else "untyped"
+            raise node.fail(f"{what} is {dtype}; MediaPipe's op takes float32 only")
+    out_h, out_w, _, _ = _transpose_conv_bias_geometry(node)
+    return [(n, out_h, out_w, c_out)]
+
+
+def _reference_transpose_conv_bias(node, inputs):
+    x, w, bias = (_float(v) for v in inputs)
+    out_h, out_w, pad_top, pad_left = _transpose_conv_bias_geometry(node)
+    o = node.options
+    return [_transpose_conv(x, w, bias, out_h, out_w, o.stride_h, o.stride_w, pad_top, pad_left)]
+
+
+def _transpose_conv_bias_taichi(node, io):
+    o = node.options
+    _, _, pad_top, pad_left = _transpose_conv_bias_geometry(node)
+    return TransposeConvStep(io.inputs[0], io.inputs[1], io.inputs[2], io.outputs[0],
+                             (o.stride_h, o.stride_w), (pad_top, pad_left), 0)
+
+
+CONVOLUTION_2D_TRANSPOSE_BIAS = register_op(OpDef(
+    name="CUSTOM:Convolution2DTransposeBias", infer=_infer_transpose_conv_bias,
+    reference=_reference_transpose_conv_bias, parse=_parse_transpose_conv_bias,
+    taichi=_transpose_conv_bias_taichi, min_inputs=3, max_inputs=3))
 
 __all__ = ["CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED",
-           "extract_patches", "spatial_geometry"]
+           "CONVOLUTION_2D_TRANSPOSE_BIAS", "extract_patches", "spatial_geometry"]

@@ -3,9 +3,10 @@
 Windows come from conv.py's `extract_patches` (im2col). Padding never takes part: MAX_POOL_2D
 pads with -inf, and AVERAGE_POOL_2D divides each window's sum by the number of input elements
 it covers (TFLite's filter_count), not by the filter area.
-"""
-from __future__ import annotations
 
+The Taichi part is one thread per output element with a serial loop over the window's taps
+inside the input. No `from __future__ import annotations`: Taichi reads the ti.func annotations.
+"""
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,6 +15,7 @@ from .base import OpDef, register_op
 from .common import (PADDING_SAME, apply_activation, check_activation, check_padding,
                      positive_ints)
 from .conv import extract_patches, spatial_geometry
+from .tiutil import activation, ti
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,58 @@ def _reference_max(node, inputs):
     return [apply_activation(out, node.options.fused_activation_function)]
 
 
+# -- Taichi ----------------------------------------------------------------------------------
+@ti.data_oriented
+class PoolStep:
+    """One thread per output element; the window's taps inside the input only (SAME padding
+    never takes part): the max of them, or their sum divided by how many there are."""
+
+    def __init__(self, x, out, k, s, pad, act, is_max):
+        self.x, self.out = x, out
+        _, self.in_h, self.in_w, self.c = x.shape
+        self.k_h, self.k_w = k
+        self.s_h, self.s_w = s
+        self.pad_top, self.pad_left = pad
+        self.act, self.is_max = act, is_max
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for n, oy, ox, c in ti.ndrange(*self.out.shape):
+            acc = 0.0
+            if ti.static(self.is_max):
+                acc = -3.4028234663852886e38      # every window holds at least one input tap
+            count = 0
+            for i in range(self.k_h):
+                iy = oy * self.s_h - self.pad_top + i
+                if (iy >= 0) and (iy < self.in_h):
+                    for j in range(self.k_w):
+                        ix = ox * self.s_w - self.pad_left + j
+                        if (ix >= 0) and (ix < self.in_w):
+                            v = self.x.load(arena, weights, io,
+                                            ((n * self.in_h + iy) * self.in_w + ix) * self.c + c)
+                            if ti.static(self.is_max):
+                                acc = ti.max(acc, v)
+                            else:
+                                acc += v
+                            count += 1
+            if ti.static(not self.is_max):
+                acc = acc / ti.cast(count, ti.f32)
+            flat = ((n * self.out.shape[1] + oy) * self.out.shape[2] + ox) * self.c + c
+            self.out.store(arena, io, flat, activation(acc, self.act))
+
+
+def _pool_taichi(node, io):
+    o = node.options
+    _, _, pad_top, pad_left = _geometry(node)
+    return PoolStep(io.inputs[0], io.outputs[0], (o.filter_h, o.filter_w),
+                    (o.stride_h, o.stride_w), (pad_top, pad_left), o.fused_activation_function,
+                    is_max=node.op == "MAX_POOL_2D")
+
+
 AVERAGE_POOL_2D = register_op(OpDef(
     name="AVERAGE_POOL_2D", infer=_infer_pool, reference=_reference_average, parse=_parse_pool,
-    options_class="Pool2DOptions", min_inputs=1, max_inputs=1))
+    options_class="Pool2DOptions", taichi=_pool_taichi, min_inputs=1, max_inputs=1))
 
 MAX_POOL_2D = register_op(OpDef(
     name="MAX_POOL_2D", infer=_infer_pool, reference=_reference_max, parse=_parse_pool,
-    options_class="Pool2DOptions", min_inputs=1, max_inputs=1))
+    options_class="Pool2DOptions", taichi=_pool_taichi, min_inputs=1, max_inputs=1))

@@ -6,7 +6,12 @@ Tolerances: tflite_taichi.testing (1e-5 of the largest magnitude; 1 unit).
 Float cases use dyadic data (multiples of 1/8, see `_dyadic`): every product and partial sum
 is then exact in float32, so the result does not depend on summation order. With arbitrary
 floats a sum that cancels to a tiny output differs between two correct orders by far more than
-1e-5 of that output (seen: 6e-8 on an output of 1.6e-3 from terms of magnitude 3)."""
+1e-5 of that output (seen: 6e-8 on an output of 1.6e-3 from terms of magnitude 3).
+
+MediaPipe's CUSTOM:Convolution2DTransposeBias runs in LiteRT only through XNNPACK (its default
+delegate), so it is held against XNNPACK and against a direct numpy formula."""
+import struct
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -382,3 +387,103 @@ def test_fully_connected_bad_models():
     model = one_op_model("FULLY_CONNECTED", [Input((2, 4)), Const(_f32(3, 4)), Const(_f32(4))],
                          [Output((2, 3))])
     _raises(model, "FULLY_CONNECTED", "bias", x)
+
+
+# -- CUSTOM:Convolution2DTransposeBias (MediaPipe) -----------------------------------------------
+# custom_options: a C TfLiteTransposeConvParams, i.e. int32 padding (TfLitePadding: 1 SAME,
+# 2 VALID), stride_width, stride_height (newer TFLite appends fields the op ignores). LiteRT has
+# no CPU kernel for it: only its default XNNPACK delegate runs it.
+TCB = "CUSTOM:Convolution2DTransposeBias"
+TFLITE_PADDING = {"SAME": 1, "VALID": 2}
+
+
+def _tcb_options(padding, s, extra=b""):
+    return struct.pack("<iii", TFLITE_PADDING[padding], s[1], s[0]) + extra
+
+
+def _tcb_out_size(padding, size, k, stride):
+    """MediaPipe's Prepare: out = s * (in - 1) + k - total padding."""
+    pad = max(0, k - (size - 1) % stride - 1) if padding == "SAME" else 0
+    return stride * (size - 1) + k - pad, pad // 2
+
+
+def _tcb_numpy(x, w, b, padding, s):
+    """MediaPipe's Eval written out: the output starts as the bias; every input pixel adds
+    x[n, y, x, :] . w[o, i, j, :] at (y*s_h - pad_top + i, x*s_w - pad_left + j) when inside."""
+    n, in_h, in_w, _ = x.shape
+    c_out, k_h, k_w, _ = w.shape
+    out_h, pad_top = _tcb_out_size(padding, in_h, k_h, s[0])
+    out_w, pad_left = _tcb_out_size(padding, in_w, k_w, s[1])
+    out = np.broadcast_to(b.astype(np.float64), (n, out_h, out_w, c_out)).copy()
+    for y in range(in_h):
+        for xx in range(in_w):
+            for i in range(k_h):
+                for j in range(k_w):
+                    oy, ox = y * s[0] - pad_top + i, xx * s[1] - pad_left + j
+                    if 0 <= oy < out_h and 0 <= ox < out_w:
+                        out[:, oy, ox, :] += x[:, y, xx, :].astype(np.float64) @ w[:, i, j, :].T
+    return out.astype(np.float32)
+
+
+@st.composite
+def tcb_case(draw, stride_within_kernel=True):
+    """XNNPACK refuses strides larger than the kernel; MediaPipe's kernel takes them."""
+    padding = draw(PADDINGS)
+    k = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
+    s = tuple(draw(st.integers(1, kk if stride_within_kernel else 4)) for kk in k)
+    n, c_in, c_out = draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    in_shape = (n, draw(st.integers(1, 8)), draw(st.integers(1, 8)), c_in)
+    out_shape = (n, _tcb_out_size(padding, in_shape[1], k[0], s[0])[0],
+                 _tcb_out_size(padding, in_shape[2], k[1], s[1])[0], c_out)
+    return dict(padding=padding, k=k, s=s, in_shape=in_shape, out_shape=out_shape,
+                c_out=c_out)
+
+
+def _tcb_model(c, weights, bias, extra=b""):
+    return one_op_model(TCB, [Input(c["in_shape"]), Const(weights), Const(bias)],
+                        [Output(c["out_shape"])],
+                        custom_options=_tcb_options(c["padding"], c["s"], extra))
+
+
+@given(case=tcb_case(), seed=S.seeds())
+def test_transpose_conv_bias_matches_litert_xnnpack(case, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    weights = _dyadic(rng, (c["c_out"], *c["k"], c["in_shape"][3]), 1)
+    bias = _dyadic(rng, c["c_out"], 1)
+    check_against_litert(_tcb_model(c, weights, bias), [_dyadic(rng, c["in_shape"], 3)],
+                         kernels="xnnpack")
+
+
+@given(case=tcb_case(stride_within_kernel=False),
+       extra=st.sampled_from([b"", struct.pack("<ii", 1, 0)]), seed=S.seeds())
+def test_transpose_conv_bias_matches_numpy(case, extra, seed):
+    """Strides beyond the kernel too, and trailing TfLiteTransposeConvParams fields (activation,
+    quantized_bias_type), which the op ignores."""
+    rng = np.random.default_rng(seed)
+    c = case
+    weights = rng.standard_normal((c["c_out"], *c["k"], c["in_shape"][3])).astype(np.float32)
+    bias = rng.standard_normal(c["c_out"]).astype(np.float32)
+    x = rng.standard_normal(c["in_shape"]).astype(np.float32)
+    out = run_ours(_tcb_model(c, weights, bias, extra), [x])[0]
+    assert_float_close(out, _tcb_numpy(x, weights, bias, c["padding"], c["s"]))
+
+
+def test_transpose_conv_bias_bad_models():
+    x = [np.ones((1, 3, 4, 3), np.float32)]
+
+    def model(options, w=(2, 3, 3, 3), b=(2,), in_dtype=np.float32, in_q=None):
+        return one_op_model(TCB, [Input((1, 3, 4, 3), in_dtype, in_q), Const(_f32(*w)),
+                                  Const(_f32(*b))], [Output((1, 6, 8, 2))],
+                            custom_options=options)
+    ok = struct.pack("<iii", 1, 2, 2)
+    _raises(model(struct.pack("<ii", 1, 2)), "Convolution2DTransposeBias", "custom_options", x)
+    _raises(model(None), "Convolution2DTransposeBias", "custom_options", x)
+    _raises(model(struct.pack("<iii", 0, 2, 2)), "Convolution2DTransposeBias", "padding", x)
+    _raises(model(struct.pack("<iii", 3, 2, 2)), "Convolution2DTransposeBias", "padding", x)
+    _raises(model(struct.pack("<iii", 1, 0, 2)), "Convolution2DTransposeBias", "strides", x)
+    _raises(model(ok, w=(2, 3, 3, 4)), "Convolution2DTransposeBias", "input channels", x)
+    _raises(model(ok, b=(3,)), "Convolution2DTransposeBias", "bias", x)
+    _raises(model(ok, b=(1, 2)), "Convolution2DTransposeBias", "bias", x)
+    _raises(model(ok, in_dtype=np.int8, in_q=(0.1, 0)), "Convolution2DTransposeBias", "float32",
+            [np.ones((1, 3, 4, 3), np.int8)])

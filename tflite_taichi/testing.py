@@ -366,11 +366,9 @@ def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]]
             what = f"{w.backend}/{precision} output {i} ('{d['name']}')"
             q = d["quantization_parameters"]
             if q["scales"].size and np.dtype(d["dtype"]).kind in "iu":
-                # compare float views: a value on a rounding boundary may snap either way
-                qa = as_quantization((q["scales"], q["zero_points"], q["quantized_dimension"]))
-                from tflite_taichi.quant import dequantize
+                # the same float math in another order: a value on a rounding boundary may
+                # snap to either neighbour, so one unit
                 assert_quantized_close(a, e, 1, what=what)
-                assert_float_close(dequantize(a, qa), dequantize(e, qa), max(rtol, 1 / 127), what=what)
             else:
                 assert_float_close(a, e, rtol, what=what)
     return summaries

@@ -1,0 +1,294 @@
+"""The Taichi delegate's CONV_2D (grouped too), DEPTHWISE_CONV_2D, TRANSPOSE_CONV,
+FULLY_CONNECTED, CUSTOM:Convolution2DTransposeBias (ops/conv.py), AVERAGE_POOL_2D and
+MAX_POOL_2D (ops/pooling.py) against the reference path, through one-op models, on every
+backend under test (cpu, vulkan, opengl; see conftest.py), float32 and int8; fp16 on vulkan;
+GLES; and the supports() refusal.
+
+Cases come from the LiteRT tests' generators (tests/test_ops_conv.py, test_ops_pooling.py), so
+the delegate sees the same attribute space. Float data are multiples of 1/8 (`_dyadic`): sums
+are then exact in float32 whatever the order, as the reference and the kernels sum differently.
+Tolerances: tflite_taichi.testing.TAICHI_RTOL (1e-5 of the largest magnitude; fp16 2e-2) and
+one quantization unit for int8 outputs."""
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from test_ops_conv import (_conv_options, _depthwise_options, _dyadic, _int8_bias,
+                           _int8_filter, _int8_output_scale, _tcb_options, _transpose_conv_model,
+                           conv_case, depthwise_case, fully_connected_case, tcb_case,
+                           transpose_conv_case)
+from test_ops_pooling import pool_case
+from tflite_taichi.testing import (FLOAT_RTOL, TAICHI_EXAMPLES, Const, Input, Output,
+                                   check_delegate, model_inputs, one_op_model, run_ours,
+                                   strategies)
+
+S = strategies()
+POOLS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]
+
+
+def _f32_inputs(rng, model_shapes):
+    return [_dyadic(rng, shape, 3) for shape in model_shapes]
+
+
+def _check_int8(model, workers, seed):
+    """check_delegate on an int8 model, within one output quantization unit. check_delegate
+    asserts 1 unit, then the float views within max(rtol, 1/127) of the largest magnitude: when
+    that magnitude is under 127 units, the second is stricter than one unit, and a value on a
+    rounding boundary legitimately snaps one unit away (float32 sums in another order; and the
+    kernels' store multiplies by 1/scale where the reference divides by scale, which splits exact
+    ties such as a 2-element average). So rtol is one unit of this output relative to its
+    largest magnitude, i.e. the 1-unit rule (plus float32 rounding of the dequantized values)."""
+    from tflite_taichi.interpreter import Interpreter
+    inputs = model_inputs(model, seed)
+    expected = run_ours(model, inputs)[0].astype(np.float64)
+    q = Interpreter(model_content=model, backend="reference").get_output_details()[0][
+        "quantization_parameters"]
+    scale, zero = float(q["scales"][0]), float(q["zero_points"][0])
+    largest = max(float(np.abs((expected - zero) * scale).max()), scale)
+    one_unit = scale * (1 + 1e-5) / largest
+    return check_delegate(model, workers, inputs, rtol=max(FLOAT_RTOL, one_unit))
+
+
+# -- models from the LiteRT tests' cases -------------------------------------------------------
+def _conv_model(c, rng, int8=None):
+    """int8: None for float32, else (draw, input quantization)."""
+    if int8 is None:
+        return one_op_model("CONV_2D", [Input(c["in_shape"]),
+                                        Const(_dyadic(rng, (c["c_out"], *c["k"], c["c_f"]), 1)),
+                                        Const(_dyadic(rng, c["c_out"], 1))],
+                            [Output(c["out_shape"])],
+                            **_conv_options(c["padding"], c["s"], c["d"], c["act"]))
+    draw, qi = int8
+    filt, fq, fscales = _int8_filter(draw, rng, (c["c_out"], *c["k"], c["c_f"]), 0)
+    qo = (_int8_output_scale(draw, qi[0], fscales, c["k"][0] * c["k"][1] * c["c_f"]),
+          draw(st.integers(-128, 127)))
+    return one_op_model("CONV_2D", [Input(c["in_shape"], np.int8, qi), Const(filt, fq),
+                                    _int8_bias(rng, qi[0], fscales, c["c_out"])],
+                        [Output(c["out_shape"], np.int8, qo)],
+                        **_conv_options(c["padding"], c["s"], c["d"], c["act"]))
+
+
+def _depthwise_model(c, rng, int8=None):
+    if int8 is None:
+        return one_op_model("DEPTHWISE_CONV_2D",
+                            [Input(c["in_shape"]), Const(_dyadic(rng, (1, *c["k"], c["c_out"]), 1)),
+                             Const(_dyadic(rng, c["c_out"], 1))],
+                            [Output(c["out_shape"])], version=2, **_depthwise_options(c))
+    draw, qi = int8
+    filt, fq, fscales = _int8_filter(draw, rng, (1, *c["k"], c["c_out"]), 3)
+    qo = (_int8_output_scale(draw, qi[0], fscales, c["k"][0] * c["k"][1]),
+          draw(st.integers(-128, 127)))
+    return one_op_model("DEPTHWISE_CONV_2D",
+                        [Input(c["in_shape"], np.int8, qi), Const(filt, fq),
+                         _int8_bias(rng, qi[0], fscales, c["c_out"])],
+                        [Output(c["out_shape"], np.int8, qo)], version=3,
+                        **_depthwise_options(c))
+
+
+def _tconv_model(c, rng, int8=None):
+    w_shape = (c["c_out"], *c["k"], c["in_shape"][3])
+    if int8 is None:
+        inputs = [Const(_dyadic(rng, w_shape, 1)), Input(c["in_shape"])]
+        if c["bias"]:
+            inputs.append(Const(_dyadic(rng, c["c_out"], 1)))
+        return _transpose_conv_model(c, inputs, Output(c["out_shape"]), 4)
+    draw, qi = int8
+    weights, wq, wscales = _int8_filter(draw, rng, w_shape, 0)
+    taps = -(-c["k"][0] // c["s"][0]) * -(-c["k"][1] // c["s"][1]) * c["in_shape"][3]
+    qo = (_int8_output_scale(draw, qi[0], wscales, taps), draw(st.integers(-128, 127)))
+    inputs = [Const(weights, wq), Input(c["in_shape"], np.int8, qi)]
+    if c["bias"]:
+        inputs.append(_int8_bias(rng, qi[0], wscales, c["c_out"]))
+    return _transpose_conv_model(c, inputs, Output(c["out_shape"], np.int8, qo), 4)
+
+
+def _fc_options(c):
+    return dict(keep_num_dims=c["keep"], fused_activation_function=c["act"])
+
+
+def _tcb_model(c, rng):
+    return one_op_model("CUSTOM:Convolution2DTransposeBias",
+                        [Input(c["in_shape"]),
+                         Const(_dyadic(rng, (c["c_out"], *c["k"], c["in_shape"][3]), 1)),
+                         Const(_dyadic(rng, c["c_out"], 1))],
+                        [Output(c["out_shape"])], custom_options=_tcb_options(c["padding"], c["s"]))
+
+
+# -- float32 and int8 on every backend -------------------------------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=conv_case(), seed=S.seeds())
+def test_conv2d_float32(taichi_workers, case, seed):
+    rng = np.random.default_rng(seed)
+    check_delegate(_conv_model(case, rng), taichi_workers, _f32_inputs(rng, [case["in_shape"]]))
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=conv_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
+def test_conv2d_int8(taichi_workers, case, data, qi, seed):
+    _check_int8(_conv_model(case, np.random.default_rng(seed), (data.draw, qi)),
+                taichi_workers, seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=depthwise_case(), seed=S.seeds())
+def test_depthwise_float32(taichi_workers, case, seed):
+    rng = np.random.default_rng(seed)
+    check_delegate(_depthwise_model(case, rng), taichi_workers,
+                   _f32_inputs(rng, [case["in_shape"]]))
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=depthwise_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
+def test_depthwise_int8(taichi_workers, case, data, qi, seed):
+    _check_int8(_depthwise_model(case, np.random.default_rng(seed), (data.draw, qi)),
+                taichi_workers, seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=transpose_conv_case(), seed=S.seeds())
+def test_transpose_conv_float32(taichi_workers, case, seed):
+    rng = np.random.default_rng(seed)
+    check_delegate(_tconv_model(case, rng), taichi_workers, _f32_inputs(rng, [case["in_shape"]]))
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=transpose_conv_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
+def test_transpose_conv_int8(taichi_workers, case, data, qi, seed):
+    _check_int8(_tconv_model(case, np.random.default_rng(seed), (data.draw, qi)),
+                taichi_workers, seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=fully_connected_case(), const_weights=st.booleans(), seed=S.seeds())
+def test_fully_connected_float32(taichi_workers, case, const_weights, seed):
+    """Constant weights (in the weights buffer) or weights and bias given at run time."""
+    rng = np.random.default_rng(seed)
+    c = case
+    weights = _dyadic(rng, (c["units"], c["depth"]), 1)
+    bias = _dyadic(rng, c["units"], 1)
+    x = _dyadic(rng, c["in_shape"], 3)
+    if const_weights:
+        ins, feeds = [Input(c["in_shape"]), Const(weights), Const(bias) if c["bias"] else None], [x]
+    else:
+        extra = [Input(bias.shape)] if c["bias"] else []
+        ins, feeds = [Input(c["in_shape"]), Input(weights.shape)] + extra, [x, weights]
+        feeds += [bias] if c["bias"] else []
+    model = one_op_model("FULLY_CONNECTED", ins, [Output(c["out_shape"])], **_fc_options(c))
+    check_delegate(model, taichi_workers, feeds)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=fully_connected_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
+def test_fully_connected_int8(taichi_workers, case, data, qi, seed):
+    rng = np.random.default_rng(seed)
+    c = case
+    weights, wq, wscales = _int8_filter(data.draw, rng, (c["units"], c["depth"]), 0)
+    qo = (_int8_output_scale(data.draw, qi[0], wscales, c["depth"]),
+          data.draw(st.integers(-128, 127)))
+    model = one_op_model("FULLY_CONNECTED",
+                         [Input(c["in_shape"], np.int8, qi), Const(weights, wq),
+                          _int8_bias(rng, qi[0], wscales, c["units"], c["bias"])],
+                         [Output(c["out_shape"], np.int8, qo)], **_fc_options(c))
+    _check_int8(model, taichi_workers, seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=tcb_case(stride_within_kernel=False), seed=S.seeds())
+def test_transpose_conv_bias_float32(taichi_workers, case, seed):
+    rng = np.random.default_rng(seed)
+    check_delegate(_tcb_model(case, rng), taichi_workers, _f32_inputs(rng, [case["in_shape"]]))
+
+
+@pytest.mark.parametrize("op", POOLS)
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=pool_case(), seed=S.seeds())
+def test_pool_float32(taichi_workers, op, case, seed):
+    model = one_op_model(op, [Input(case["in_shape"])], [Output(case["out_shape"])],
+                         **case["options"])
+    check_delegate(model, taichi_workers,
+                   _f32_inputs(np.random.default_rng(seed), [case["in_shape"]]))
+
+
+@pytest.mark.parametrize("op", POOLS)
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=pool_case(), qi=S.quant_params(), qo=S.quant_params(), same=st.booleans(),
+       seed=S.seeds())
+def test_pool_int8(taichi_workers, op, case, qi, qo, same, seed):
+    """One quantization for input and output (as converters write it), or two: the float
+    view handles both."""
+    model = one_op_model(op, [Input(case["in_shape"], np.int8, qi)],
+                         [Output(case["out_shape"], np.int8, qi if same else qo)],
+                         **case["options"])
+    _check_int8(model, taichi_workers, seed)
+
+
+# -- fixed models: fp16 on vulkan, GLES -------------------------------------------------------
+def _fixed_models():
+    rng = np.random.default_rng(7)
+    d = lambda *shape: _dyadic(rng, shape, 1)  # noqa: E731
+    conv = dict(padding="SAME", stride_h=2, stride_w=1, dilation_h_factor=1,
+                dilation_w_factor=2, fused_activation_function="RELU6")
+    return {
+        "CONV_2D": one_op_model("CONV_2D", [Input((1, 9, 8, 4)), Const(d(6, 3, 3, 2)),
+                                            Const(d(6))], [Output((1, 5, 8, 6))], **conv),
+        "DEPTHWISE_CONV_2D": one_op_model(
+            "DEPTHWISE_CONV_2D", [Input((1, 9, 8, 3)), Const(d(1, 3, 3, 6)), Const(d(6))],
+            [Output((1, 5, 8, 6))], depth_multiplier=2, **conv),
+        "TRANSPOSE_CONV": one_op_model(
+            "TRANSPOSE_CONV", [Const(np.array([1, 9, 8, 5], np.int32)), Const(d(5, 3, 3, 4)),
+                               Input((1, 5, 4, 4)), Const(d(5))],
+            [Output((1, 9, 8, 5))], version=4, padding="SAME", stride_h=2, stride_w=2,
+            fused_activation_function="RELU"),
+        "FULLY_CONNECTED": one_op_model(
+            "FULLY_CONNECTED", [Input((2, 3, 16)), Const(d(7, 16)), Const(d(7))],
+            [Output((2, 3, 7))], keep_num_dims=True, fused_activation_function="RELU_N1_TO_1"),
+        "Convolution2DTransposeBias": one_op_model(
+            "CUSTOM:Convolution2DTransposeBias", [Input((1, 5, 6, 4)), Const(d(3, 4, 4, 4)),
+                                                  Const(d(3))],
+            [Output((1, 10, 12, 3))], custom_options=struct.pack("<iii", 1, 2, 2)),
+        "AVERAGE_POOL_2D": one_op_model(
+            "AVERAGE_POOL_2D", [Input((2, 9, 7, 3))], [Output((2, 3, 3, 3))], padding="SAME",
+            filter_height=3, filter_width=4, stride_h=3, stride_w=3),
+        "MAX_POOL_2D": one_op_model(
+            "MAX_POOL_2D", [Input((2, 9, 7, 3))], [Output((2, 4, 2, 3))], padding="VALID",
+            filter_height=3, filter_width=4, stride_h=2, stride_w=2,
+            fused_activation_function="RELU"),
+    }
+
+
+FIXED = _fixed_models()
+
+
+@pytest.mark.parametrize("name", list(FIXED))
+def test_fp16_on_vulkan(taichi_workers, name):
+    workers = [w for w in taichi_workers if w.backend == "vulkan"]
+    if not workers:
+        pytest.skip("vulkan is not among the backends under test")
+    check_delegate(FIXED[name], workers, precision="fp16", seed=1)
+
+
+@pytest.mark.parametrize("name", list(FIXED))
+def test_gles(gles_worker, name):
+    check_delegate(FIXED[name], [gles_worker], seed=2)
+
+
+# -- supports() refusals -----------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["CONV_2D", "FULLY_CONNECTED"])
+def test_unquantized_int8_weights_stay_on_the_cpu(taichi_workers, op):
+    """An int8 constant without quantization is no float view the weights buffer can carry:
+    the op runs on the reference path, with the reason."""
+    rng = np.random.default_rng(3)
+    w_shape = (4, 3, 3, 2) if op == "CONV_2D" else (4, 6)
+    weights = Const(rng.integers(-3, 4, w_shape).astype(np.int8))
+    if op == "CONV_2D":
+        model = one_op_model(op, [Input((1, 5, 5, 2)), weights, Const(np.zeros(4, np.float32))],
+                             [Output((1, 5, 5, 4))], padding="SAME", stride_h=1, stride_w=1)
+    else:
+        model = one_op_model(op, [Input((3, 6)), weights, None], [Output((3, 4))])
+    summaries = check_delegate(model, taichi_workers, expect_all_delegated=False)
+    for backend, summary in summaries.items():
+        assert summary["ops_delegated"] == 0, backend
+        [row] = summary["fallback"]
+        assert row["op"] == op and "int8 without quantization" in row["reason"], row
