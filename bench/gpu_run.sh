@@ -14,7 +14,7 @@ if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1 && [ -f /usr/local/nvidia
   export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -c "from tflite_taichi import backend; print('auto ->', backend.choose_auto(), {n: backend.probe(n) for n in ('cuda','vulkan','opengl','gles')})"
+(cd /tmp && python3 -c "from tflite_taichi import backend; print('auto ->', backend.choose_auto(), {n: backend.probe(n) for n in ('cuda','vulkan','opengl','gles')})")
 status=0
 for run in "${@:-cuda:fp32 vulkan:fp32 opengl:fp32 cuda:fp16 vulkan:fp16}"; do
   for spec in $run; do

@@ -9,6 +9,7 @@ from . import (  # noqa: F401,E402  (imported for their registrations)
     quantize,
     reduce,
     resize,
+    sequence,
     shape,
     slicing,
 )

@@ -9,14 +9,13 @@ Quantized tensors arrive as float32 real values (the float view), so MEAN/SUM co
 real mean/sum and the runtime snaps it to the output's grid; LiteRT's int8 kernels requantize
 from the input to the output scale in integer/float32 arithmetic (within one unit of this).
 """
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import numpy as np
 
 from .base import OpDef, register_op
 from .common import normalize_axes
+from .tiutil import ti
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,79 @@ def _max(x, axes):
     return np.max(x, axis=axes, keepdims=True, initial=_lowest(x.dtype))
 
 
+# -- Taichi ----------------------------------------------------------------------------------
+# One thread per output element; each walks the reduced elements of its input slice serially.
+# Dimensions are grouped statically: size-1 dims dropped and neighbours of the same kind
+# (kept/reduced) merged when contiguous, so a reduction over H and W of NHWC is one loop.
+_SUM, _MEAN, _MAX = 0, 1, 2
+_CODES = {"SUM": _SUM, "MEAN": _MEAN, "REDUCE_MAX": _MAX}
+
+
+def _merged(dims):
+    """[(size, stride)] in row-major order -> the same walk with contiguous neighbours merged."""
+    out = []
+    for size, stride in dims:
+        if size == 1:
+            continue
+        if out and out[-1][1] == size * stride:
+            out[-1] = (out[-1][0] * size, stride)
+        else:
+            out.append((size, stride))
+    return tuple(out)
+
+
+@ti.data_oriented
+class ReduceStep:
+    def __init__(self, code, x, out, axes):
+        self.code, self.x, self.out = code, x, out
+        kept = [(d, s) for i, (d, s) in enumerate(zip(x.shape, x.strides)) if i not in axes]
+        reduced = [(d, s) for i, (d, s) in enumerate(zip(x.shape, x.strides)) if i in axes]
+        kept, reduced = _merged(kept), _merged(reduced)
+        # innermost first: the order in which a flat position is peeled into digits
+        self.kept_sizes = tuple(d for d, _ in reversed(kept))
+        self.kept_strides = tuple(s for _, s in reversed(kept))
+        self.red_sizes = tuple(d for d, _ in reversed(reduced))
+        self.red_strides = tuple(s for _, s in reversed(reduced))
+        self.n_out = max(out.size, 1)
+        self.count = int(np.prod([d for d, _ in reduced], dtype=np.int64))
+        self.inv_count = 1.0 / max(self.count, 1)
+
+    @ti.func
+    def _offset(self, flat, sizes: ti.template(), strides: ti.template()):
+        off = 0
+        rem = flat
+        for d in ti.static(range(len(sizes))):
+            off += (rem % sizes[d]) * strides[d]
+            rem = rem // sizes[d]
+        return off
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for i in range(self.n_out):
+            base = self._offset(i, self.kept_sizes, self.kept_strides)
+            acc = self.x.load(arena, weights, io, base)     # reduced position 0 is offset 0
+            for r in range(1, self.count):
+                v = self.x.load(arena, weights, io,
+                                base + self._offset(r, self.red_sizes, self.red_strides))
+                if ti.static(self.code == _MAX):
+                    acc = ti.max(acc, v)
+                else:
+                    acc += v
+            if ti.static(self.code == _MEAN):
+                acc = acc * self.inv_count
+            self.out.store(arena, io, i, acc)
+
+
+def _reduce_taichi(node, io):
+    return ReduceStep(_CODES[node.op], io.inputs[0], io.outputs[0], _axes(node))
+
+
+def _reduce_supports(node):
+    if np.dtype(node.inputs[0].dtype) == np.bool_:
+        return "a reduction of a bool tensor"
+    return None
+
+
 def _reducer(name, fn):
     def reference(node, inputs):
         x = np.asarray(inputs[0])
@@ -93,7 +165,8 @@ def _reducer(name, fn):
         return [fn(x, axes).reshape(node.outputs[0].shape)]
 
     return register_op(OpDef(name=name, infer=_infer, reference=reference, parse=_parse,
-                             options_class="ReducerOptions", min_inputs=2, max_inputs=2))
+                             options_class="ReducerOptions", taichi=_reduce_taichi,
+                             supports=_reduce_supports, min_inputs=2, max_inputs=2))
 
 
 MEAN = _reducer("MEAN", _mean)

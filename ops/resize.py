@@ -19,13 +19,12 @@ then rounds (dst + 0.5) * scale with the align_corners scale).
   round half away from zero with align_corners, floor otherwise; then min(src, in - 1) and,
   with half_pixel_centers, max(src, 0).
 """
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import numpy as np
 
 from .base import OpDef, register_op
+from .tiutil import ti
 
 
 # Input types whose RESIZE_BILINEAR kernel in LiteRT works in 10-bit fixed-point coordinates
@@ -132,7 +131,10 @@ def _nearest_index(in_size, out_size, opts):
     offset = np.float32(0.5 if opts.half_pixel_centers else 0.0)
     src = (np.arange(out_size, dtype=np.float32) + offset) * scale
     if opts.align_corners:
-        src = np.sign(src) * np.floor(np.abs(src) + np.float32(0.5))   # TfLiteRound
+        # TfLiteRound (std::round, half away from zero; src >= 0). floor(src + 0.5) would
+        # round 0.49999997 up: the float32 sum is inexact there, src - floor(src) never is.
+        low = np.floor(src)
+        src = np.where(src - low >= np.float32(0.5), low + np.float32(1), low)
     else:
         src = np.floor(src)
     idx = np.minimum(src.astype(np.int64), in_size - 1)
@@ -149,10 +151,149 @@ def _nearest(node, inputs):
     return [x[:, iy][:, :, ix]]
 
 
+# -- Taichi ----------------------------------------------------------------------------------
+# One thread per output element. Bilinear computes its source coordinates in the kernel with
+# the reference's float32 formulas (the scale is a compile-time float32 constant, so no division
+# runs on the device; a compiler fusing a multiply-add moves a coordinate by an ulp, which the
+# interpolation turns into an ulp-sized change) or, for int8/int16, with its 10-bit fixed-point
+# integers, exactly. Nearest picks a pixel, where one ulp can change the answer, so its indices
+# come from exact integer arithmetic plus static corrections that reproduce the reference's
+# float32 ties (`_nearest_plan`).
+@ti.func
+def _bilinear_axis(dst, scale: ti.template(), half: ti.template(), in_size: ti.template()):
+    """(low, high, weight of high) along one axis, float coordinates."""
+    src = ti.cast(dst, ti.f32) * scale
+    if ti.static(half):
+        src = (ti.cast(dst, ti.f32) + 0.5) * scale - 0.5
+    low = ti.max(ti.cast(ti.floor(src), ti.i32), 0)
+    high = ti.min(ti.cast(ti.ceil(src), ti.i32), in_size - 1)
+    return low, high, src - ti.cast(low, ti.f32)
+
+
+@ti.func
+def _bilinear_axis_fixed(dst, scale_10: ti.template(), half: ti.template(),
+                         in_size: ti.template()):
+    """(low, high, weight of high) along one axis, 10-bit fixed-point coordinates. src > -1024,
+    so floor division agrees with C++'s truncation once clamped at 0."""
+    src = dst * scale_10
+    if ti.static(half):
+        src += scale_10 // 2 - 512
+    low = ti.min(ti.max(src // 1024, 0), in_size - 1)
+    high = ti.min((src + 1023) // 1024, in_size - 1)
+    return low, high, ti.cast(src - 1024 * low, ti.f32) * (1.0 / 1024.0)
+
+
+@ti.func
+def _nearest_axis(dst, a: ti.template(), b: ti.template(), d: ti.template(),
+                  fix_at: ti.template(), fix_to: ti.template(), in_size: ti.template()):
+    """The reference's index: the exact rational formula in integers, then the few positions
+    where the reference's float32 rounding lands on the other side of a tie (`_nearest_plan`)."""
+    idx = ti.min((a * dst + b) // d, in_size - 1)
+    for k in ti.static(range(len(fix_at))):
+        if dst == fix_at[k]:
+            idx = fix_to[k]
+    return idx
+
+
+# Above this many float32 rounding corrections along one axis, RESIZE_NEAREST_NEIGHBOR stays
+# on the CPU (each is one compare per thread; sizes up to 64 -> 256 need at most 6).
+MAX_NEAREST_FIXES = 64
+
+
+def _nearest_plan(in_size, out_size, opts):
+    """The reference's index along one axis as idx = min((a*dst + b) // d, in - 1), exact
+    rational arithmetic, plus (position, index) corrections where the reference's float32
+    arithmetic lands the other side of an exact tie. With scale p/q and offset o (0 or 1/2):
+    floor((dst + o) p / q), or with align_corners round(...) = floor(((dst + o) p + q/2) / q)."""
+    table = _nearest_index(in_size, out_size, opts)
+    if opts.align_corners and out_size > 1:
+        p, q = in_size - 1, out_size - 1
+    else:
+        p, q = in_size, out_size
+    a = 2 * p
+    b = (p if opts.half_pixel_centers else 0) + (q if opts.align_corners else 0)
+    d = 2 * q
+    exact = np.minimum((a * np.arange(out_size, dtype=np.int64) + b) // d, in_size - 1)
+    at = np.nonzero(exact != table)[0]
+    return a, b, d, tuple(int(i) for i in at), tuple(int(table[i]) for i in at)
+
+
+def _scale_10(in_size, out_size, align_corners):
+    if align_corners and out_size > 1:
+        return ((in_size - 1) * 1024 + (out_size - 1) // 2) // (out_size - 1)
+    return (in_size * 1024 + out_size // 2) // out_size
+
+
+@ti.data_oriented
+class ResizeStep:
+    def __init__(self, bilinear, fixed, x, out, opts):
+        self.bilinear, self.fixed, self.x, self.out = bilinear, fixed, x, out
+        self.align, self.half = bool(opts.align_corners), bool(opts.half_pixel_centers)
+        _, self.in_h, self.in_w, self.c = x.shape
+        self.loop = out.shape
+        _, out_h, out_w, _ = out.shape
+        self.scale_h = float(_scale(self.in_h, out_h, self.align))
+        self.scale_w = float(_scale(self.in_w, out_w, self.align))
+        self.scale10_h = _scale_10(self.in_h, out_h, self.align)
+        self.scale10_w = _scale_10(self.in_w, out_w, self.align)
+        if not bilinear:
+            self.plan_h = _nearest_plan(self.in_h, out_h, opts)
+            self.plan_w = _nearest_plan(self.in_w, out_w, opts)
+
+    @ti.func
+    def _pixel(self, arena: ti.template(), weights: ti.template(), io: ti.template(), n, y, x, c):
+        s = ti.static(self.x.strides)
+        return self.x.load(arena, weights, io, n * s[0] + y * s[1] + x * s[2] + c)
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for I in ti.grouped(ti.ndrange(*self.loop)):
+            n, c = I[0], I[3]
+            r = 0.0
+            if ti.static(self.bilinear):
+                y0, y1, dy, x0, x1, dx = 0, 0, 0.0, 0, 0, 0.0
+                if ti.static(self.fixed):
+                    y0, y1, dy = _bilinear_axis_fixed(I[1], self.scale10_h, self.half, self.in_h)
+                    x0, x1, dx = _bilinear_axis_fixed(I[2], self.scale10_w, self.half, self.in_w)
+                else:
+                    y0, y1, dy = _bilinear_axis(I[1], self.scale_h, self.half, self.in_h)
+                    x0, x1, dx = _bilinear_axis(I[2], self.scale_w, self.half, self.in_w)
+                # the reference's sum, term by term in its order
+                r = (self._pixel(arena, weights, io, n, y0, x0, c) * (1.0 - dy) * (1.0 - dx)
+                     + self._pixel(arena, weights, io, n, y1, x0, c) * dy * (1.0 - dx)
+                     + self._pixel(arena, weights, io, n, y0, x1, c) * (1.0 - dy) * dx
+                     + self._pixel(arena, weights, io, n, y1, x1, c) * dy * dx)
+            else:
+                iy = _nearest_axis(I[1], *self.plan_h, self.in_h)
+                ix = _nearest_axis(I[2], *self.plan_w, self.in_w)
+                r = self._pixel(arena, weights, io, n, iy, ix, c)
+            self.out.store(arena, io, self.out.flat_index(I), r)
+
+
+def _bilinear_taichi(node, io):
+    fixed = np.dtype(node.inputs[0].dtype) in FIXED_POINT_TYPES
+    return ResizeStep(True, fixed, io.inputs[0], io.outputs[0], node.options)
+
+
+def _nearest_taichi(node, io):
+    return ResizeStep(False, False, io.inputs[0], io.outputs[0], node.options)
+
+
+def _nearest_supports(node):
+    x, out = node.inputs[0].shape, node.outputs[0].shape
+    for axis, name in ((1, "height"), (2, "width")):
+        fixes = len(_nearest_plan(x[axis], out[axis], node.options)[3])
+        if fixes > MAX_NEAREST_FIXES:
+            return (f"the {name} resize {x[axis]} -> {out[axis]} needs {fixes} float32 rounding "
+                    f"corrections (the delegate takes up to {MAX_NEAREST_FIXES})")
+    return None
+
+
 RESIZE_BILINEAR = register_op(OpDef(
     name="RESIZE_BILINEAR", infer=_infer_bilinear, reference=_bilinear, parse=_parse,
-    options_class="ResizeBilinearOptions", min_inputs=2, max_inputs=2))
+    options_class="ResizeBilinearOptions", taichi=_bilinear_taichi, min_inputs=2, max_inputs=2))
 
 RESIZE_NEAREST_NEIGHBOR = register_op(OpDef(
     name="RESIZE_NEAREST_NEIGHBOR", infer=_infer, reference=_nearest, parse=_parse,
-    options_class="ResizeNearestNeighborOptions", min_inputs=2, max_inputs=2))
+    options_class="ResizeNearestNeighborOptions", taichi=_nearest_taichi,
+    supports=_nearest_supports, min_inputs=2, max_inputs=2))

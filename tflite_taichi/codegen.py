@@ -50,8 +50,8 @@ class CompiledPartition:
         self.arena = ti.ndarray(ti_dtype, self.plan.arena_size)
         self.weights = ti.ndarray(ti_dtype, self.plan.weights.size)
         self.weights.from_numpy(self.plan.weights.astype(self.np_dtype))
-        self.io = ti.ndarray(ti_dtype, self.plan.io_size)
-        self.io_host = np.zeros(self.plan.io_size, self.np_dtype)
+        self.io = ti.ndarray(ti.f32, self.plan.io_size)      # float32 always: see planner
+        self.io_host = np.zeros(self.plan.io_size, np.float32)
         self.specs = graph.specs
 
     @property

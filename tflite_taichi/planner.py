@@ -1,7 +1,8 @@
 """Memory plan of one partition: where every tensor it touches lives.
 
 - inputs and outputs of the partition live in the `io` buffer, the only one copied between
-  host and device at each invoke;
+  host and device at each invoke; it is float32 even with precision='fp16', so a model's
+  outputs keep their float32 range (a sigmoid's 1e-9 is 0 in float16);
 - intermediates live in the `arena`, at offsets reused once a tensor's last reader has run
   (first-fit over lifetime intervals, in steps);
 - constants live in the `weights` buffer, dequantized to float once at prepare.
@@ -58,11 +59,11 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False) -> Pl
     # io: partition inputs, then outputs
     io_off, io_inputs, io_outputs = 0, [], []
     for t in p.inputs:
-        refs[t] = TensorRef(IO, io_off, specs[t].shape, storage=storage)
+        refs[t] = TensorRef(IO, io_off, specs[t].shape)
         io_inputs.append((t, io_off, specs[t].shape))
         io_off += _numel(specs[t].shape)
     for t in p.outputs:
-        refs[t] = TensorRef(IO, io_off, specs[t].shape, _quant_of(specs[t]), storage)
+        refs[t] = TensorRef(IO, io_off, specs[t].shape, _quant_of(specs[t]))
         io_outputs.append((t, io_off, specs[t].shape))
         io_off += _numel(specs[t].shape)
 
