@@ -12,7 +12,7 @@ Each op is defined once (DESIGN.md, "An op"):
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np

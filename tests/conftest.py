@@ -1,6 +1,5 @@
 import os
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 

@@ -6,31 +6,12 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, strategies as st
 
-from tflite_taichi.errors import ModelError
-from tflite_taichi.testing import (Const, Input, Output, check_against_litert, model_inputs,
-                                   one_op_model, quantize_array, run_ours, strategies)
+from tflite_taichi.testing import (Const, Input, Output, check_against_litert, one_op_model,
+                                   quantize_array, run_ours, strategies)
 
 S = strategies()
-DTYPES = ["float32", "int8", "int32"]
-
-
-@st.composite
-def tensor_type(draw, dtype):
-    """(numpy dtype, quantization) of a tensor of `dtype` ('float32', 'int8', 'int32')."""
-    if dtype == "int8":
-        return np.int8, draw(S.quant_params())
-    return np.dtype(dtype).type, None
-
-
-def _i32(values):
-    return Const(np.array(values, np.int32))
-
-
-def _expect_error(model, *words):
-    with pytest.raises(ModelError) as info:
-        run_ours(model, model_inputs(model))
-    for w in words:
-        assert w in str(info.value), str(info.value)
+# shared with the shape family's tests: tensor dtypes, int32 constants, the ModelError check
+from test_ops_shape import DTYPES, _expect_error, _i32, tensor_type  # noqa: E402
 
 
 # -- PAD / PADV2 ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ Everything goes through the `tflite` package's generated builder functions.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import flatbuffers

@@ -96,6 +96,11 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict) -> 
     for op in subgraph.operators:
         opdef, options = resolved[(subgraph.index, op.index)]
         opdef.check_arity(op.index, len(op.inputs))
+        for t in op.inputs:
+            if t != -1 and subgraph.tensors[t].is_variable and t not in constants:
+                raise ModelError(f"op #{op.index} ({op.name}): reads variable tensor {t} "
+                                 f"('{subgraph.tensors[t].name}'); state kept across invokes "
+                                 "(variable tensors) is not supported yet")
         node = Node(index=op.index, op=op.name, version=op.version, options=options,
                     inputs=tuple(specs[t] if t != -1 else None for t in op.inputs),
                     outputs=tuple(specs[t] for t in op.outputs))

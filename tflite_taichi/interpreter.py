@@ -12,8 +12,7 @@ from typing import Optional
 import numpy as np
 
 from tflite_taichi import graph as graph_mod
-from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError,
-                                  ModelError)
+from tflite_taichi.errors import BackendUnavailable, InputError, InterpreterStateError
 from tflite_taichi.model import read_model
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 
