@@ -115,3 +115,19 @@ def test_auto_takes_no_software_gpu(tmp_path):
             assert chosen != name, (name, detail)
     if os.environ.get("CI"):      # CI's machine has Mesa only: auto must be the CPU
         assert chosen == "cpu" and probes["vulkan"][1] and probes["opengl"][1], probes
+
+
+def test_preserve_all_tensors_makes_intermediates_readable(taichi_workers):
+    """experimental_preserve_all_tensors=True (LiteRT's flag) copies every tensor a partition
+    writes back to the host; the intermediates then match the reference's."""
+    model = _chain(with_cpu_op=False)
+    inputs = model_inputs(model)
+    ref = Interpreter(model_content=model, backend="reference")
+    ref.allocate_tensors()
+    ref.set_tensor(0, inputs[0])
+    ref.invoke()
+    for backend, s in check_delegate(model, taichi_workers, inputs,
+                                     experimental_preserve_all_tensors=True).items():
+        assert sorted(s["tensors"]) == [2, 3, 5, 6], backend       # every op's output
+        for t, value in s["tensors"].items():
+            np.testing.assert_allclose(value, ref.get_tensor(t), rtol=1e-5, atol=1e-6)

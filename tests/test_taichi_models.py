@@ -59,3 +59,28 @@ def test_fp16_on_vulkan_matches_litert(shared_models, taichi_workers, name):
     if not vulkan:
         pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
     _check(vulkan[0], os.path.join(shared_models, f"{name}.tflite"), "fp16")
+
+
+def test_mobilenet_v1_int8_fully_delegated_every_tensor_within_3_units(shared_models, taichi_workers):
+    """The float view on the delegate: every int8 tensor of the int8 MobileNet (the output alone
+    is a constant softmax for random inputs) within 3 units of LiteRT's XNNPACK path."""
+    path = os.path.join(shared_models, "mobilenet_v1_int8.tflite")
+    with pytest.warns(UserWarning, match="preserve_all_tensors"):
+        lite = litert.Interpreter(model_path=path, experimental_preserve_all_tensors=True)
+    lite.allocate_tensors()
+    rng = np.random.default_rng(99)
+    x = random_input(lite.get_input_details()[0], rng)
+    lite.set_tensor(lite.get_input_details()[0]["index"], x)
+    lite.invoke()
+    for worker in taichi_workers:
+        worker.submit(open(path, "rb").read(), [x], experimental_preserve_all_tensors=True)
+        outputs, summary = worker.result()
+        assert not summary["fallback"] and summary["ops_delegated"] == 31, summary["fallback"]
+        compared = 0
+        for t, value in summary["tensors"].items():
+            if value.dtype == np.int8:
+                expected = lite.get_tensor(t)
+                diff = np.abs(value.astype(int) - expected.astype(int))
+                assert diff.max() <= 3, f"{worker.backend}: tensor {t} differs by {diff.max()} units"
+                compared += 1
+        assert compared >= 28, compared

@@ -64,6 +64,7 @@ class _SubgraphState:
             from tflite_taichi.codegen import CompiledPartition
             from tflite_taichi.partition import build_schedule
             self.schedule = build_schedule(self.prepared, self.options["max_partitions"],
+                                           preserve_all=self.options["preserve_all"],
                                            fp16=self.options["precision"] == "fp16")
             for p in self.schedule.partitions:
                 self.compiled[id(p)] = CompiledPartition(p, self.prepared, self.options["backend"],
@@ -132,6 +133,10 @@ class _SubgraphState:
         if t in self.values:
             return self._to_model_dtype(t, self.values[t])
         name = self.subgraph.tensors[t].name
+        if self.invoked and self.schedule is not None:
+            raise InterpreterStateError(
+                f"tensor {t} ('{name}') lives inside a delegated partition: create the Interpreter "
+                "with experimental_preserve_all_tensors=True to read intermediates")
         raise InterpreterStateError(f"tensor {t} ('{name}') has no value: it is an intermediate "
                                     "and no invoke() has computed it")
 
@@ -147,8 +152,10 @@ class Interpreter:
         """backend: 'auto' (the best hardware GPU backend, else Taichi's CPU), 'reference'
         (numpy), or a Taichi arch: 'cuda', 'vulkan', 'metal', 'opengl', 'gles', 'cpu'.
         precision: 'fp32', or 'fp16' (f16 storage on cuda, vulkan, cpu).
-        The experimental_* arguments of LiteRT are accepted for drop-in use: op resolvers do
-        not apply here, and every tensor is preserved anyway; delegates are refused."""
+        The experimental_* arguments of LiteRT are accepted for drop-in use: op resolvers do not
+        apply here; experimental_preserve_all_tensors=True copies every tensor a delegated
+        partition writes back to the host, so get_tensor can read intermediates (the reference
+        path always keeps them); delegates are refused."""
         if (model_path is None) == (model_content is None):
             raise InputError("pass exactly one of model_path or model_content")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
@@ -164,7 +171,8 @@ class Interpreter:
         self._precision = precision
         self._num_threads = num_threads
         self._options = {"backend": self._backend, "precision": precision,
-                         "max_partitions": max_delegated_partitions, "profile": bool(profile)}
+                         "max_partitions": max_delegated_partitions, "profile": bool(profile),
+                         "preserve_all": bool(experimental_preserve_all_tensors)}
         self._states = {}
         self._main = self._state(0)
         self._last_invoke_s = None

@@ -68,7 +68,9 @@ def delegate_reason(step: Step, fp16: bool = False) -> Optional[str]:
 
 
 def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = False,
-                   warn: bool = True) -> Schedule:
+                   warn: bool = True, preserve_all: bool = False) -> Schedule:
+    """preserve_all: every tensor a partition writes is copied back to the host (LiteRT's
+    experimental_preserve_all_tensors), so get_tensor reads intermediates; costs transfers."""
     reasons = {s.op.index: delegate_reason(s, fp16) for s in graph.steps}
     runs, current = [], []
     for step in graph.steps:
@@ -93,7 +95,7 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
         if run is not None and id(run) in kept_ids:
             if id(run) not in seen:
                 seen.add(id(run))
-                items.append(_partition(run, graph))
+                items.append(_partition(run, graph, preserve_all))
         else:
             items.append(step)
     schedule = Schedule(items=items, refused={i: r for i, r in reasons.items() if r is not None})
@@ -102,7 +104,7 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
     return schedule
 
 
-def _partition(steps: list, graph: PreparedGraph) -> Partition:
+def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False) -> Partition:
     inside = {t for s in steps for t in s.op.outputs}
     last = steps[-1].op.index
     p = Partition(steps=steps)
@@ -119,7 +121,7 @@ def _partition(steps: list, graph: PreparedGraph) -> Partition:
     for s in graph.steps:
         if s.op.index > last:
             needed_after.update(t for t in s.op.inputs if t != -1)
-    p.outputs = [t for s in steps for t in s.op.outputs if t in needed_after]
+    p.outputs = [t for s in steps for t in s.op.outputs if preserve_all or t in needed_after]
     return p
 
 

@@ -255,6 +255,9 @@ def _worker_main(conn, backend: str):
                 outputs = run(it, inputs)
             summary = it.summary()
             summary["warnings"] = [str(w.message) for w in caught]
+            if kwargs.get("experimental_preserve_all_tensors"):      # every op's output
+                summary["tensors"] = {t: it.get_tensor(t) for op in it.model.main.operators
+                                      for t in op.outputs if t in it._main.values}
             if kwargs.get("profile"):
                 it.invoke()
                 summary["profile"] = it.profile()
