@@ -279,6 +279,15 @@ def _infer_conv(node):
     return [(n, out_h, out_w, c_out)]
 
 
+def _conv_patches(node, x, k_h, k_w):
+    """im2col of a CONV_2D / DEPTHWISE_CONV_2D input: (patches, out_h, out_w)."""
+    o = node.options
+    out_h, out_w, pad_top, pad_left = _conv_geometry(node, k_h, k_w)
+    p = extract_patches(x, k_h, k_w, o.stride_h, o.stride_w, o.dilation_h, o.dilation_w,
+                        pad_top, pad_left, out_h, out_w)
+    return p, out_h, out_w
+
+
 def _reference_conv(node, inputs):
     o = node.options
     x, w = _float(inputs[0]), _float(inputs[1])
@@ -286,9 +295,7 @@ def _reference_conv(node, inputs):
     c_out, k_h, k_w, c_f = w.shape
     n, _, _, c_in = x.shape
     groups = c_in // c_f
-    out_h, out_w, pad_top, pad_left = _conv_geometry(node, k_h, k_w)
-    p = extract_patches(x, k_h, k_w, o.stride_h, o.stride_w, o.dilation_h, o.dilation_w,
-                        pad_top, pad_left, out_h, out_w)
+    p, out_h, out_w = _conv_patches(node, x, k_h, k_w)
     p = p.reshape(n, out_h, out_w, k_h, k_w, groups, c_f)
     wg = w.reshape(groups, c_out // groups, k_h, k_w, c_f)
     out = np.einsum("nyxijgc,goijc->nyxgo", p, wg, optimize=True)
@@ -342,9 +349,7 @@ def _reference_depthwise(node, inputs):
     _, k_h, k_w, c_out = w.shape
     n, _, _, c_in = x.shape
     mult = c_out // c_in
-    out_h, out_w, pad_top, pad_left = _conv_geometry(node, k_h, k_w)
-    p = extract_patches(x, k_h, k_w, o.stride_h, o.stride_w, o.dilation_h, o.dilation_w,
-                        pad_top, pad_left, out_h, out_w)
+    p, out_h, out_w = _conv_patches(node, x, k_h, k_w)
     # output channel c*mult + m reads input channel c
     out = np.einsum("nyxijc,ijcm->nyxcm", p, w.reshape(k_h, k_w, c_in, mult), optimize=True)
     out = _add_bias(out.reshape(n, out_h, out_w, c_out), bias)

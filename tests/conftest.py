@@ -45,6 +45,15 @@ def taichi_workers():
             w.close()
 
 
+@pytest.fixture
+def vulkan_workers(taichi_workers):
+    """[the vulkan worker] for fp16 tests (f16 storage: cuda, vulkan, cpu; CI has vulkan)."""
+    vulkan = [w for w in taichi_workers if w.backend == "vulkan"]
+    if not vulkan:
+        pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
+    return vulkan
+
+
 @pytest.fixture(scope="session")
 def gles_worker():
     from tflite_taichi.testing import BackendWorker

@@ -27,13 +27,6 @@ def _data(rng, shape, magnitude):
     return rng.uniform(-magnitude, magnitude, shape).astype(np.float32)
 
 
-def _vulkan(workers):
-    vulkan = [w for w in workers if w.backend == "vulkan"]
-    if not vulkan:
-        pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
-    return vulkan
-
-
 # -- element-wise activations --------------------------------------------------------------------
 @pytest.mark.parametrize("op", UNARY)
 @settings(max_examples=TAICHI_EXAMPLES)
@@ -262,8 +255,8 @@ FP16_OPS = ["SOFTMAX", "LOGISTIC", "TANH", "EXP", "HARD_SWISH", "LEAKY_RELU", "P
 
 
 @pytest.mark.parametrize("op", FP16_OPS)
-def test_fp16_on_vulkan(taichi_workers, op):
-    check_delegate(_small_model(op), _vulkan(taichi_workers), seed=11, precision="fp16")
+def test_fp16_on_vulkan(vulkan_workers, op):
+    check_delegate(_small_model(op), vulkan_workers, seed=11, precision="fp16")
 
 
 @pytest.mark.parametrize("op", ["SOFTMAX", "LOGISTIC", "PRELU", "QUANTIZE"])

@@ -8,7 +8,7 @@ Cases come from the LiteRT tests' generators (tests/test_ops_conv.py, test_ops_p
 the delegate sees the same attribute space. Float data are multiples of 1/8 (`_dyadic`): sums
 are then exact in float32 whatever the order, as the reference and the kernels sum differently.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL (1e-5 of the largest magnitude; fp16 2e-2) and
-one quantization unit for int8 outputs."""
+one quantization unit for int8 outputs (check_delegate's rule)."""
 import struct
 
 import numpy as np
@@ -20,9 +20,8 @@ from test_ops_conv import (_conv_options, _depthwise_options, _dyadic, _int8_bia
                            conv_case, depthwise_case, fully_connected_case, tcb_case,
                            transpose_conv_case)
 from test_ops_pooling import pool_case
-from tflite_taichi.testing import (FLOAT_RTOL, TAICHI_EXAMPLES, Const, Input, Output,
-                                   check_delegate, model_inputs, one_op_model, run_ours,
-                                   strategies)
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+                                   one_op_model, strategies)
 
 S = strategies()
 POOLS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]
@@ -30,25 +29,6 @@ POOLS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]
 
 def _f32_inputs(rng, model_shapes):
     return [_dyadic(rng, shape, 3) for shape in model_shapes]
-
-
-def _check_int8(model, workers, seed):
-    """check_delegate on an int8 model, within one output quantization unit. check_delegate
-    asserts 1 unit, then the float views within max(rtol, 1/127) of the largest magnitude: when
-    that magnitude is under 127 units, the second is stricter than one unit, and a value on a
-    rounding boundary legitimately snaps one unit away (float32 sums in another order; and the
-    kernels' store multiplies by 1/scale where the reference divides by scale, which splits exact
-    ties such as a 2-element average). So rtol is one unit of this output relative to its
-    largest magnitude, i.e. the 1-unit rule (plus float32 rounding of the dequantized values)."""
-    from tflite_taichi.interpreter import Interpreter
-    inputs = model_inputs(model, seed)
-    expected = run_ours(model, inputs)[0].astype(np.float64)
-    q = Interpreter(model_content=model, backend="reference").get_output_details()[0][
-        "quantization_parameters"]
-    scale, zero = float(q["scales"][0]), float(q["zero_points"][0])
-    largest = max(float(np.abs((expected - zero) * scale).max()), scale)
-    one_unit = scale * (1 + 1e-5) / largest
-    return check_delegate(model, workers, inputs, rtol=max(FLOAT_RTOL, one_unit))
 
 
 # -- models from the LiteRT tests' cases -------------------------------------------------------
@@ -127,8 +107,7 @@ def test_conv2d_float32(taichi_workers, case, seed):
 @settings(max_examples=TAICHI_EXAMPLES)
 @given(case=conv_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
 def test_conv2d_int8(taichi_workers, case, data, qi, seed):
-    _check_int8(_conv_model(case, np.random.default_rng(seed), (data.draw, qi)),
-                taichi_workers, seed)
+    check_delegate(_conv_model(case, np.random.default_rng(seed), (data.draw, qi)), taichi_workers, seed=seed)
 
 
 @settings(max_examples=TAICHI_EXAMPLES)
@@ -142,8 +121,7 @@ def test_depthwise_float32(taichi_workers, case, seed):
 @settings(max_examples=TAICHI_EXAMPLES)
 @given(case=depthwise_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
 def test_depthwise_int8(taichi_workers, case, data, qi, seed):
-    _check_int8(_depthwise_model(case, np.random.default_rng(seed), (data.draw, qi)),
-                taichi_workers, seed)
+    check_delegate(_depthwise_model(case, np.random.default_rng(seed), (data.draw, qi)), taichi_workers, seed=seed)
 
 
 @settings(max_examples=TAICHI_EXAMPLES)
@@ -156,8 +134,7 @@ def test_transpose_conv_float32(taichi_workers, case, seed):
 @settings(max_examples=TAICHI_EXAMPLES)
 @given(case=transpose_conv_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
 def test_transpose_conv_int8(taichi_workers, case, data, qi, seed):
-    _check_int8(_tconv_model(case, np.random.default_rng(seed), (data.draw, qi)),
-                taichi_workers, seed)
+    check_delegate(_tconv_model(case, np.random.default_rng(seed), (data.draw, qi)), taichi_workers, seed=seed)
 
 
 @settings(max_examples=TAICHI_EXAMPLES)
@@ -191,7 +168,7 @@ def test_fully_connected_int8(taichi_workers, case, data, qi, seed):
                          [Input(c["in_shape"], np.int8, qi), Const(weights, wq),
                           _int8_bias(rng, qi[0], wscales, c["units"], c["bias"])],
                          [Output(c["out_shape"], np.int8, qo)], **_fc_options(c))
-    _check_int8(model, taichi_workers, seed)
+    check_delegate(model, taichi_workers, seed=seed)
 
 
 @settings(max_examples=TAICHI_EXAMPLES)
@@ -221,7 +198,7 @@ def test_pool_int8(taichi_workers, op, case, qi, qo, same, seed):
     model = one_op_model(op, [Input(case["in_shape"], np.int8, qi)],
                          [Output(case["out_shape"], np.int8, qi if same else qo)],
                          **case["options"])
-    _check_int8(model, taichi_workers, seed)
+    check_delegate(model, taichi_workers, seed=seed)
 
 
 # -- fixed models: fp16 on vulkan, GLES -------------------------------------------------------
@@ -262,11 +239,8 @@ FIXED = _fixed_models()
 
 
 @pytest.mark.parametrize("name", list(FIXED))
-def test_fp16_on_vulkan(taichi_workers, name):
-    workers = [w for w in taichi_workers if w.backend == "vulkan"]
-    if not workers:
-        pytest.skip("vulkan is not among the backends under test")
-    check_delegate(FIXED[name], workers, precision="fp16", seed=1)
+def test_fp16_on_vulkan(vulkan_workers, name):
+    check_delegate(FIXED[name], vulkan_workers, precision="fp16", seed=1)
 
 
 @pytest.mark.parametrize("name", list(FIXED))

@@ -56,12 +56,9 @@ def test_logical_and_delegate(taichi_workers, shapes, seed):
 
 
 @pytest.mark.parametrize("op", ["ADD", "MUL", "SQUARED_DIFFERENCE"])
-def test_fp16_on_vulkan(taichi_workers, op):
-    vulkan = [w for w in taichi_workers if w.backend == "vulkan"]
-    if not vulkan:
-        pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
+def test_fp16_on_vulkan(vulkan_workers, op):
     model, inputs = _model(op, ((2, 5, 3), (5, 1), (2, 5, 3)), "RELU6", True, 7)
-    check_delegate(model, vulkan, inputs, precision="fp16")
+    check_delegate(model, vulkan_workers, inputs, precision="fp16")
 
 
 def test_gles(gles_worker):

@@ -54,11 +54,8 @@ FP16_NOT_YET = {"selfie_segmentation": "fp16 drift 3e-2..6.5e-2 > 2e-2 (bench/re
 
 @pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=FP16_NOT_YET[m]))
                                   if m in FP16_NOT_YET else m for m in MODELS])
-def test_fp16_on_vulkan_matches_litert(shared_models, taichi_workers, name):
-    vulkan = [w for w in taichi_workers if w.backend == "vulkan"]
-    if not vulkan:
-        pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
-    _check(vulkan[0], os.path.join(shared_models, f"{name}.tflite"), "fp16")
+def test_fp16_on_vulkan_matches_litert(shared_models, vulkan_workers, name):
+    _check(vulkan_workers[0], os.path.join(shared_models, f"{name}.tflite"), "fp16")
 
 
 def test_mobilenet_v1_int8_fully_delegated_every_tensor_within_3_units(shared_models, taichi_workers):

@@ -1,14 +1,13 @@
 """MEAN, SUM, REDUCE_MAX, RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR on the delegate (cpu,
 vulkan, opengl workers; fp16 on vulkan; gles) vs the reference path, over the attribute space
 of the LiteRT tests. Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within
-one quantization step (check_delegate_quantized)."""
+one quantization step (check_delegate's rule: a value on a rounding boundary may snap either way)."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tflite_taichi.testing import (FLOAT_RTOL, TAICHI_EXAMPLES, Const, Input, Output,
-                                   check_delegate, model_inputs, one_op_model, run_ours,
-                                   strategies)
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+                                   one_op_model, strategies)
 from test_ops_reduce import OPS as REDUCE_OPS, reduction
 from test_ops_resize import OPS as RESIZE_OPS, _model as resize_model, resize_case
 
@@ -19,28 +18,6 @@ def _reduce_model(op, case, dtype=np.float32, qi=None, qo=None):
     shape, axes, keep_dims, out = case
     return one_op_model(op, [Input(shape, dtype, qi), Const(axes)], [Output(out, dtype, qo)],
                         keep_dims=keep_dims)
-
-
-def check_delegate_quantized(model, workers, seed, out_q, **kwargs):
-    """check_delegate for a model with one quantized output, holding the delegate to the int8
-    rule: within one quantization step. check_delegate's float-view comparison allows 1/127 of
-    the largest output, less than one step when the outputs do not span the int8 range, and
-    exact ties legitimately snap either way: a MEAN of 6 values on the input's grid is often
-    exactly k + 0.5 steps, where float32 sums in another order land on either side."""
-    inputs = model_inputs(model, seed)
-    expected = run_ours(model, inputs)[0].astype(np.float64)
-    scale, zero_point = out_q
-    peak = max(float(np.max(np.abs((expected - zero_point) * scale), initial=0.0)), scale)
-    # one step, plus the float32 rounding of the two dequantized values compared
-    rtol = max(FLOAT_RTOL, scale / peak + 1e-6)
-    return check_delegate(model, workers, inputs, rtol=rtol, **kwargs)
-
-
-def _vulkan(workers):
-    vulkan = [w for w in workers if w.backend == "vulkan"]
-    if not vulkan:
-        pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
-    return vulkan
 
 
 # -- reductions ------------------------------------------------------------------------------
@@ -57,13 +34,13 @@ def test_reduce_float32_delegate_matches_reference(taichi_workers, op, case, see
 def test_reduce_int8_delegate_matches_reference(taichi_workers, op, case, qi, qo, seed):
     # REDUCE_MAX keeps the input's quantization (LiteRT's constraint); MEAN/SUM rescale.
     qo = qi if op == "REDUCE_MAX" else qo
-    check_delegate_quantized(_reduce_model(op, case, np.int8, qi, qo), taichi_workers, seed, qo)
+    check_delegate(_reduce_model(op, case, np.int8, qi, qo), taichi_workers, seed=seed)
 
 
-def test_reduce_fp16_on_vulkan(taichi_workers):
+def test_reduce_fp16_on_vulkan(vulkan_workers):
     case = ((2, 5, 3, 4), np.array([1, 2], np.int32), True, (2, 1, 1, 4))
     for op in REDUCE_OPS:
-        check_delegate(_reduce_model(op, case), _vulkan(taichi_workers), seed=1, precision="fp16")
+        check_delegate(_reduce_model(op, case), vulkan_workers, seed=1, precision="fp16")
 
 
 def test_reduce_gles(gles_worker):
@@ -95,15 +72,14 @@ def test_resize_float32_delegate_matches_reference(taichi_workers, op, data, see
 def test_resize_int8_delegate_matches_reference(taichi_workers, op, data, q, seed):
     # int8 bilinear: the 10-bit fixed-point coordinates of LiteRT's kernel
     case = data.draw(resize_case(op))
-    check_delegate_quantized(resize_model(op, *case, np.int8, q), taichi_workers, seed, q)
+    check_delegate(resize_model(op, *case, np.int8, q), taichi_workers, seed=seed)
 
 
 @settings(max_examples=TAICHI_EXAMPLES)
 @given(data=st.data(), q=S.quant_params(np.int16), seed=S.seeds())
 def test_resize_bilinear_int16_delegate_matches_reference(taichi_workers, data, q, seed):
     case = data.draw(resize_case("RESIZE_BILINEAR"))
-    check_delegate_quantized(resize_model("RESIZE_BILINEAR", *case, np.int16, q), taichi_workers,
-                             seed, q)
+    check_delegate(resize_model("RESIZE_BILINEAR", *case, np.int16, q), taichi_workers, seed=seed)
 
 
 @pytest.mark.parametrize("align, half, in_h, out_h", [
@@ -117,10 +93,10 @@ def test_resize_nearest_float32_ties(taichi_workers, align, half, in_h, out_h):
     check_delegate(model, taichi_workers, [x])
 
 
-def test_resize_fp16_on_vulkan(taichi_workers):
+def test_resize_fp16_on_vulkan(vulkan_workers):
     for op in RESIZE_OPS:
         model = resize_model(op, (1, 5, 7, 3), (9, 4), False, True)
-        check_delegate(model, _vulkan(taichi_workers), seed=3, precision="fp16")
+        check_delegate(model, vulkan_workers, seed=3, precision="fp16")
 
 
 def test_resize_gles(gles_worker):

@@ -3,12 +3,10 @@ path. The models feed output_state and cell_state as inputs (random, non-zero), 
 runtime cannot hold variable tensors yet (ops/sequence.py). Tolerances:
 tflite_taichi.testing.TAICHI_RTOL; int8 within one quantization step."""
 import numpy as np
-import pytest
 from hypothesis import given, settings
 
 from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
 from test_ops_sequence import lstm_case, lstm_model
-from test_taichi_reduce import check_delegate_quantized
 
 S = strategies()
 ALL_ACTIVATIONS = ["TANH", "RELU", "RELU6", "RELU_N1_TO_1", "SIGN_BIT", "NONE"]
@@ -42,17 +40,14 @@ def test_int8_delegate_matches_reference(taichi_workers, case, qx, qh, qo, wq, s
     # The float view of a quantized LSTM: int8 input, output state and output, int8 weights
     # (biases and cell state float32), computed in float as the reference does.
     model = lstm_model(case, "input", x_q=qx, out_q=qo, state_q=(qh, None), weight_q=wq)
-    check_delegate_quantized(model, taichi_workers, seed, qo)
+    check_delegate(model, taichi_workers, seed=seed)
 
 
-def test_fp16_on_vulkan(taichi_workers):
-    vulkan = [w for w in taichi_workers if w.backend == "vulkan"]
-    if not vulkan:
-        pytest.skip("vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
+def test_fp16_on_vulkan(vulkan_workers):
     case = dict(n_batch=2, n_input=5, n_cell=4, n_output=3, cifg=False, peephole=True,
                 projection=True, projection_bias=True, layer_norm=False, act="TANH",
                 cell_clip=1.5, proj_clip=0.0, seed=4, n_inputs=24)
-    check_delegate(lstm_model(case, "input"), vulkan, _inputs(case, 1), precision="fp16")
+    check_delegate(lstm_model(case, "input"), vulkan_workers, _inputs(case, 1), precision="fp16")
 
 
 def test_gles(gles_worker):

@@ -37,13 +37,6 @@ def _i32(values):
     return Const(np.array(values, np.int32))
 
 
-def _only(workers, backend):
-    chosen = [w for w in workers if w.backend == backend]
-    if not chosen:
-        pytest.skip(f"{backend} is not among TFLITE_TAICHI_TEST_BACKENDS")
-    return chosen
-
-
 # -- copies: RESHAPE, EXPAND_DIMS, SQUEEZE ----------------------------------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 @settings(max_examples=TAICHI_EXAMPLES)
@@ -311,7 +304,7 @@ def test_a_chain_of_ops_in_one_partition(taichi_workers, quantized):
 
 
 @pytest.mark.parametrize("case", ["transpose", "concat", "pad", "strided", "depth", "split_v"])
-def test_fp16_on_vulkan(taichi_workers, case):
+def test_fp16_on_vulkan(vulkan_workers, case):
     models = {
         "transpose": lambda: one_op_model("TRANSPOSE", [Input((2, 3, 4, 5)), _i32([3, 1, 0, 2])],
                                           [Output((5, 3, 2, 4))]),
@@ -327,7 +320,7 @@ def test_fp16_on_vulkan(taichi_workers, case):
         "split_v": lambda: one_op_model("SPLIT_V", [Input((4, 7)), _i32([2, -1, 1]), _i32(1)],
                                         [Output((4, 2)), Output((4, 4)), Output((4, 1))], num_splits=3),
     }
-    check_delegate(models[case](), _only(taichi_workers, "vulkan"), precision="fp16")
+    check_delegate(models[case](), vulkan_workers, precision="fp16")
 
 
 @pytest.mark.parametrize("case", ["transpose", "concat", "padv2", "split"])
