@@ -12,4 +12,5 @@ from . import (  # noqa: F401,E402  (imported for their registrations)
     sequence,
     shape,
     slicing,
+    state,
 )

@@ -8,6 +8,9 @@ Each op is defined once (DESIGN.md, "An op"):
               runtime quantization-simulates the outputs, so a reference is plain float math;
 - `supports`  None, or why the Taichi delegate cannot take this instance;
 - `taichi`    the Taichi implementation (the delegate's part; None until it has one).
+
+A `stateful` op (resource variables, CALL_ONCE) has a reference taking a third argument, the
+interpreter's runtime (`resources`: the variables; `call_once(subgraph_index, node)`).
 """
 from __future__ import annotations
 
@@ -112,6 +115,9 @@ class OpDef:
     supports: Callable[[Node], Optional[str]] = _no_restrictions   # checked only when taichi is set
     taichi: Any = None                       # (node, StepIO) -> an object with a ti.func run(arena, weights, io)
     foldable: bool = True                    # may be evaluated at prepare when inputs are constant
+    stateful: bool = False                   # reads/writes the interpreter's state (variables,
+                                             # subgraph calls): never folded or delegated, kept in
+                                             # order; reference(node, inputs, runtime)
     reads_only_shapes: bool = False          # output depends on input shapes alone (SHAPE): always folded
     min_inputs: int = 1
     max_inputs: Optional[int] = None

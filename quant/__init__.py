@@ -9,3 +9,4 @@ represent, so errors do not drift away from what the integer kernels compute.
 from .floatview import (  # noqa: F401  (the package's API)
     dequantize, fake_quant, is_float_view, quantize, quantized_range, round_half_away, view_dtype,
 )
+from .kinds import model_kind  # noqa: F401,E402

@@ -66,7 +66,7 @@ def test_console_script_entry_point(demo_path, tmp_path):
 
 SHARED = ["face_detection_short_range", "hand_landmark_lite", "iris_landmark", "mobilenet_v1_fp32",
           "mobilenet_v1_int8", "selfie_segmentation", "okay_nabu"]
-NOT_YET = {"okay_nabu": "VAR_HANDLE"}
+NOT_YET = {}          # model name -> an op `run` must name as missing
 
 
 @pytest.mark.models
@@ -79,6 +79,17 @@ def test_run_on_every_shared_model(shared_models, name, capsys):
         assert code == 2 and "UnsupportedOpError" in captured.err and NOT_YET[name] in captured.err
     else:
         assert code == 0 and "invoke: first" in captured.out
+
+
+@pytest.mark.models
+def test_inspect_shows_each_tensors_quantization_and_the_float_view(shared_models, capsys):
+    assert main(["inspect", os.path.join(shared_models, "mobilenet_v1_int8.tflite")]) == 0
+    out = capsys.readouterr().out
+    assert "kind: full-integer int8; runs as a float view" in out
+    assert "serving_default_keras_tensor:0 [1, 224, 224, 3] int8 scale=0.00784313 zero_point=-1  [runtime]" in out
+    assert "int8 per-channel along dim 0: 1000 scales" in out          # the classifier's weights
+    lines = [l for l in out.splitlines() if l.endswith("[runtime]") or l.endswith("[constant]")]
+    assert len(lines) >= 28 * 2 and all("scale" in l for l in lines)    # every quantized tensor
 
 
 def test_readme_op_table_lists_every_registered_op():

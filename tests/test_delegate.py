@@ -49,6 +49,33 @@ def test_an_op_the_delegate_refuses_splits_the_model(taichi_workers):
                    for w in s["warnings"]), s["warnings"]
 
 
+def _side_branch():
+    """x -> ADD -> RELU6 -> MUL -> SUB -> out, with CUSTOM:CpuOnlyAbs(RELU6) -> out2 written in
+    graph order between RELU6 and MUL: nothing on the main chain depends on it."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 4, 4, 3))
+    c = g.const("c", np.linspace(-1, 1, 3).astype(np.float32))
+    t = [g.tensor(f"t{i}", (1, 4, 4, 3)) for i in range(5)]
+    g.op("ADD", [x, c], [t[0]])
+    g.op("RELU6", [t[0]], [t[1]])
+    g.op("CUSTOM:CpuOnlyAbs", [t[1]], [t[2]])
+    g.op("MUL", [t[1], c], [t[3]])
+    g.op("SUB", [t[3], x], [t[4]])
+    g.output(t[4], t[2])
+    return b.finish()
+
+
+def test_partitions_follow_dependencies_not_graph_order(taichi_workers):
+    """As TFLite's partitioner: a CPU op on a side branch does not split the partition; the
+    schedule runs it after the partition that feeds it."""
+    for backend, s in check_delegate(_side_branch(), taichi_workers, expect_all_delegated=False,
+                                     profile=True, **PLUGINS).items():
+        assert [p["ops"] for p in s["partitions"]] == [[0, 1, 3, 4]], backend
+        assert [(i["kind"], i["ops"]) for i in s["profile"]["items"]] == [("partition", [0, 1, 3, 4]),
+                                                                         ("cpu", [2])]
+
+
 def test_max_delegated_partitions_keeps_the_largest(taichi_workers):
     model = _chain(with_cpu_op=True)
     for s in check_delegate(model, taichi_workers, expect_all_delegated=False, **PLUGINS).values():

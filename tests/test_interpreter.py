@@ -208,3 +208,27 @@ def test_summary_lists_every_op_on_the_reference_path():
 def test_errors_share_one_family():
     assert issubclass(InputError, TfliteTaichiError) and issubclass(InputError, ValueError)
     assert issubclass(InterpreterStateError, RuntimeError)
+
+
+def _kind_models():
+    from tflite_taichi.testing import Const, Input, Output, one_op_model
+    w8 = Const(np.arange(-6, 6, dtype=np.int8).reshape(3, 4), (0.05, 0))
+    return {
+        "float32": one_op_model("RELU", [Input((2, 3))], [Output((2, 3))]),
+        "full-integer int8": one_op_model("RELU", [Input((2, 3), np.int8, (0.1, 3))],
+                                          [Output((2, 3), np.int8, (0.1, 3))]),
+        "full-integer uint8": one_op_model("RELU", [Input((2, 3), np.uint8, (0.1, 128))],
+                                           [Output((2, 3), np.uint8, (0.1, 128))]),
+        "full-integer 16x8 (int16 activations, int8 weights)": one_op_model(
+            "RELU", [Input((2, 3), np.int16, (0.001, 0))], [Output((2, 3), np.int16, (0.001, 0))]),
+        "dynamic-range (int8 weights, float activations)": one_op_model(
+            "FULLY_CONNECTED", [Input((1, 4)), w8, None], [Output((1, 3))]),
+    }
+
+
+@pytest.mark.parametrize("kind", list(_kind_models()))
+def test_summary_says_what_kind_of_model_and_whether_it_runs_as_a_float_view(kind):
+    it = Interpreter(model_content=_kind_models()[kind], backend="reference")
+    s = it.summary()
+    assert s["quantization"] == kind
+    assert s["float_view"] == kind.startswith("full-integer")

@@ -58,26 +58,39 @@ def test_fp16_on_vulkan_matches_litert(shared_models, vulkan_workers, name):
     _check(vulkan_workers[0], os.path.join(shared_models, f"{name}.tflite"), "fp16")
 
 
+# Issue #4 asks for 20 seeded inputs; CI runs the first 3 of them (each is a full preserved-tensor
+# run of MobileNet on three software backends), TFLITE_TAICHI_FULL=1 runs all 20.
+INT8_INPUTS = 20 if os.environ.get("TFLITE_TAICHI_FULL") == "1" else 3
+
+
 def test_mobilenet_v1_int8_fully_delegated_every_tensor_within_3_units(shared_models, taichi_workers):
     """The float view on the delegate: every int8 tensor of the int8 MobileNet (the output alone
-    is a constant softmax for random inputs) within 3 units of LiteRT's XNNPACK path."""
+    is a constant softmax for random inputs) within 3 units of LiteRT's XNNPACK path, over
+    seeded inputs; the distribution of the differences is printed (bench/results has the full
+    20-input table)."""
     path = os.path.join(shared_models, "mobilenet_v1_int8.tflite")
+    model = open(path, "rb").read()
     with pytest.warns(UserWarning, match="preserve_all_tensors"):
         lite = litert.Interpreter(model_path=path, experimental_preserve_all_tensors=True)
     lite.allocate_tensors()
-    rng = np.random.default_rng(99)
-    x = random_input(lite.get_input_details()[0], rng)
-    lite.set_tensor(lite.get_input_details()[0]["index"], x)
-    lite.invoke()
-    for worker in taichi_workers:
-        worker.submit(open(path, "rb").read(), [x], experimental_preserve_all_tensors=True)
-        outputs, summary = worker.result()
-        assert not summary["fallback"] and summary["ops_delegated"] == 31, summary["fallback"]
-        compared = 0
-        for t, value in summary["tensors"].items():
-            if value.dtype == np.int8:
-                expected = lite.get_tensor(t)
-                diff = np.abs(value.astype(int) - expected.astype(int))
-                assert diff.max() <= 3, f"{worker.backend}: tensor {t} differs by {diff.max()} units"
-                compared += 1
-        assert compared >= 28, compared
+    histogram = {w.backend: np.zeros(4, np.int64) for w in taichi_workers}
+    for seed in range(INT8_INPUTS):
+        x = random_input(lite.get_input_details()[0], np.random.default_rng(seed))
+        lite.set_tensor(lite.get_input_details()[0]["index"], x)
+        lite.invoke()
+        for worker in taichi_workers:
+            worker.submit(model, [x], experimental_preserve_all_tensors=True)
+        for worker in taichi_workers:
+            outputs, summary = worker.result()
+            assert not summary["fallback"] and summary["ops_delegated"] == 31, summary["fallback"]
+            compared = 0
+            for t, value in summary["tensors"].items():
+                if value.dtype == np.int8:
+                    diff = np.abs(value.astype(int) - lite.get_tensor(t).astype(int))
+                    assert diff.max() <= 3, (f"{worker.backend} input {seed}: tensor {t} differs "
+                                             f"by {diff.max()} units")
+                    histogram[worker.backend] += np.bincount(diff.ravel(), minlength=4)
+                    compared += 1
+            assert compared >= 28, compared
+    for backend, h in histogram.items():
+        print(f"{backend}: |ours - LiteRT| in units 0/1/2/3 over {INT8_INPUTS} inputs: {h.tolist()}")

@@ -381,9 +381,12 @@ def _write_options(b, class_name: str, options: dict):
             values[key] = b.CreateNumpyVector(np.asarray(value, np.int32))
         elif isinstance(value, str):
             enum = _ENUM_FIELDS.get(key)
-            if enum is None or not hasattr(enum, value):
-                raise ValueError(f"{class_name}.{key}: cannot write {value!r}")
-            values[key] = getattr(enum, value)
+            if enum is None:                  # a string field (VAR_HANDLE's shared_name, ...)
+                values[key] = b.CreateString(value)
+            elif not hasattr(enum, value):
+                raise ValueError(f"{class_name}.{key}: {value!r} is not a {enum.__name__}")
+            else:
+                values[key] = getattr(enum, value)
         else:
             values[key] = value
     getattr(mod, f"{class_name}Start")(b)

@@ -108,7 +108,7 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict) -> 
         for t, shape in zip(op.outputs, shapes):
             specs[t] = replace(specs[t], shape=shape)
         node = replace(node, outputs=tuple(specs[t] for t in op.outputs))
-        if opdef.foldable and (opdef.reads_only_shapes or
+        if opdef.foldable and not opdef.stateful and (opdef.reads_only_shapes or
                                all(s is None or s.value is not None for s in node.inputs)):
             outs = execute(opdef, node, [s.value if s else None for s in node.inputs])
             for t, v in zip(op.outputs, outs):
@@ -136,9 +136,15 @@ def _infer(opdef: OpDef, node: Node) -> list:
     return shapes
 
 
-def execute(opdef: OpDef, node: Node, inputs: list) -> list:
-    """Run one op's reference and bring each output to its tensor's shape, dtype and float view."""
-    outs = opdef.reference(node, inputs)
+def execute(opdef: OpDef, node: Node, inputs: list, runtime=None) -> list:
+    """Run one op's reference and bring each output to its tensor's shape, dtype and float view.
+    `runtime`: the interpreter's state (variables, subgraph calls), which stateful ops need."""
+    if opdef.stateful:
+        if runtime is None:
+            raise node.fail("keeps state across invokes and can run only inside an Interpreter")
+        outs = opdef.reference(node, inputs, runtime)
+    else:
+        outs = opdef.reference(node, inputs)
     results = []
     for spec, out in zip(node.outputs, outs):
         out = np.asarray(out)
@@ -153,11 +159,11 @@ def execute(opdef: OpDef, node: Node, inputs: list) -> list:
     return results
 
 
-def run_reference(graph: PreparedGraph, values: dict) -> dict:
+def run_reference(graph: PreparedGraph, values: dict, runtime=None) -> dict:
     """Run the remaining steps on numpy; `values` holds the float views of the inputs."""
     values = {**graph.constants, **values}
     for step in graph.steps:
         inputs = [values[t] if t != -1 else None for t in step.op.inputs]
-        for t, v in zip(step.op.outputs, execute(step.opdef, step.node, inputs)):
+        for t, v in zip(step.op.outputs, execute(step.opdef, step.node, inputs, runtime)):
             values[t] = v
     return values

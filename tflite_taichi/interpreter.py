@@ -14,7 +14,7 @@ import numpy as np
 from tflite_taichi import graph as graph_mod
 from tflite_taichi.errors import BackendUnavailable, InputError, InterpreterStateError
 from tflite_taichi.model import read_model
-from tflite_taichi.quant import dequantize, is_float_view, quantize
+from tflite_taichi.quant import dequantize, is_float_view, model_kind, quantize
 
 BACKENDS = ("auto", "reference", "vulkan", "metal", "opengl", "gles", "cuda", "cpu")
 PRECISIONS = ("fp32", "fp16")
@@ -40,14 +40,39 @@ def _resolve_backend(backend: str, precision: str) -> str:
     return ti_backend.ensure_runtime(backend)
 
 
+class _Runtime:
+    """What stateful ops see of their interpreter: the resource variables (as long-lived as
+    the interpreter, shared by its subgraphs) and CALL_ONCE's subgraph runner."""
+
+    def __init__(self, interpreter: "Interpreter"):
+        self._interpreter = interpreter
+        self.resources = {}             # ResourceHandle -> array in the model's dtype
+        self._called = set()            # subgraphs CALL_ONCE has run (or is running)
+
+    def call_once(self, subgraph_index: int, node) -> None:
+        if subgraph_index in self._called:
+            return
+        count = len(self._interpreter.model.subgraphs)
+        if not 0 <= subgraph_index < count:
+            raise node.fail(f"init subgraph {subgraph_index} does not exist ({count} subgraphs)")
+        self._called.add(subgraph_index)        # before running: a call back into it is a no-op
+        state = self._interpreter._state(subgraph_index)
+        if state.subgraph.inputs:
+            raise node.fail(f"init subgraph {subgraph_index} takes inputs; CALL_ONCE passes none")
+        if state.prepared is None:
+            state.allocate()
+        state.invoke()
+
+
 class _SubgraphState:
     """Shapes, prepared graph, delegate schedule and IO storage of one subgraph."""
 
-    def __init__(self, model, subgraph, resolved, options):
+    def __init__(self, model, subgraph, resolved, options, runtime=None):
         self.model = model
         self.subgraph = subgraph
         self.resolved = resolved
         self.options = options          # backend, precision, max partitions, profile
+        self.runtime = runtime          # _Runtime of the interpreter (variables, CALL_ONCE)
         self.input_shapes = {}          # resized inputs: tensor index -> shape
         self.prepared = None            # PreparedGraph after allocate_tensors
         self.schedule = None            # partitions and CPU steps (Taichi backends)
@@ -92,7 +117,8 @@ class _SubgraphState:
                 compiled.run(values)
             else:
                 inputs = [values[t] if t != -1 else None for t in item.op.inputs]
-                for t, v in zip(item.op.outputs, graph_mod.execute(item.opdef, item.node, inputs)):
+                for t, v in zip(item.op.outputs, graph_mod.execute(item.opdef, item.node, inputs,
+                                                                    self.runtime)):
                     values[t] = v
             if profile:
                 self.timings.setdefault(position, []).append(time.perf_counter() - start)
@@ -110,7 +136,7 @@ class _SubgraphState:
         self.values = {}
         self.invoked = False
         if self.schedule is None:
-            values = graph_mod.run_reference(self.prepared, feeds)
+            values = graph_mod.run_reference(self.prepared, feeds, self.runtime)
         else:
             values = self._run_schedule(feeds)
         for t in self.subgraph.outputs:
@@ -126,6 +152,9 @@ class _SubgraphState:
 
     def read(self, t):
         """A tensor's current contents in the model's dtype (a fresh array)."""
+        if self.subgraph.tensors[t].dtype is None:
+            raise InterpreterStateError(f"tensor {t} ('{self.subgraph.tensors[t].name}') is a "
+                                        "resource handle; it has no data to read")
         if t in self.io:
             return self.io[t].copy()
         if self.prepared is not None and t in self.prepared.constants:
@@ -139,6 +168,17 @@ class _SubgraphState:
                 "with experimental_preserve_all_tensors=True to read intermediates")
         raise InterpreterStateError(f"tensor {t} ('{name}') has no value: it is an intermediate "
                                     "and no invoke() has computed it")
+
+
+def _init_subgraphs(model, resolved) -> list:
+    """Subgraphs the model's CALL_ONCE ops name (valid indices only: a bad one fails when run)."""
+    found = []
+    for (sg, _op), (opdef, options) in resolved.items():
+        if opdef.name == "CALL_ONCE":
+            index = options.init_subgraph_index
+            if 0 <= index < len(model.subgraphs) and index != sg and index not in found:
+                found.append(index)
+    return found
 
 
 class Interpreter:
@@ -173,8 +213,11 @@ class Interpreter:
         self._options = {"backend": self._backend, "precision": precision,
                          "max_partitions": max_delegated_partitions, "profile": bool(profile),
                          "preserve_all": bool(experimental_preserve_all_tensors)}
+        self._runtime = _Runtime(self)
         self._states = {}
         self._main = self._state(0)
+        for index in _init_subgraphs(self._model, self._resolved):
+            self._state(index)          # prepared by allocate_tensors() with the main graph
         self._last_invoke_s = None
 
     # -- internals -------------------------------------------------------------------------
@@ -184,7 +227,8 @@ class Interpreter:
                 raise InputError(f"subgraph index {subgraph_index} out of range "
                                  f"({len(self._model.subgraphs)} subgraphs)")
             self._states[subgraph_index] = _SubgraphState(
-                self._model, self._model.subgraphs[subgraph_index], self._resolved, self._options)
+                self._model, self._model.subgraphs[subgraph_index], self._resolved, self._options,
+                self._runtime)
         return self._states[subgraph_index]
 
     def _tensor(self, index, subgraph_index=0):
@@ -271,6 +315,11 @@ class Interpreter:
         start = time.perf_counter()
         self._main.invoke()
         self._last_invoke_s = time.perf_counter() - start
+
+    def reset_all_variables(self):
+        """As LiteRT: resets variable tensors; resource variables (VAR_HANDLE) keep their values
+        for the interpreter's lifetime, and CALL_ONCE does not run again."""
+        self._require_prepared("reset_all_variables()")
 
     def resize_tensor_input(self, input_index, tensor_size, strict=False):
         state = self._main
@@ -380,7 +429,8 @@ class Interpreter:
             "partitions": partitions,
             "fallback": fallback,
             "folded": [{"index": i, "op": names[i]} for i in folded],
-            "float_view": quantized,
+            "float_view": quantized,      # quantized tensors run as float32 real values
+            "quantization": model_kind(self._model),
         }
 
     def profile(self) -> dict:

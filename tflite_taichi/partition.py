@@ -2,9 +2,13 @@
 
 An op is delegated when its OpDef has a Taichi implementation, every tensor it reads or
 writes at run time is one the arena can carry (float32, float16, a quantized integer tensor
-in its float view, or bool as 0/1), and its own `supports(node)` has no objection. Consecutive
-delegated ops in graph order form a partition; as in TFLite, only the `max_delegated_partitions`
-largest partitions are kept (default 1) and everything else runs on the reference path.
+in its float view, or bool as 0/1), and its own `supports(node)` has no objection. Delegated ops
+are grouped by their dependencies, as TFLite's partitioner does: a delegated op joins the
+current partition unless it needs the result of a CPU op not yet run, so an op the delegate
+refuses on a side branch does not split the graph; stateful ops (variables) keep their order
+per variable. As in TFLite, only the `max_delegated_partitions` largest partitions are kept
+(default 1) and everything else runs on the reference path, in an order that respects every
+dependency.
 """
 from __future__ import annotations
 
@@ -50,6 +54,8 @@ def carried_by_arena(spec) -> bool:
 def delegate_reason(step: Step, fp16: bool = False) -> Optional[str]:
     """None if the delegate takes this op instance, else why not (TFLite's warning text)."""
     opdef, node = step.opdef, step.node
+    if opdef.stateful:
+        return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
     if opdef.taichi is None:
         return "no Taichi implementation of this op yet"
     runtime_inputs = [s for s in node.inputs if s is not None and s.value is None]
@@ -72,41 +78,85 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
     """preserve_all: every tensor a partition writes is copied back to the host (LiteRT's
     experimental_preserve_all_tensors), so get_tensor reads intermediates; costs transfers."""
     reasons = {s.op.index: delegate_reason(s, fp16) for s in graph.steps}
-    runs, current = [], []
-    for step in graph.steps:
-        if reasons[step.op.index] is None:
-            current.append(step)
-        elif current:
-            runs.append(current)
-            current = []
-    if current:
-        runs.append(current)
+    groups = _group_by_dependencies(graph, {i for i, r in reasons.items() if r is None})
+    runs = [g for delegated, g in groups if delegated]
     keep = sorted(runs, key=len, reverse=True)[:max(max_partitions, 0)]
+    kept_ids = {id(r) for r in keep}
     for run in runs:
-        if not any(run is k for k in keep):
+        if id(run) not in kept_ids:
             for step in run:
                 reasons[step.op.index] = (f"the delegate keeps only the {max_partitions} largest "
                                           "partition(s) (max_delegated_partitions)")
-    items, kept_ids = [], {id(r) for r in keep}
-    run_of = {s.op.index: r for r in runs for s in r}
-    seen = set()
-    for step in graph.steps:
-        run = run_of.get(step.op.index)
-        if run is not None and id(run) in kept_ids:
-            if id(run) not in seen:
-                seen.add(id(run))
-                items.append(_partition(run, graph, preserve_all))
+    items = []
+    for delegated, group in groups:
+        if delegated and id(group) in kept_ids:
+            items.append(_partition(group, graph, preserve_all))
         else:
-            items.append(step)
+            items.extend(group)
     schedule = Schedule(items=items, refused={i: r for i, r in reasons.items() if r is not None})
     if warn:
         _warn(schedule, graph)
     return schedule
 
 
+def _dependencies(graph: PreparedGraph) -> dict:
+    """op index -> indices of the ops it must run after: the producers of its inputs, and for
+    a stateful op the earlier stateful ops touching the same variable (an op whose variable is
+    not known at prepare, such as CALL_ONCE, orders against every stateful op)."""
+    producer = {t: s.op.index for s in graph.steps for t in s.op.outputs}
+    deps, last_on, stateful_so_far, barrier = {}, {}, [], None
+    for s in graph.steps:
+        d = {producer[t] for t in s.op.inputs if t in producer}
+        if s.opdef.stateful:
+            resource = _resource_of(s, graph)
+            if resource is None:                       # orders against all state
+                d.update(stateful_so_far)
+                barrier = s.op.index
+            else:
+                if resource in last_on:
+                    d.add(last_on[resource])
+                if barrier is not None:
+                    d.add(barrier)
+                last_on[resource] = s.op.index
+            stateful_so_far.append(s.op.index)
+        deps[s.op.index] = d
+    return deps
+
+
+def _resource_of(step: Step, graph: PreparedGraph):
+    """The variable a READ/ASSIGN_VARIABLE touches (its handle is folded at prepare), else None."""
+    if step.op.inputs and step.op.inputs[0] != -1:
+        value = graph.specs[step.op.inputs[0]].value
+        if isinstance(value, np.ndarray) and value.dtype == object:
+            return value.item()
+    return None
+
+
+def _group_by_dependencies(graph: PreparedGraph, delegated: set) -> list:
+    """[(is_delegated, [steps])] in an order that respects every dependency, with as few
+    delegated groups as possible: as TFLite's partitioner does, alternately take every CPU op
+    that is ready, then every delegated op that is ready (one group = one partition), so a
+    delegated op does not wait for a CPU op it does not depend on."""
+    deps = _dependencies(graph)
+    done, pending, groups = set(), list(graph.steps), []
+    want_delegated = False
+    while pending:
+        taken, rest = [], []
+        for s in pending:                    # graph order is topological: one pass suffices
+            ready = (s.op.index in delegated) == want_delegated and deps[s.op.index] <= done
+            (taken if ready else rest).append(s)
+            if ready:
+                done.add(s.op.index)
+        if taken:
+            groups.append((want_delegated, taken))
+        pending = rest
+        want_delegated = not want_delegated
+    return groups
+
+
 def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False) -> Partition:
     inside = {t for s in steps for t in s.op.outputs}
-    last = steps[-1].op.index
+    members = {s.op.index for s in steps}
     p = Partition(steps=steps)
     for s in steps:
         for t in s.op.inputs:
@@ -117,20 +167,22 @@ def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False) ->
                     p.constants.append(t)
             elif t not in p.inputs:
                 p.inputs.append(t)
-    needed_after = set(graph.subgraph.outputs)
+    # every reader outside the partition runs after it (it depends on it)
+    needed_outside = set(graph.subgraph.outputs)
     for s in graph.steps:
-        if s.op.index > last:
-            needed_after.update(t for t in s.op.inputs if t != -1)
-    p.outputs = [t for s in steps for t in s.op.outputs if preserve_all or t in needed_after]
+        if s.op.index not in members:
+            needed_outside.update(t for t in s.op.inputs if t != -1)
+    p.outputs = [t for s in steps for t in s.op.outputs if preserve_all or t in needed_outside]
     return p
 
 
 def _warn(schedule: Schedule, graph: PreparedGraph):
     names = {s.op.index: s.op.name for s in graph.steps}
+    where = f" of subgraph {graph.subgraph.index}" if graph.subgraph.index else ""
     for index, reason in sorted(schedule.refused.items()):
-        warnings.warn(f"WARNING: op code #{index} ({names[index]}) cannot be handled by this "
-                      f"delegate: {reason}", DelegateWarning, stacklevel=5)
+        warnings.warn(f"WARNING: op code #{index} ({names[index]}){where} cannot be handled by "
+                      f"this delegate: {reason}", DelegateWarning, stacklevel=5)
     delegated = sum(len(p.steps) for p in schedule.partitions)
-    warnings.warn(f"INFO: {delegated} of {len(graph.steps)} ops run on the GPU delegate in "
+    warnings.warn(f"INFO: {delegated} of {len(graph.steps)} ops{where} run on the GPU delegate in "
                   f"{len(schedule.partitions)} partition(s); {len(graph.steps) - delegated} run on "
                   f"the CPU ({len(graph.folded)} folded at prepare)", DelegateWarning, stacklevel=5)

@@ -117,6 +117,12 @@ def _run(it, inputs) -> list:
     return [it.get_tensor(d["index"]) for d in it.get_output_details()]
 
 
+def run_sequence(it, sequence: Sequence[Sequence[np.ndarray]]) -> list:
+    """Invoke `it` (ours or LiteRT's) once per entry of `sequence` (a list of inputs), keeping
+    its state between invokes; returns each invoke's outputs. For stateful models."""
+    return list(run_sequence_steps(it, sequence))
+
+
 def model_inputs(model: bytes, seed: int = 0, low=-3.0, high=3.0) -> list:
     from tflite_taichi.interpreter import Interpreter
     rng = np.random.default_rng(seed)
@@ -250,20 +256,43 @@ def _worker_main(conn, backend: str):
                 importlib.import_module(module)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
+                sequence = kwargs.pop("sequence", None)
                 it = Interpreter(model_content=model, backend=kwargs.pop("backend", backend),
                                  precision=precision, **kwargs)
-                outputs = run(it, inputs)
+                if sequence is None:
+                    outputs = run(it, inputs)
+                else:       # one invoke per entry, state kept; tensors of every step
+                    outputs, steps = [], []
+                    for step_outputs in run_sequence_steps(it, sequence):
+                        outputs.append(step_outputs)
+                        if kwargs.get("experimental_preserve_all_tensors"):
+                            steps.append(_all_op_outputs(it))
             summary = it.summary()
             summary["warnings"] = [str(w.message) for w in caught]
             if kwargs.get("experimental_preserve_all_tensors"):      # every op's output
-                summary["tensors"] = {t: it.get_tensor(t) for op in it.model.main.operators
-                                      for t in op.outputs if t in it._main.values}
+                summary["tensors"] = (_all_op_outputs(it) if sequence is None else steps)
             if kwargs.get("profile"):
                 it.invoke()
                 summary["profile"] = it.profile()
             conn.send(("ok", outputs, summary))
         except BaseException as e:
             conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def _all_op_outputs(it) -> dict:
+    tensors = it.model.main.tensors
+    return {t: it.get_tensor(t) for op in it.model.main.operators
+            for t in op.outputs if t in it._main.values and tensors[t].dtype is not None}
+
+
+def run_sequence_steps(it, sequence):
+    """run_sequence, one invoke at a time (a generator), so callers can read state between."""
+    it.allocate_tensors()
+    for inputs in sequence:
+        for d, x in zip(it.get_input_details(), inputs):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        yield [it.get_tensor(d["index"]) for d in it.get_output_details()]
 
 
 class BackendWorker:

@@ -1,0 +1,137 @@
+"""State kept across invokes: resource variables (VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE)
+and CALL_ONCE, which runs an initialisation subgraph once per interpreter.
+
+As in LiteRT:
+- VAR_HANDLE names a variable by (container, shared_name); every subgraph of an interpreter
+  that names the same pair reaches the same variable. It is pure, so it folds at prepare into
+  a `ResourceHandle` constant.
+- ASSIGN_VARIABLE stores its value tensor as it is in the model's dtype (LiteRT copies the
+  bytes), so an int8 state is stored as int8 and READ_VARIABLE hands those integers on under
+  its own output's quantization - exactly what LiteRT computes even if the two tensors were
+  given different scales.
+- Variables live as long as the interpreter: `reset_all_variables()` does not touch them
+  (measured on LiteRT with okay_nabu) and neither does `allocate_tensors()`.
+
+READ_VARIABLE, ASSIGN_VARIABLE and CALL_ONCE are `stateful`: never folded, never delegated,
+kept in their graph order by the partitioner, and their reference receives the interpreter's
+runtime (the variables and a way to run a subgraph) as a third argument.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tflite_taichi.quant import dequantize, is_float_view, quantize
+
+from .base import OpDef, register_op
+
+
+@dataclass(frozen=True)
+class ResourceHandle:
+    container: str
+    shared_name: str
+
+    def __str__(self):
+        return f"'{self.container}/{self.shared_name}'" if self.container else f"'{self.shared_name}'"
+
+
+def _text(raw) -> str:
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else (raw or "")
+
+
+@dataclass(frozen=True)
+class VarHandleOptions:
+    container: str
+    shared_name: str
+
+
+def _parse_var_handle(opts) -> VarHandleOptions:
+    return VarHandleOptions(container=_text(opts.Container()), shared_name=_text(opts.SharedName()))
+
+
+def _infer_var_handle(node):
+    return [()]
+
+
+def _var_handle_reference(node, inputs):
+    handle = np.empty((), dtype=object)
+    handle[()] = ResourceHandle(node.options.container, node.options.shared_name)
+    return [handle]
+
+
+def _handle_of(node, value) -> ResourceHandle:
+    handle = value.item() if isinstance(value, np.ndarray) and value.dtype == object else value
+    if not isinstance(handle, ResourceHandle):
+        raise node.fail(f"input '{node.inputs[0].name}' is not a resource handle from VAR_HANDLE")
+    return handle
+
+
+def _infer_read_variable(node):
+    # LiteRT resizes the output to the variable at run time; here the output keeps the shape
+    # the model declares, and a stored value of another shape is a clear error when read.
+    return [tuple(node.outputs[0].shape)]
+
+
+def _read_variable_reference(node, inputs, runtime):
+    handle = _handle_of(node, inputs[0])
+    stored = runtime.resources.get(handle)
+    out = node.outputs[0]
+    if stored is None:
+        raise node.fail(f"reads variable {handle} before any ASSIGN_VARIABLE gave it a value")
+    if stored.shape != tuple(out.shape) or (out.dtype is not None and stored.dtype != np.dtype(out.dtype)):
+        raise node.fail(f"variable {handle} holds {stored.dtype} {list(stored.shape)}; output "
+                        f"'{out.name}' is declared {np.dtype(out.dtype).name if out.dtype is not None else '?'} "
+                        f"{list(out.shape)}")
+    if is_float_view(out.dtype, out.quantization):
+        return [dequantize(stored, out.quantization)]
+    return [stored.copy()]
+
+
+def _infer_assign_variable(node):
+    return []
+
+
+def _assign_variable_reference(node, inputs, runtime):
+    handle = _handle_of(node, inputs[0])
+    value = node.inputs[1]
+    data = np.asarray(inputs[1])
+    if is_float_view(value.dtype, value.quantization):
+        data = quantize(data, value.quantization, value.dtype)     # exact: already on its grid
+    elif value.dtype is not None:
+        data = data.astype(value.dtype)
+    runtime.resources[handle] = np.array(data, copy=True)
+    return []
+
+
+@dataclass(frozen=True)
+class CallOnceOptions:
+    init_subgraph_index: int
+
+
+def _parse_call_once(opts) -> CallOnceOptions:
+    return CallOnceOptions(init_subgraph_index=int(opts.InitSubgraphIndex()))
+
+
+def _infer_call_once(node):
+    return []
+
+
+def _call_once_reference(node, inputs, runtime):
+    runtime.call_once(node.options.init_subgraph_index, node)
+    return []
+
+
+VAR_HANDLE = register_op(OpDef(name="VAR_HANDLE", infer=_infer_var_handle,
+                               reference=_var_handle_reference, parse=_parse_var_handle,
+                               options_class="VarHandleOptions", min_inputs=0, max_inputs=0))
+READ_VARIABLE = register_op(OpDef(name="READ_VARIABLE", infer=_infer_read_variable,
+                                  reference=_read_variable_reference, stateful=True,
+                                  min_inputs=1, max_inputs=1))
+ASSIGN_VARIABLE = register_op(OpDef(name="ASSIGN_VARIABLE", infer=_infer_assign_variable,
+                                    reference=_assign_variable_reference, stateful=True,
+                                    min_inputs=2, max_inputs=2))
+CALL_ONCE = register_op(OpDef(name="CALL_ONCE", infer=_infer_call_once,
+                              reference=_call_once_reference, parse=_parse_call_once,
+                              options_class="CallOnceOptions", stateful=True,
+                              min_inputs=0, max_inputs=0))

@@ -1,0 +1,281 @@
+"""State across invokes: VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE and CALL_ONCE with an init
+subgraph, against LiteRT over sequences of invokes (reference path and the delegate, which
+runs the compute between the state ops in one partition and leaves the state ops on the CPU),
+and the okay_nabu wake-word model over ten steps."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tflite_taichi import Interpreter
+from tflite_taichi.builder import RESOURCE, ModelBuilder
+from tflite_taichi.errors import ModelError
+from tflite_taichi.testing import (TAICHI_EXAMPLES, assert_float_close, assert_quantized_close,
+                                   quantize_array, run_sequence, strategies)
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+S = strategies()
+
+
+def _init_subgraph(b, name, value, quantization=None):
+    """Subgraph 1: VAR_HANDLE(name) <- ASSIGN_VARIABLE(const value)."""
+    init = b.subgraph("init")
+    h = init.tensor("h", (), RESOURCE)
+    init.op("VAR_HANDLE", [], [h], shared_name=name)
+    v = init.const("initial", value, quantization=quantization)
+    init.op("ASSIGN_VARIABLE", [h, v], [])
+
+
+def accumulator_model(shape, initial, scale_out=2.0):
+    """state <- state + x each invoke (state starts at `initial`); outputs (state + x) * 2.
+    float32; ADD and MUL are delegated, the state ops stay on the CPU."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    x = g.input("x", shape)
+    g.op("CALL_ONCE", [], [], init_subgraph_index=1)
+    h = g.tensor("h", (), RESOURCE)
+    g.op("VAR_HANDLE", [], [h], shared_name="acc")
+    state = g.tensor("state", shape)
+    g.op("READ_VARIABLE", [h], [state])
+    total = g.tensor("total", shape)
+    g.op("ADD", [state, x], [total])
+    g.op("ASSIGN_VARIABLE", [h, total], [])
+    out = g.tensor("out", shape)
+    g.op("MUL", [total, g.const("k", np.float32(scale_out))], [out])
+    g.output(out)
+    _init_subgraph(b, "acc", initial)
+    return b.finish()
+
+
+def ring_buffer_model(rows, cols, q_in, q_init, q_read):
+    """okay_nabu's streaming pattern, int8: window = concat(state, x) along rows; the state
+    keeps the last `rows` rows; outputs the window. The variable is first written by the init
+    subgraph under q_init, then by main under q_in, and read under q_read, so the test pins
+    LiteRT's semantics: a variable holds integers, READ_VARIABLE reinterprets them under its
+    output's scale (a QUANTIZE then requantizes them to the window's scale, as CONCATENATION
+    needs equal scales)."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    x = g.input("x", (1, 1, cols), np.int8, q_in)
+    g.op("CALL_ONCE", [], [], init_subgraph_index=1)
+    h = g.tensor("h", (), RESOURCE)
+    g.op("VAR_HANDLE", [], [h], shared_name="ring")
+    state = g.tensor("state", (1, rows, cols), np.int8, q_read)
+    g.op("READ_VARIABLE", [h], [state])
+    state_in = g.tensor("state_in", (1, rows, cols), np.int8, q_in)
+    g.op("QUANTIZE", [state], [state_in])
+    window = g.tensor("window", (1, rows + 1, cols), np.int8, q_in)
+    g.op("CONCATENATION", [state_in, x], [window], axis=1)
+    keep = g.tensor("keep", (1, rows, cols), np.int8, q_in)
+    g.op("STRIDED_SLICE", [window, g.const("begin", np.array([0, 1, 0], np.int32)),
+                           g.const("end", np.array([1, rows + 1, cols], np.int32)),
+                           g.const("strides", np.array([1, 1, 1], np.int32))], [keep])
+    g.op("ASSIGN_VARIABLE", [h, keep], [])
+    g.output(window)
+    initial = np.arange(rows * cols).reshape(1, rows, cols) % 200 - 100
+    _init_subgraph(b, "ring", initial.astype(np.int8), q_init)
+    return b.finish()
+
+
+def _litert(model):
+    """LiteRT's builtin kernels: its XNNPACK delegate refuses int8 variables whose reads and
+    writes use different quantization ("failed to prepare"), the builtin ops define the semantics."""
+    return litert.Interpreter(model_content=model, experimental_op_resolver_type=(
+        litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+
+
+def _compare_sequences(ours, theirs, what):
+    for step, (a_outs, e_outs) in enumerate(zip(ours, theirs)):
+        for a, e in zip(a_outs, e_outs):
+            if a.dtype == np.int8:
+                assert_quantized_close(a, e, 1, what=f"{what} step {step}")
+            else:
+                assert_float_close(a, e, what=f"{what} step {step}")
+
+
+@settings(max_examples=50)
+@given(shape=S.shapes(1, 3, 1, 5), steps=st.integers(2, 6), seed=S.seeds())
+def test_accumulator_state_persists_like_litert(shape, steps, seed):
+    rng = np.random.default_rng(seed)
+    initial = rng.uniform(-2, 2, shape).astype(np.float32)
+    model = accumulator_model(shape, initial)
+    sequence = [[rng.uniform(-1, 1, shape).astype(np.float32)] for _ in range(steps)]
+    expected = run_sequence(_litert(model), sequence)
+    ours = run_sequence(Interpreter(model_content=model, backend="reference"), sequence)
+    _compare_sequences(ours, expected, "accumulator")
+    # and it really accumulates: the last output is 2 * (initial + sum of inputs)
+    np.testing.assert_allclose(ours[-1][0], 2 * (initial + sum(s[0] for s in sequence)), rtol=1e-5, atol=1e-5)
+
+
+@st.composite
+def ring_cases(draw):
+    rows, cols = draw(st.integers(1, 4)), draw(st.integers(1, 6))
+    q_in = draw(S.quant_params())
+    q_init = draw(S.quant_params())
+    q_read = draw(st.sampled_from([q_in, (q_in[0] * 2, 0), draw(S.quant_params())]))
+    return rows, cols, q_in, q_init, q_read, draw(st.integers(2, 6)), draw(S.seeds())
+
+
+@settings(max_examples=50)
+@given(ring_cases())
+def test_int8_ring_buffer_matches_litert(case):
+    rows, cols, q_in, q_init, q_read, steps, seed = case
+    model = ring_buffer_model(rows, cols, q_in, q_init, q_read)
+    rng = np.random.default_rng(seed)
+    sequence = [[rng.integers(-128, 128, (1, 1, cols)).astype(np.int8)] for _ in range(steps)]
+    expected = run_sequence(_litert(model), sequence)
+    ours = run_sequence(Interpreter(model_content=model, backend="reference"), sequence)
+    _compare_sequences(ours, expected, "ring buffer")
+
+
+def test_variables_survive_reset_and_reallocation_as_in_litert():
+    model = accumulator_model((3,), np.zeros(3, np.float32), scale_out=1.0)
+    one = [np.ones(3, np.float32)]
+    for it in (_litert(model), Interpreter(model_content=model, backend="reference")):
+        run_sequence(it, [one, one])
+        it.reset_all_variables()        # resource variables are not variable tensors: kept
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], one[0])
+        it.invoke()
+        np.testing.assert_array_equal(it.get_tensor(it.get_output_details()[0]["index"]), [3, 3, 3])
+
+
+def test_two_handles_with_one_name_share_the_variable():
+    """VAR_HANDLE in the init subgraph and in main name 'acc': one variable (LiteRT's rule)."""
+    model = accumulator_model((2,), np.array([5, 7], np.float32), scale_out=1.0)
+    out = run_sequence(Interpreter(model_content=model, backend="reference"), [[np.zeros(2, np.float32)]])
+    np.testing.assert_array_equal(out[0][0], [5, 7])
+
+
+def _read_without_init():
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (2,))
+    h = g.tensor("h", (), RESOURCE)
+    g.op("VAR_HANDLE", [], [h], shared_name="never_assigned")
+    state = g.tensor("state", (2,))
+    g.op("READ_VARIABLE", [h], [state])
+    out = g.tensor("out", (2,))
+    g.op("ADD", [state, x], [out])
+    g.output(out)
+    return b.finish()
+
+
+def test_reading_a_variable_never_assigned_names_it():
+    it = Interpreter(model_content=_read_without_init(), backend="reference")
+    it.allocate_tensors()
+    with pytest.raises(ModelError, match=r"op #1 \(READ_VARIABLE\).*'never_assigned' before any ASSIGN_VARIABLE"):
+        it.invoke()
+
+
+def test_call_once_to_a_missing_subgraph_is_a_model_error():
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (2,))
+    g.op("CALL_ONCE", [], [], init_subgraph_index=7)
+    out = g.tensor("out", (2,))
+    g.op("RELU", [x], [out])
+    g.output(out)
+    it = Interpreter(model_content=b.finish(), backend="reference")
+    it.allocate_tensors()
+    with pytest.raises(ModelError, match=r"op #0 \(CALL_ONCE\): init subgraph 7 does not exist"):
+        it.invoke()
+
+
+def test_reading_a_resource_handle_is_a_clear_error():
+    it = Interpreter(model_content=accumulator_model((2,), np.zeros(2, np.float32)), backend="reference")
+    it.allocate_tensors()
+    handle = [d["index"] for d in it.get_tensor_details() if d["name"] == "h"][0]
+    with pytest.raises(Exception, match="resource handle"):
+        it.get_tensor(handle)
+
+
+# -- on the delegate ------------------------------------------------------------------------
+def _delegate_sequence(worker, model, sequence, **kwargs):
+    worker.submit(model, [], "fp32", sequence=sequence, **kwargs)
+    return worker.result()
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(ring_cases())
+def test_state_models_on_the_delegate_match_the_reference(taichi_workers, case):
+    rows, cols, q_in, q_init, q_read, steps, seed = case
+    rng = np.random.default_rng(seed)
+    float_model = accumulator_model((rows, cols), rng.uniform(-1, 1, (rows, cols)).astype(np.float32))
+    float_seq = [[rng.uniform(-1, 1, (rows, cols)).astype(np.float32)] for _ in range(steps)]
+    int8_model = ring_buffer_model(rows, cols, q_in, q_init, q_read)
+    int8_seq = [[rng.integers(-128, 128, (1, 1, cols)).astype(np.int8)] for _ in range(steps)]
+    for model, sequence, n_compute in ((float_model, float_seq, 2), (int8_model, int8_seq, 3)):
+        expected = run_sequence(Interpreter(model_content=model, backend="reference"), sequence)
+        for w in taichi_workers:
+            outputs, summary = _delegate_sequence(w, model, sequence)
+            assert [len(p["ops"]) for p in summary["partitions"]] == [n_compute], summary
+            assert {f["op"] for f in summary["fallback"]} == {"CALL_ONCE", "READ_VARIABLE", "ASSIGN_VARIABLE"}
+            _compare_sequences(outputs, expected, f"{w.backend}")
+
+
+# -- okay_nabu: a streaming int8 wake-word model with 6 variables ----------------------------
+def _nabu_sequence(steps=10, seed=0):
+    rng = np.random.default_rng(seed)
+    return [[rng.integers(-128, 128, (1, 3, 40)).astype(np.int8)] for _ in range(steps)]
+
+
+def _litert_nabu_tensors(path, sequence):
+    """Every int8 tensor an op writes, at every step, from LiteRT (experimental_preserve_all_tensors
+    keeps intermediates readable)."""
+    int8 = [t for op in Interpreter(model_path=path, backend="reference").model.main.operators
+            for t in op.outputs]
+    with pytest.warns(UserWarning, match="preserve_all_tensors"):
+        lite = litert.Interpreter(model_path=path, experimental_preserve_all_tensors=True)
+    lite.allocate_tensors()
+    int8 = [t for t in int8 if lite.get_tensor_details()[t]["dtype"] == np.int8]
+    steps = []
+    for inputs in sequence:
+        lite.set_tensor(lite.get_input_details()[0]["index"], inputs[0])
+        lite.invoke()
+        steps.append({t: lite.get_tensor(t) for t in int8})
+    return steps
+
+
+def _check_nabu_steps(ours_by_step, litert_by_step, what):
+    """The output alone is 0 on any noise input (no wake word), so every int8 tensor is held
+    to 3 units at every step: the FC logits, the state windows, the convolutions."""
+    compared = 0
+    for step, (ours, theirs) in enumerate(zip(ours_by_step, litert_by_step)):
+        for t, e in theirs.items():
+            if t in ours:
+                diff = np.abs(ours[t].astype(int) - e.astype(int))
+                assert diff.max() <= 3, f"{what} step {step}: tensor {t} differs by {diff.max()} units"
+                compared += 1
+    assert compared >= 10 * 40, compared
+
+
+@pytest.mark.models
+def test_okay_nabu_reference_ten_steps_every_int8_tensor_within_3_units(shared_models):
+    path = os.path.join(shared_models, "okay_nabu.tflite")
+    sequence = _nabu_sequence()
+    expected = _litert_nabu_tensors(path, sequence)
+    it = Interpreter(model_path=path, backend="reference")
+    it.allocate_tensors()
+    ours = []
+    for inputs in sequence:
+        it.set_tensor(it.get_input_details()[0]["index"], inputs[0])
+        it.invoke()
+        ours.append({t: it.get_tensor(t) for t in expected[0]})
+    _check_nabu_steps(ours, expected, "reference")
+
+
+@pytest.mark.models
+def test_okay_nabu_delegated_ten_steps_every_int8_tensor_within_3_units(shared_models, taichi_workers):
+    """The integer ops in one partition, the 25 state ops (and subgraph 1's) on the CPU."""
+    path = os.path.join(shared_models, "okay_nabu.tflite")
+    sequence = _nabu_sequence()
+    expected = _litert_nabu_tensors(path, sequence)
+    model = open(path, "rb").read()
+    for w in taichi_workers:
+        outputs, summary = _delegate_sequence(w, model, sequence, experimental_preserve_all_tensors=True)
+        assert len(summary["partitions"]) == 1 and summary["ops_delegated"] == 42, summary["partitions"]
+        assert {f["op"] for f in summary["fallback"]} == {"CALL_ONCE", "READ_VARIABLE", "ASSIGN_VARIABLE"}
+        _check_nabu_steps(summary["tensors"], expected, w.backend)
