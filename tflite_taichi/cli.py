@@ -21,7 +21,10 @@ def _fmt_quant(detail) -> str:
         return ""
     if q["scales"].size == 1:
         return f" scale={q['scales'][0]:.6g} zero_point={int(q['zero_points'][0])}"
-    return f" per-channel({q['scales'].size}, dim {q['quantized_dimension']})"
+    zps = sorted({int(z) for z in q["zero_points"]})
+    return (f" per-channel along dim {q['quantized_dimension']}: {q['scales'].size} scales "
+            f"{q['scales'].min():.6g}..{q['scales'].max():.6g}, zero_point "
+            f"{zps[0] if len(zps) == 1 else f'{zps[0]}..{zps[-1]}'}")
 
 
 def _fmt_tensor(d) -> str:
@@ -109,6 +112,10 @@ def cmd_inspect(args) -> int:
         print(f"  output {_fmt_tensor(d)}")
     for key, sig in it.get_signature_list().items():
         print(f"  signature {key}: inputs {sig['inputs']} outputs {sig['outputs']}")
+    summary = it.summary()
+    print(f"  kind: {summary['quantization']}"
+          + ("; runs as a float view (quantized tensors carried as float32 real values, snapped "
+             "to their grid after every op; IO (de)quantized on the CPU)" if summary["float_view"] else ""))
     for sg in m.subgraphs:
         counts = Counter(op.name for op in sg.operators)
         print(f"subgraph {sg.index} '{sg.name}': {len(sg.operators)} ops: "
@@ -119,10 +126,13 @@ def cmd_inspect(args) -> int:
         delegate = "yes" if row["delegate"] is None else f"no: {row['delegate']}"
         print(f"  #{row['index']:<4} {row['op']:<24} v{row['version']}  {row['outputs']}  "
               f"[{where}; delegate {delegate}]")
-    if args.tensors:
-        print("tensors (subgraph 0):")
-        for d in it.get_tensor_details():
-            print(f"  {d['index']:<5} {_fmt_tensor(d)}")
+    quantized = [d for d in it.get_tensor_details() if d["quantization_parameters"]["scales"].size]
+    if args.tensors or quantized:
+        listed = it.get_tensor_details() if args.tensors else quantized
+        print(f"tensors (subgraph 0){'' if args.tensors else ', quantized ones (--tensors: all)'}:")
+        for d in listed:
+            kind = "constant" if it.model.main.tensors[d["index"]].data is not None else "runtime"
+            print(f"  {d['index']:<5} {_fmt_tensor(d)}  [{kind}]")
     return 0
 
 
@@ -167,6 +177,11 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from tflite_taichi.bench import run_cli
+    return run_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tflite-taichi", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -188,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="build a small model and run it")
     demo.add_argument("--runs", type=int, default=5)
     demo.set_defaults(func=cmd_demo)
+    from tflite_taichi.bench import add_arguments as bench_arguments
+    bench = sub.add_parser("bench", help="time a model on LiteRT and each backend of ours, side by side")
+    bench.add_argument("model")
+    bench_arguments(bench)
+    bench.add_argument("--json", metavar="out.json", help="also write every number as JSON")
+    bench.set_defaults(func=cmd_bench)
     return p
 
 
