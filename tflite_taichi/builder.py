@@ -47,6 +47,7 @@ _ENUM_FIELDS = {
     "idx_out_type": tflite.TensorType,
     "in_data_type": tflite.TensorType,
     "out_data_type": tflite.TensorType,
+    "quantized_bias_type": tflite.TensorType,      # CONV_2D, FULLY_CONNECTED, TRANSPOSE_CONV
 }
 
 # Ops whose options class is not <CamelCaseName>Options.
