@@ -19,9 +19,8 @@ import shlex
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))      # run from a checkout without installing
 
-from tflite_taichi import bench  # noqa: E402
+from tflite_taichi import bench  # noqa: E402  (the installed package: pip install -e . for a checkout)
 
 DEFAULT_MODELS = os.environ.get("TFLITE_TAICHI_MODELS",
                                 os.path.join(HERE, "..", "..", "shared", "models"))

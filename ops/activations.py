@@ -40,7 +40,8 @@ def _infer_same_shape(node):
     return [tuple(node.inputs[0].shape)]
 
 
-def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape, taichi=None):
+def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape, taichi=None,
+           scratch=None):
     def reference(node, inputs):
         x = np.asarray(inputs[0], np.float32)
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
@@ -49,7 +50,8 @@ def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape, ta
     return register_op(OpDef(name=name, infer=infer, reference=reference,
                              parse=parse if parse is not None else (lambda _o: None),
                              options_class=options_class, min_inputs=1, max_inputs=1,
-                             taichi=taichi if taichi is not None else _unary_taichi))
+                             taichi=taichi if taichi is not None else _unary_taichi,
+                             scratch=scratch))
 
 
 # -- Taichi ------------------------------------------------------------------------------------
@@ -117,34 +119,89 @@ def _unary_taichi(node, io):
     return UnaryStep(_UNARY_CODES[node.op], io.inputs[0], io.outputs[0], alpha)
 
 
+# A softmax row walked by one thread (a classifier's 1000 logits: three serial passes) is the
+# slowest step of a small model on a GPU. With few rows, each row is cut into chunks: one task
+# computes every chunk's max and sum of exp (scratch), a second combines a row's chunks into its
+# max and sum (the online-softmax rescaling), a third writes every element in parallel.
+SOFTMAX_SPLIT_ROWS, SOFTMAX_CHUNK = 4096, 32
+
+
+def _softmax_chunks(node) -> int:
+    n = node.outputs[0].shape[-1] if node.outputs[0].shape else 1
+    rows = int(np.prod(node.outputs[0].shape)) // max(n, 1)
+    return -(-n // SOFTMAX_CHUNK) if rows < SOFTMAX_SPLIT_ROWS and n >= 2 * SOFTMAX_CHUNK else 1
+
+
+def _softmax_scratch(node) -> int:
+    chunks = _softmax_chunks(node)
+    rows = int(np.prod(node.outputs[0].shape)) // max(node.outputs[0].shape[-1], 1)
+    return 2 * rows * (chunks + 1) if chunks > 1 else 0
+
+
 @ti.data_oriented
 class SoftmaxStep:
-    """One thread per row of the last axis: max of x * beta, sum of exp(x * beta - max), then
-    each exp(x * beta - max) / sum (the reference's order of operations)."""
+    """max of x * beta, sum of exp(x * beta - max), then each exp(x * beta - max) / sum: one
+    thread per row, or (few long rows) chunked as described above."""
 
-    def __init__(self, x, out, beta):
+    def __init__(self, x, out, beta, chunks=1, scratch=None):
         self.x, self.out = x, out
         self.beta = float(np.float32(beta))
         self.n = out.shape[-1]
         self.rows = out.size // self.n
+        usable = scratch is not None and scratch.storage == ti.f32 and chunks > 1
+        self.chunks = chunks if usable else 1
+        self.scratch = scratch if usable else out
+        self.stats = 2 * self.rows * self.chunks       # scratch: chunk (max, sum) pairs, then rows'
 
     @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for r in range(self.rows):
-            base = r * self.n
-            m = self.x.load(arena, weights, io, base) * self.beta
-            for k in range(1, self.n):
-                m = ti.max(m, self.x.load(arena, weights, io, base + k) * self.beta)
-            s = 0.0
-            for k in range(self.n):
-                s += ti.exp(self.x.load(arena, weights, io, base + k) * self.beta - m)
-            for k in range(self.n):
-                e = ti.exp(self.x.load(arena, weights, io, base + k) * self.beta - m)
-                self.out.store(arena, io, base + k, e / s)
+        if ti.static(self.chunks == 1):
+            for r in range(self.rows):
+                base = r * self.n
+                m = self.x.load(arena, weights, io, base) * self.beta
+                for k in range(1, self.n):
+                    m = ti.max(m, self.x.load(arena, weights, io, base + k) * self.beta)
+                s = 0.0
+                for k in range(self.n):
+                    s += ti.exp(self.x.load(arena, weights, io, base + k) * self.beta - m)
+                for k in range(self.n):
+                    e = ti.exp(self.x.load(arena, weights, io, base + k) * self.beta - m)
+                    self.out.store(arena, io, base + k, e / s)
+        else:
+            for r, c in ti.ndrange(self.rows, self.chunks):
+                base = r * self.n
+                lo = c * SOFTMAX_CHUNK
+                hi = ti.min(lo + SOFTMAX_CHUNK, self.n)
+                m = self.x.load(arena, weights, io, base + lo) * self.beta
+                for k in range(lo + 1, hi):
+                    m = ti.max(m, self.x.load(arena, weights, io, base + k) * self.beta)
+                s = 0.0
+                for k in range(lo, hi):
+                    s += ti.exp(self.x.load(arena, weights, io, base + k) * self.beta - m)
+                slot = 2 * (r * self.chunks + c)
+                self.scratch.store(arena, io, slot, m)
+                self.scratch.store(arena, io, slot + 1, s)
+            for r in range(self.rows):
+                m = self.scratch.load(arena, weights, io, 2 * r * self.chunks)
+                for c in range(1, self.chunks):
+                    m = ti.max(m, self.scratch.load(arena, weights, io, 2 * (r * self.chunks + c)))
+                s = 0.0
+                for c in range(self.chunks):
+                    slot = 2 * (r * self.chunks + c)
+                    s += (self.scratch.load(arena, weights, io, slot + 1)
+                          * ti.exp(self.scratch.load(arena, weights, io, slot) - m))
+                self.scratch.store(arena, io, self.stats + 2 * r, m)
+                self.scratch.store(arena, io, self.stats + 2 * r + 1, s)
+            for r, k in ti.ndrange(self.rows, self.n):
+                m = self.scratch.load(arena, weights, io, self.stats + 2 * r)
+                s = self.scratch.load(arena, weights, io, self.stats + 2 * r + 1)
+                e = ti.exp(self.x.load(arena, weights, io, r * self.n + k) * self.beta - m)
+                self.out.store(arena, io, r * self.n + k, e / s)
 
 
 def _softmax_taichi(node, io):
-    return SoftmaxStep(io.inputs[0], io.outputs[0], node.options.beta)
+    return SoftmaxStep(io.inputs[0], io.outputs[0], node.options.beta, _softmax_chunks(node),
+                       io.scratch)
 
 
 @ti.data_oriented
@@ -245,7 +302,7 @@ def _softmax(node, x):
 
 
 SOFTMAX = _unary("SOFTMAX", _softmax, parse=_parse_softmax, options_class="SoftmaxOptions",
-                 infer=_infer_softmax, taichi=_softmax_taichi)
+                 infer=_infer_softmax, taichi=_softmax_taichi, scratch=_softmax_scratch)
 
 
 # -- PRELU -------------------------------------------------------------------------------------

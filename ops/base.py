@@ -114,6 +114,10 @@ class OpDef:
     versions: tuple = (1, 1 << 30)           # inclusive range of op versions accepted
     supports: Callable[[Node], Optional[str]] = _no_restrictions   # checked only when taichi is set
     taichi: Any = None                       # (node, StepIO) -> an object with a ti.func run(arena, weights, io)
+    pack: Optional[Callable] = None          # (node, input position, float32 value) -> the constant
+                                             # laid out for the Taichi part's kernel, or None: as is
+    scratch: Optional[Callable] = None       # node -> float32 elements of arena scratch its Taichi
+                                             # part needs (split-K partial sums), or 0
     foldable: bool = True                    # may be evaluated at prepare when inputs are constant
     stateful: bool = False                   # reads/writes the interpreter's state (variables,
                                              # subgraph calls): never folded or delegated, kept in

@@ -90,17 +90,47 @@ def _float(x):
 
 # -- Taichi steps -----------------------------------------------------------------------------
 # Every step is a gather: one thread per output element (a top-level ti.ndrange loop over the
-# output), serial loops over the window taps and the input channels. All shapes, strides,
-# paddings and activations are attributes, hence compile-time constants.
+# output, output channels innermost so neighbouring threads write neighbouring addresses),
+# serial loops over the window taps and the input channels. All shapes, strides, paddings and
+# activations are attributes, hence compile-time constants.
+#
+# Weights are laid out for that thread order at prepare (`_pack_*`, OpDef.pack): output channels
+# innermost, so the threads of a warp read one contiguous run of a filter instead of one value
+# every c_in floats.
+#
+# Split-K: an op with few outputs and a long reduction (a classifier's 1x1 conv or FC: 1000
+# outputs of 1024 terms) would leave most of a GPU idle while each thread walks the reduction
+# alone; it is split into SPLIT_K partial sums per output, written to arena scratch by one task
+# and added (with bias and activation) by a second.
+SPLIT_K_THREADS = 65536     # below this many outputs, split the reduction...
+SPLIT_K_MIN_TERMS = 64      # ...into chunks of at least this many input channels
+
+
+def split_k(n_out: int, channels: int) -> int:
+    """How many partial sums per output: enough to give ~SPLIT_K_THREADS threads."""
+    if n_out >= SPLIT_K_THREADS or channels < 2 * SPLIT_K_MIN_TERMS:
+        return 1
+    return int(min(channels // SPLIT_K_MIN_TERMS, -(-SPLIT_K_THREADS // n_out)))
+
+
+def _scratch_ref(io, splits):
+    """The split-K scratch, unless the arena is float16 (partials stay float32-exact: no split)."""
+    if splits > 1 and io.scratch is not None and io.scratch.storage == ti.f32:
+        return io.scratch
+    return None
+
+
 @ti.data_oriented
 class ConvStep:
     """CONV_2D (grouped too) and DEPTHWISE_CONV_2D as one gather. Output channel `co` reads
     input channels (co // per_group) * c_f + c, c < c_f; its filter tap (i, j), channel c is
     filter element co * w_co + (i * k_w + j) * w_tap + c * w_c.
-    CONV_2D [O, H, W, I/groups]: w_co = H*W*c_f, w_tap = c_f, w_c = 1.
+    CONV_2D packed [H, W, I/groups, O]: w_co = 1, w_tap = c_f*O, w_c = O (as stored [O, H, W,
+    I/groups]: w_co = H*W*c_f, w_tap = c_f, w_c = 1).
     DEPTHWISE [1, H, W, C*M]:   c_f = 1, per_group = M, w_co = 1, w_tap = C*M."""
 
-    def __init__(self, x, w, b, out, k, s, d, pad, c_f, per_group, w_strides, act):
+    def __init__(self, x, w, b, out, k, s, d, pad, c_f, per_group, w_strides, act, scratch=None,
+                 splits=1):
         self.x, self.w, self.out = x, w, out
         self.has_bias = b is not None
         self.b = b if b is not None else w          # never read without a bias
@@ -112,27 +142,54 @@ class ConvStep:
         self.c_f, self.per_group = c_f, per_group
         self.w_co, self.w_tap, self.w_c = w_strides
         self.act = act
+        self.splits = splits if scratch is not None else 1
+        self.scratch = scratch if scratch is not None else out
+        self.chunk = -(-c_f // self.splits)
+        self.n_out = out.size
+
+    @ti.func
+    def partial(self, arena: ti.template(), weights: ti.template(), io: ti.template(),
+                n, oy, ox, co, c_lo, c_hi):
+        acc = 0.0
+        c0 = (co // self.per_group) * self.c_f
+        for i in range(self.k_h):
+            iy = oy * self.s_h - self.pad_top + i * self.d_h
+            if (iy >= 0) and (iy < self.in_h):
+                for j in range(self.k_w):
+                    ix = ox * self.s_w - self.pad_left + j * self.d_w
+                    if (ix >= 0) and (ix < self.in_w):
+                        xb = ((n * self.in_h + iy) * self.in_w + ix) * self.c_in + c0
+                        wb = co * self.w_co + (i * self.k_w + j) * self.w_tap
+                        for c in range(c_lo, c_hi):
+                            acc += (self.x.load(arena, weights, io, xb + c)
+                                    * self.w.load(arena, weights, io, wb + c * self.w_c))
+        return acc
+
+    @ti.func
+    def bias(self, arena: ti.template(), weights: ti.template(), io: ti.template(), co):
+        b = 0.0
+        if ti.static(self.has_bias):
+            b = self.b.load(arena, weights, io, co)
+        return b
 
     @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for n, oy, ox, co in ti.ndrange(*self.out.shape):
-            acc = 0.0
-            if ti.static(self.has_bias):
-                acc = self.b.load(arena, weights, io, co)
-            c0 = (co // self.per_group) * self.c_f
-            for i in range(self.k_h):
-                iy = oy * self.s_h - self.pad_top + i * self.d_h
-                if (iy >= 0) and (iy < self.in_h):
-                    for j in range(self.k_w):
-                        ix = ox * self.s_w - self.pad_left + j * self.d_w
-                        if (ix >= 0) and (ix < self.in_w):
-                            xb = ((n * self.in_h + iy) * self.in_w + ix) * self.c_in + c0
-                            wb = co * self.w_co + (i * self.k_w + j) * self.w_tap
-                            for c in range(self.c_f):
-                                acc += (self.x.load(arena, weights, io, xb + c)
-                                        * self.w.load(arena, weights, io, wb + c * self.w_c))
-            flat = ((n * self.out.shape[1] + oy) * self.out.shape[2] + ox) * self.out.shape[3] + co
-            self.out.store(arena, io, flat, activation(acc, self.act))
+        if ti.static(self.splits == 1):
+            for n, oy, ox, co in ti.ndrange(*self.out.shape):
+                acc = self.bias(arena, weights, io, co) + self.partial(arena, weights, io, n, oy, ox, co, 0, self.c_f)
+                flat = ((n * self.out.shape[1] + oy) * self.out.shape[2] + ox) * self.out.shape[3] + co
+                self.out.store(arena, io, flat, activation(acc, self.act))
+        else:
+            for s, n, oy, ox, co in ti.ndrange(self.splits, *self.out.shape):
+                lo = s * self.chunk
+                flat = ((n * self.out.shape[1] + oy) * self.out.shape[2] + ox) * self.out.shape[3] + co
+                self.scratch.store(arena, io, s * self.n_out + flat, self.partial(
+                    arena, weights, io, n, oy, ox, co, lo, ti.min(lo + self.chunk, self.c_f)))
+            for flat in range(self.n_out):
+                acc = self.bias(arena, weights, io, flat % self.out.shape[3])
+                for s in range(self.splits):
+                    acc += self.scratch.load(arena, weights, io, s * self.n_out + flat)
+                self.out.store(arena, io, flat, activation(acc, self.act))
 
 
 @ti.data_oriented
@@ -141,12 +198,16 @@ class TransposeConvStep:
     (oy, ox) takes input pixel iy with iy * s_h + i - pad_top == oy, i.e. the taps
     i = (oy + pad_top) mod s_h + a * s_h. Weights [O, H, W, I]."""
 
-    def __init__(self, x, w, b, out, s, pad, act):
+    def __init__(self, x, w, b, out, s, pad, act, kernel_size, packed):
         self.x, self.w, self.out = x, w, out
         self.has_bias = b is not None
         self.b = b if b is not None else w
         _, self.in_h, self.in_w, self.c_in = x.shape
-        _, self.k_h, self.k_w, _ = w.shape
+        self.k_h, self.k_w = kernel_size
+        c_out = out.shape[3]
+        # weight (co, i, j, c) at co*w_co + (i*k_w + j)*w_tap + c*w_c: packed [H, W, I, O] or [O, H, W, I]
+        self.w_co, self.w_tap, self.w_c = ((1, self.c_in * c_out, c_out) if packed
+                                           else (self.k_h * self.k_w * self.c_in, self.c_in, 1))
         self.s_h, self.s_w = s
         self.pad_top, self.pad_left = pad
         self.n_i = -(-self.k_h // self.s_h)     # taps of one residue class, at most
@@ -170,10 +231,10 @@ class TransposeConvStep:
                         ix = (tx - j) // self.s_w
                         if (j < self.k_w) and (ix >= 0) and (ix < self.in_w):
                             xb = ((n * self.in_h + iy) * self.in_w + ix) * self.c_in
-                            wb = ((co * self.k_h + i) * self.k_w + j) * self.c_in
+                            wb = co * self.w_co + (i * self.k_w + j) * self.w_tap
                             for c in range(self.c_in):
                                 acc += (self.x.load(arena, weights, io, xb + c)
-                                        * self.w.load(arena, weights, io, wb + c))
+                                        * self.w.load(arena, weights, io, wb + c * self.w_c))
             flat = ((n * self.out.shape[1] + oy) * self.out.shape[2] + ox) * self.out.shape[3] + co
             self.out.store(arena, io, flat, activation(acc, self.act))
 
@@ -182,25 +243,49 @@ class TransposeConvStep:
 class FullyConnectedStep:
     """out[r, u] = bias[u] + sum_d x[r * depth + d] * w[u * depth + d] (row-major flat views)."""
 
-    def __init__(self, x, w, b, out, depth, act):
+    def __init__(self, x, w, b, out, depth, units, act, packed, scratch=None, splits=1):
         self.x, self.w, self.out = x, w, out
         self.has_bias = b is not None
         self.b = b if b is not None else w
         self.depth = depth
-        self.units = w.shape[0]
+        self.units = units
         self.rows = out.size // self.units
         self.act = act
+        # weight (u, d) at u*w_u + d*w_d: packed [D, U] (units innermost) or as stored [U, D]
+        self.w_u, self.w_d = (1, units) if packed else (depth, 1)
+        self.splits = splits if scratch is not None else 1
+        self.scratch = scratch if scratch is not None else out
+        self.chunk = -(-depth // self.splits)
+        self.n_out = self.rows * units
+
+    @ti.func
+    def partial(self, arena: ti.template(), weights: ti.template(), io: ti.template(), r, u, lo, hi):
+        acc = 0.0
+        for d in range(lo, hi):
+            acc += (self.x.load(arena, weights, io, r * self.depth + d)
+                    * self.w.load(arena, weights, io, u * self.w_u + d * self.w_d))
+        return acc
 
     @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for r, u in ti.ndrange(self.rows, self.units):
-            acc = 0.0
-            if ti.static(self.has_bias):
-                acc = self.b.load(arena, weights, io, u)
-            for d in range(self.depth):
-                acc += (self.x.load(arena, weights, io, r * self.depth + d)
-                        * self.w.load(arena, weights, io, u * self.depth + d))
-            self.out.store(arena, io, r * self.units + u, activation(acc, self.act))
+        if ti.static(self.splits == 1):
+            for r, u in ti.ndrange(self.rows, self.units):
+                acc = self.partial(arena, weights, io, r, u, 0, self.depth)
+                if ti.static(self.has_bias):
+                    acc += self.b.load(arena, weights, io, u)
+                self.out.store(arena, io, r * self.units + u, activation(acc, self.act))
+        else:
+            for s, r, u in ti.ndrange(self.splits, self.rows, self.units):
+                lo = s * self.chunk
+                self.scratch.store(arena, io, s * self.n_out + r * self.units + u, self.partial(
+                    arena, weights, io, r, u, lo, ti.min(lo + self.chunk, self.depth)))
+            for flat in range(self.n_out):
+                acc = 0.0
+                if ti.static(self.has_bias):
+                    acc = self.b.load(arena, weights, io, flat % self.units)
+                for s in range(self.splits):
+                    acc += self.scratch.load(arena, weights, io, s * self.n_out + flat)
+                self.out.store(arena, io, flat, activation(acc, self.act))
 
 
 def _data_inputs_supported(node, *indices):
@@ -303,15 +388,32 @@ def _reference_conv(node, inputs):
     return [apply_activation(out, o.fused_activation_function)]
 
 
+def _conv_splits(node) -> int:
+    return split_k(int(np.prod(node.outputs[0].shape)), node.inputs[1].shape[3])
+
+
+def _conv_scratch(node) -> int:
+    splits = _conv_splits(node)
+    return splits * int(np.prod(node.outputs[0].shape)) if splits > 1 else 0
+
+
+def _pack_filter_out_channels_last(node, i, value):
+    """[O, H, W, I] -> [H, W, I, O]: output channels innermost, as the threads run."""
+    return value.transpose(1, 2, 3, 0) if i == 1 else None
+
+
 def _conv_taichi(node, io):
     o = node.options
     c_out, k_h, k_w, c_f = node.inputs[1].shape
     groups = node.inputs[0].shape[3] // c_f
     _, _, pad_top, pad_left = _conv_geometry(node, k_h, k_w)
+    packed = node.inputs[1].value is not None          # constants are packed by the planner
+    splits = _conv_splits(node)
     return ConvStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0], (k_h, k_w),
                     (o.stride_h, o.stride_w), (o.dilation_h, o.dilation_w), (pad_top, pad_left),
-                    c_f=c_f, per_group=c_out // groups, w_strides=(k_h * k_w * c_f, c_f, 1),
-                    act=o.fused_activation_function)
+                    c_f=c_f, per_group=c_out // groups,
+                    w_strides=(1, c_f * c_out, c_out) if packed else (k_h * k_w * c_f, c_f, 1),
+                    act=o.fused_activation_function, scratch=_scratch_ref(io, splits), splits=splits)
 
 
 def _conv_supports(node):
@@ -321,7 +423,7 @@ def _conv_supports(node):
 CONV_2D = register_op(OpDef(
     name="CONV_2D", infer=_infer_conv, reference=_reference_conv, parse=_parse_conv,
     options_class="Conv2DOptions", supports=_conv_supports, taichi=_conv_taichi,
-    min_inputs=2, max_inputs=3))
+    pack=_pack_filter_out_channels_last, scratch=_conv_scratch, min_inputs=2, max_inputs=3))
 
 
 # -- DEPTHWISE_CONV_2D -------------------------------------------------------------------------
@@ -466,7 +568,8 @@ def _transpose_conv_taichi(node, io):
     _, k_h, k_w, _ = node.inputs[1].shape
     pad = _transpose_conv_padding(node, out_h, out_w, k_h, k_w)
     return TransposeConvStep(io.inputs[2], io.inputs[1], _bias_ref(io, 3), io.outputs[0],
-                             (o.stride_h, o.stride_w), pad, o.fused_activation_function)
+                             (o.stride_h, o.stride_w), pad, o.fused_activation_function,
+                             (k_h, k_w), packed=node.inputs[1].value is not None)
 
 
 def _transpose_conv_supports(node):
@@ -476,8 +579,8 @@ def _transpose_conv_supports(node):
 TRANSPOSE_CONV = register_op(OpDef(
     name="TRANSPOSE_CONV", infer=_infer_transpose_conv, reference=_reference_transpose_conv,
     parse=_parse_transpose_conv, options_class="TransposeConvOptions",
-    supports=_transpose_conv_supports, taichi=_transpose_conv_taichi, min_inputs=3,
-    max_inputs=4))
+    supports=_transpose_conv_supports, taichi=_transpose_conv_taichi,
+    pack=_pack_filter_out_channels_last, min_inputs=3, max_inputs=4))
 
 
 # -- FULLY_CONNECTED ---------------------------------------------------------------------------
@@ -528,16 +631,34 @@ def _reference_fully_connected(node, inputs):
     return [out.reshape(node.outputs[0].shape)]
 
 
+def _fc_splits(node) -> int:
+    return split_k(int(np.prod(node.outputs[0].shape)), node.inputs[1].shape[1])
+
+
+def _fc_scratch(node) -> int:
+    splits = _fc_splits(node)
+    return splits * int(np.prod(node.outputs[0].shape)) if splits > 1 else 0
+
+
+def _pack_fc_weights(node, i, value):
+    """[U, D] -> [D, U]: units innermost, as the threads run."""
+    return value.T if i == 1 else None
+
+
 def _fully_connected_taichi(node, io):
-    _, depth = node.inputs[1].shape
+    units, depth = node.inputs[1].shape
+    splits = _fc_splits(node)
     return FullyConnectedStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
-                              depth, node.options.fused_activation_function)
+                              depth, units, node.options.fused_activation_function,
+                              packed=node.inputs[1].value is not None,
+                              scratch=_scratch_ref(io, splits), splits=splits)
 
 
 FULLY_CONNECTED = register_op(OpDef(
     name="FULLY_CONNECTED", infer=_infer_fully_connected, reference=_reference_fully_connected,
     parse=_parse_fully_connected, options_class="FullyConnectedOptions",
-    supports=_conv_supports, taichi=_fully_connected_taichi, min_inputs=2, max_inputs=3))
+    supports=_conv_supports, taichi=_fully_connected_taichi, pack=_pack_fc_weights,
+    scratch=_fc_scratch, min_inputs=2, max_inputs=3))
 
 # -- CUSTOM:Convolution2DTransposeBias (MediaPipe) ---------------------------------------------
 # MediaPipe's transpose conv with a bias input (mediapipe/util/tflite/operations/
@@ -616,14 +737,17 @@ def _reference_transpose_conv_bias(node, inputs):
 def _transpose_conv_bias_taichi(node, io):
     o = node.options
     _, _, pad_top, pad_left = _transpose_conv_bias_geometry(node)
+    _, k_h, k_w, _ = node.inputs[1].shape
     return TransposeConvStep(io.inputs[0], io.inputs[1], io.inputs[2], io.outputs[0],
-                             (o.stride_h, o.stride_w), (pad_top, pad_left), 0)
+                             (o.stride_h, o.stride_w), (pad_top, pad_left), 0, (k_h, k_w),
+                             packed=node.inputs[1].value is not None)
 
 
 CONVOLUTION_2D_TRANSPOSE_BIAS = register_op(OpDef(
     name="CUSTOM:Convolution2DTransposeBias", infer=_infer_transpose_conv_bias,
     reference=_reference_transpose_conv_bias, parse=_parse_transpose_conv_bias,
-    taichi=_transpose_conv_bias_taichi, min_inputs=3, max_inputs=3))
+    taichi=_transpose_conv_bias_taichi, pack=_pack_filter_out_channels_last, min_inputs=3,
+    max_inputs=3))
 
 __all__ = ["CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED",
            "CONVOLUTION_2D_TRANSPOSE_BIAS", "extract_patches", "spatial_geometry"]

@@ -104,9 +104,31 @@ def _merged(dims):
     return tuple(out)
 
 
+# Few outputs over a long reduction (a global average pool: 1024 outputs of 49 terms) leave a
+# GPU mostly idle with one thread per output: split the reduction into partial results in arena
+# scratch, then combine them (as conv's split-K).
+SPLIT_THREADS, SPLIT_MIN_TERMS = 65536, 8
+
+
+def _reduce_splits(n_out: int, count: int) -> int:
+    if n_out >= SPLIT_THREADS or count < 2 * SPLIT_MIN_TERMS:
+        return 1
+    return int(min(count // SPLIT_MIN_TERMS, -(-SPLIT_THREADS // n_out)))
+
+
+def _reduce_scratch(node) -> int:
+    n_out = max(int(np.prod(node.outputs[0].shape)), 1)
+    count = int(np.prod(node.inputs[0].shape)) // n_out
+    splits = _reduce_splits(n_out, count)
+    return splits * n_out if splits > 1 else 0
+
+
 @ti.data_oriented
 class ReduceStep:
-    def __init__(self, code, x, out, axes):
+    """One thread per output walks its reduction; or, split, SPLITS threads per output each walk
+    a contiguous share of it into scratch, and one thread per output combines the shares."""
+
+    def __init__(self, code, x, out, axes, scratch=None):
         self.code, self.x, self.out = code, x, out
         kept = [(d, s) for i, (d, s) in enumerate(zip(x.shape, x.strides)) if i not in axes]
         reduced = [(d, s) for i, (d, s) in enumerate(zip(x.shape, x.strides)) if i in axes]
@@ -119,6 +141,27 @@ class ReduceStep:
         self.n_out = max(out.size, 1)
         self.count = int(np.prod([d for d, _ in reduced], dtype=np.int64))
         self.inv_count = 1.0 / max(self.count, 1)
+        splits = _reduce_splits(self.n_out, self.count)
+        usable = scratch is not None and scratch.storage == ti.f32 and splits > 1
+        self.splits = splits if usable else 1
+        self.scratch = scratch if usable else out
+        self.chunk = -(-self.count // self.splits)
+        self.splits = -(-self.count // self.chunk)      # no empty share: MAX has no identity
+
+    @ti.func
+    def _combine(self, acc, v):
+        r = acc + v
+        if ti.static(self.code == _MAX):
+            r = ti.max(acc, v)
+        return r
+
+    @ti.func
+    def _walk(self, arena: ti.template(), weights: ti.template(), io: ti.template(), base, lo, hi):
+        acc = self.x.load(arena, weights, io, base + self._offset(lo, self.red_sizes, self.red_strides))
+        for r in range(lo + 1, hi):
+            acc = self._combine(acc, self.x.load(arena, weights, io,
+                                                 base + self._offset(r, self.red_sizes, self.red_strides)))
+        return acc
 
     @ti.func
     def _offset(self, flat, sizes: ti.template(), strides: ti.template()):
@@ -131,23 +174,30 @@ class ReduceStep:
 
     @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for i in range(self.n_out):
-            base = self._offset(i, self.kept_sizes, self.kept_strides)
-            acc = self.x.load(arena, weights, io, base)     # reduced position 0 is offset 0
-            for r in range(1, self.count):
-                v = self.x.load(arena, weights, io,
-                                base + self._offset(r, self.red_sizes, self.red_strides))
-                if ti.static(self.code == _MAX):
-                    acc = ti.max(acc, v)
-                else:
-                    acc += v
-            if ti.static(self.code == _MEAN):
-                acc = acc * self.inv_count
-            self.out.store(arena, io, i, acc)
+        if ti.static(self.splits == 1):
+            for i in range(self.n_out):
+                acc = self._walk(arena, weights, io, self._offset(i, self.kept_sizes, self.kept_strides),
+                                 0, self.count)
+                if ti.static(self.code == _MEAN):
+                    acc = acc * self.inv_count
+                self.out.store(arena, io, i, acc)
+        else:
+            for s, i in ti.ndrange(self.splits, self.n_out):
+                lo = s * self.chunk
+                self.scratch.store(arena, io, s * self.n_out + i, self._walk(
+                    arena, weights, io, self._offset(i, self.kept_sizes, self.kept_strides),
+                    lo, ti.min(lo + self.chunk, self.count)))
+            for i in range(self.n_out):
+                acc = self.scratch.load(arena, weights, io, i)
+                for s in range(1, self.splits):
+                    acc = self._combine(acc, self.scratch.load(arena, weights, io, s * self.n_out + i))
+                if ti.static(self.code == _MEAN):
+                    acc = acc * self.inv_count
+                self.out.store(arena, io, i, acc)
 
 
 def _reduce_taichi(node, io):
-    return ReduceStep(_CODES[node.op], io.inputs[0], io.outputs[0], _axes(node))
+    return ReduceStep(_CODES[node.op], io.inputs[0], io.outputs[0], _axes(node), io.scratch)
 
 
 def _reduce_supports(node):
@@ -166,7 +216,8 @@ def _reducer(name, fn):
 
     return register_op(OpDef(name=name, infer=_infer, reference=reference, parse=_parse,
                              options_class="ReducerOptions", taichi=_reduce_taichi,
-                             supports=_reduce_supports, min_inputs=2, max_inputs=2))
+                             supports=_reduce_supports, scratch=_reduce_scratch,
+                             min_inputs=2, max_inputs=2))
 
 
 MEAN = _reducer("MEAN", _mean)

@@ -2,11 +2,14 @@
 stores (with the float view's quantization simulation fused into the store), activations.
 
 A `TensorRef` is a plain Python object; inside a kernel its attributes are compile-time
-constants, so `ref.load(arena, weights, io, i)` compiles to one indexed read at a fixed offset. Kernels take
-three 1-D buffers, passed to every load and store as ti.template args:
+constants, so `ref.load(arena, weights, io, i)` compiles to one indexed read at a fixed offset.
+Kernels take four 1-D buffers; ops see three names, passed to every load and store:
 - `arena`   the partition's intermediates, offsets reused by lifetime (planner.py);
-- `weights` the partition's constants, dequantized once at prepare;
-- `io`      the partition's inputs and outputs, copied from/to the host at each invoke.
+- `weights` the partition's constants, dequantized (and laid out for their op) once at prepare;
+- `io`      a pair (io_in, io_out): the partition's inputs and outputs, host numpy arrays handed
+            to the kernel as arguments, so Taichi copies them in and out with the launch
+            (measured: far cheaper than Ndarray.from_numpy/to_numpy on every backend, see
+            bench/results/transfers.md). Ops pass `io` on untouched; only load/store look inside.
 """
 
 import os
@@ -16,7 +19,7 @@ from typing import Optional
 os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "False")
 import taichi as ti  # noqa: E402
 
-ARENA, WEIGHTS, IO = 0, 1, 2
+ARENA, WEIGHTS, IO_IN, IO_OUT = 0, 1, 2, 3
 
 
 @ti.data_oriented
@@ -54,8 +57,10 @@ class TensorRef:
             v = ti.cast(arena[self.offset + flat], ti.f32)
         elif ti.static(self.buffer == WEIGHTS):
             v = ti.cast(weights[self.offset + flat], ti.f32)
+        elif ti.static(self.buffer == IO_IN):
+            v = io[0][self.offset + flat]
         else:
-            v = ti.cast(io[self.offset + flat], ti.f32)
+            v = io[1][self.offset + flat]
         return v
 
     @ti.func
@@ -71,7 +76,8 @@ class TensorRef:
         if ti.static(self.buffer == ARENA):
             arena[self.offset + flat] = ti.cast(v, self.storage)
         else:
-            io[self.offset + flat] = ti.cast(v, self.storage)
+            ti.static_assert(self.buffer == IO_OUT, "only the arena and io_out are written")
+            io[1][self.offset + flat] = v
 
     @ti.func
     def flat_index(self, I):
@@ -117,3 +123,18 @@ class StepIO:
     input) and per output."""
     inputs: tuple
     outputs: tuple
+    scratch: Optional[TensorRef] = None     # arena space the op asked for (OpDef.scratch)
+
+
+@ti.data_oriented
+class CopyTensorStep:
+    """src -> dst element by element: the planner's staging of partition inputs into the arena
+    and of outputs out of it, where a chunked partition's kernels cannot all see io."""
+
+    def __init__(self, src, dst):
+        self.src, self.dst = src, dst
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for i in range(self.dst.size):
+            self.dst.store(arena, io, i, self.src.load(arena, weights, io, i))

@@ -520,8 +520,10 @@ def test_weights_buffer_holds_the_dequantized_int8_weights():
     schedule = build_schedule(prepared, warn=False)
     [partition] = schedule.partitions
     plan = plan_partition(partition, prepared)
-    expected = (q.astype(np.float64) * scales[:, None]).astype(np.float32).reshape(-1)
-    np.testing.assert_array_equal(plan.weights[:q.size], expected)
+    # FULLY_CONNECTED's weights are packed [D, U] (units innermost) for its kernel
+    ref = plan.packed[(0, 1)]
+    expected = (q.astype(np.float64) * scales[:, None]).astype(np.float32).T.reshape(-1)
+    np.testing.assert_array_equal(plan.weights[ref.offset:ref.offset + q.size], expected)
 
 
 def test_fp16_on_vulkan(vulkan_workers):

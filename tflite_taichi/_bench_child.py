@@ -40,7 +40,7 @@ def _start(spec, np):
         kwargs = {"backend": backend, "precision": spec["precision"], "profile": spec["profile"]}
         import inspect
         if spec.get("cache_dir") and "cache_dir" in inspect.signature(Runtime).parameters:
-            kwargs["cache_dir"] = spec["cache_dir"]     # the day the Interpreter takes one
+            kwargs["cache_dir"] = spec["cache_dir"]
     import_s = time.perf_counter() - t
     data = np.load(spec["inputs"])
     feeds = [data[f"input_{i}"] for i in range(len(data.files))]
@@ -56,9 +56,11 @@ def _start(spec, np):
         it.set_tensor(d["index"], x)
     it.invoke()
     t3 = time.perf_counter()
+    cache = getattr(it, "_cache", None)
     start = {"import_s": import_s, "construct_s": t1 - t0, "allocate_s": t2 - t1,
              "first_invoke_s": t3 - t2, "start_s": t3 - t0,
-             "cache_files_before": cache_files}
+             "cache_files_before": cache_files,
+             "cache_state": cache.info()["state"] if cache is not None else None}
     return it, start
 
 

@@ -11,6 +11,7 @@ Facts this module is built on (DESIGN.md, "Backends"):
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ FP16_BACKENDS = ("cuda", "vulkan", "cpu")            # no u16 in Taichi's GL SPI
 
 _lock = threading.Lock()
 _current: Optional[str] = None
+_cache_root: Optional[str] = None     # cache_dir Taichi was started with (resolved)
 _probe_cache: dict = {}
 
 PROBE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_probe.py")
@@ -83,13 +85,20 @@ def choose_auto() -> str:
     return "cpu"
 
 
-def ensure_runtime(name: str) -> str:
-    """Initialise Taichi on `name` for this process (once), or raise BackendUnavailable."""
-    global _current
+def ensure_runtime(name: str, cache_dir=None) -> str:
+    """Initialise Taichi on `name` for this process (once), or raise BackendUnavailable.
+
+    cache_dir (see cache.py): the first Taichi start of the process fixes it. Its Taichi cache
+    is checked (or wiped) and the driver cache variables point into it while Taichi starts; a
+    later call may pass the same folder or none, another one raises cache.CacheError."""
+    global _current, _cache_root
     if name not in TAICHI_BACKENDS:
         raise BackendUnavailable(f"unknown Taichi backend {name!r}")
     with _lock:
         if _current == name:
+            if cache_dir is not None:
+                from tflite_taichi import cache
+                cache.check_same(cache_dir, _cache_root)
             return name
         if _current is not None:
             raise BackendUnavailable(
@@ -103,18 +112,29 @@ def ensure_runtime(name: str) -> str:
             os.environ.update({k: v for k, v in _env_for(name).items() if k == "EGL_PLATFORM"})
         import taichi as ti
         arch = ti.cpu if name == "cpu" else getattr(ti, name)
+        kwargs, env, disk = {}, contextlib.nullcontext(), None
+        if cache_dir is not None:       # before the driver loads: it reads the variables once
+            from tflite_taichi import cache
+            disk = cache.start(cache_dir)
+            kwargs, env = {"offline_cache_file_path": disk.taichi_dir}, disk.starting()
         try:
-            ti.init(arch=arch, enable_fallback=False, offline_cache=True,
-                    advanced_optimization=False, cfg_optimization=False,
-                    log_level=ti.WARN)
+            with env:
+                ti.init(arch=arch, enable_fallback=False, offline_cache=True,
+                        advanced_optimization=False, cfg_optimization=False,
+                        log_level=ti.WARN, **kwargs)
         except Exception as e:  # taichi raises RuntimeError for a missing arch
             raise BackendUnavailable(f"{name} is not available: {e}") from None
         got = ti.lang.impl.current_cfg().arch.name
         expected = {"cpu": ("x64", "arm64")}.get(name, (name,))
         if got not in expected:
-            ti.reset()
+            if disk is not None:
+                disk.finish()           # ti.reset() under the cache's lock, files re-hashed
+            else:
+                ti.reset()
             raise BackendUnavailable(f"asked for {name}, but Taichi started on {got}")
-        _current = name
+        if disk is not None:
+            disk.activate()             # at exit: Taichi dumps its cache, the manifest follows
+        _current, _cache_root = name, (disk.root if disk is not None else None)
         return name
 
 

@@ -15,7 +15,7 @@ launch one kernel per op.
 import numpy as np
 
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.ops.tiutil import StepIO, ti
+from tflite_taichi.ops.tiutil import CopyTensorStep, StepIO, ti
 from tflite_taichi.partition import Partition
 from tflite_taichi.planner import Plan, plan_partition
 
@@ -25,34 +25,53 @@ CHUNK_STEPS = {"cuda": 32, "vulkan": 32, "metal": 32, "cpu": 32, "opengl": 1, "g
 def _make_kernel(steps: list):
     @ti.kernel
     def partition_kernel(arena: ti.types.ndarray(ndim=1), weights: ti.types.ndarray(ndim=1),
-                         io: ti.types.ndarray(ndim=1)):
+                         io_in: ti.types.ndarray(ndim=1), io_out: ti.types.ndarray(ndim=1)):
         for s in ti.static(range(len(steps))):
-            steps[s].run(arena, weights, io)
+            steps[s].run(arena, weights, (io_in, io_out))
     return partition_kernel
 
 
+def chunk_ranges(n_steps: int, backend: str) -> list:
+    size = CHUNK_STEPS.get(backend, 32)
+    return [(i, min(i + size, n_steps)) for i in range(0, n_steps, size)] or [(0, 0)]
+
+
 class CompiledPartition:
-    """A partition ready to run: its kernels and its three device buffers."""
+    """A partition ready to run: its kernels, its device buffers (arena, weights) and its host
+    io arrays, handed to the first and last kernel as arguments."""
 
     def __init__(self, partition: Partition, graph: PreparedGraph, backend: str, fp16: bool):
         self.partition = partition
-        self.plan: Plan = plan_partition(partition, graph, fp16)
+        chunks = chunk_ranges(len(partition.steps), backend)
+        self.plan: Plan = plan_partition(partition, graph, fp16, chunks)
         self.np_dtype = np.float16 if fp16 else np.float32
         ti_dtype = ti.f16 if fp16 else ti.f32
-        refs = self.plan.refs
-        self.steps = []
+        refs, packed = self.plan.refs, self.plan.packed
+        steps = []
         for step in partition.steps:
-            io = StepIO(inputs=tuple(refs.get(t) if t != -1 else None for t in step.op.inputs),
-                        outputs=tuple(refs[t] for t in step.op.outputs))
-            self.steps.append(step.opdef.taichi(step.node, io))
-        size = CHUNK_STEPS.get(backend, 32)
-        self.kernels = [_make_kernel(self.steps[i:i + size]) for i in range(0, len(self.steps), size)]
+            inputs = tuple(None if t == -1 else packed.get((step.op.index, i), refs.get(t))
+                           for i, t in enumerate(step.op.inputs))
+            io = StepIO(inputs=inputs, outputs=tuple(refs[t] for t in step.op.outputs),
+                        scratch=self.plan.scratch.get(step.op.index))
+            steps.append(step.opdef.taichi(step.node, io))
+        groups = [steps[a:b] for a, b in chunks]
+        groups[0] = [CopyTensorStep(src, dst) for src, dst in self.plan.stage_in] + groups[0]
+        groups[-1] = groups[-1] + [CopyTensorStep(src, dst) for src, dst in self.plan.stage_out]
+        self.kernels = [_make_kernel(g) for g in groups]
         self.arena = ti.ndarray(ti_dtype, self.plan.arena_size)
         self.weights = ti.ndarray(ti_dtype, self.plan.weights.size)
         self.weights.from_numpy(self.plan.weights.astype(self.np_dtype))
-        self.io = ti.ndarray(ti.f32, self.plan.io_size)      # float32 always: see planner
-        self.io_host = np.zeros(self.plan.io_size, np.float32)
+        self.io_in = np.zeros(self.plan.io_in_size, np.float32)
+        self.io_out = np.zeros(self.plan.io_out_size, np.float32)
+        self._unused = ti.ndarray(ti.f32, 1)        # io argument of the kernels between
         self.specs = graph.specs
+
+    def compile(self) -> None:
+        """Compile every kernel now (Taichi compiles at the first launch): one launch on the
+        zeroed buffers, whose results nobody reads. allocate_tensors() calls it, so the cost of
+        building the delegate is paid there, as TFLite's GPU delegate does, not in invoke()."""
+        self._launch()
+        ti.sync()
 
     @property
     def launches(self) -> int:
@@ -60,16 +79,25 @@ class CompiledPartition:
 
     def run(self, values: dict) -> None:
         """Copy the partition's inputs in, launch its kernels, copy its outputs back into values."""
+        self._upload(values)
+        self._launch()
+        self._download(values)
+
+    def _launch(self) -> None:
+        last = len(self.kernels) - 1
+        for i, kernel in enumerate(self.kernels):
+            kernel(self.arena, self.weights, self.io_in if i == 0 else self._unused,
+                   self.io_out if i == last else self._unused)
+
+    def _upload(self, values: dict) -> None:
         for t, off, shape in self.plan.io_inputs:
             n = int(np.prod(shape, dtype=np.int64))
-            self.io_host[off:off + n] = np.asarray(values[t]).reshape(-1)
-        self.io.from_numpy(self.io_host)
-        for kernel in self.kernels:
-            kernel(self.arena, self.weights, self.io)
-        out = self.io.to_numpy()
+            self.io_in[off:off + n] = np.asarray(values[t]).reshape(-1)
+
+    def _download(self, values: dict) -> None:
         for t, off, shape in self.plan.io_outputs:
             n = int(np.prod(shape, dtype=np.int64))
-            flat = out[off:off + n].reshape(shape)
+            flat = self.io_out[off:off + n].reshape(shape)
             dtype = self.specs[t].dtype
             if dtype == np.bool_:
                 values[t] = flat > 0.5

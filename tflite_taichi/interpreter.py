@@ -20,8 +20,9 @@ BACKENDS = ("auto", "reference", "vulkan", "metal", "opengl", "gles", "cuda", "c
 PRECISIONS = ("fp32", "fp16")
 
 
-def _resolve_backend(backend: str, precision: str) -> str:
-    """The backend this interpreter runs on: 'reference' or a Taichi arch, initialised."""
+def _resolve_backend(backend: str, precision: str, cache_dir=None) -> str:
+    """The backend this interpreter runs on: 'reference' or a Taichi arch, initialised (with
+    cache_dir: Taichi's and the drivers' caches in it, see cache.py)."""
     if backend not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if precision not in PRECISIONS:
@@ -37,7 +38,7 @@ def _resolve_backend(backend: str, precision: str) -> str:
     if precision == "fp16" and backend not in ti_backend.FP16_BACKENDS:
         raise BackendUnavailable(f"precision='fp16' is not available on {backend}: Taichi's "
                                  "OpenGL/GLES path has no 16-bit storage; use cuda, vulkan or cpu")
-    return ti_backend.ensure_runtime(backend)
+    return ti_backend.ensure_runtime(backend, cache_dir)
 
 
 class _Runtime:
@@ -92,8 +93,10 @@ class _SubgraphState:
                                            preserve_all=self.options["preserve_all"],
                                            fp16=self.options["precision"] == "fp16")
             for p in self.schedule.partitions:
-                self.compiled[id(p)] = CompiledPartition(p, self.prepared, self.options["backend"],
-                                                         self.options["precision"] == "fp16")
+                compiled = CompiledPartition(p, self.prepared, self.options["backend"],
+                                             self.options["precision"] == "fp16")
+                compiled.compile()
+                self.compiled[id(p)] = compiled
         old = self.io
         self.io = {}
         for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):
@@ -188,14 +191,19 @@ class Interpreter:
                  precision: str = "fp32", num_threads: Optional[int] = None, *,
                  max_delegated_partitions: int = 1, profile: bool = False,
                  experimental_delegates=None, experimental_op_resolver_type=None,
-                 experimental_preserve_all_tensors: bool = False):
+                 experimental_preserve_all_tensors: bool = False,
+                 cache_dir=None, model_token: Optional[str] = None):
         """backend: 'auto' (the best hardware GPU backend, else Taichi's CPU), 'reference'
         (numpy), or a Taichi arch: 'cuda', 'vulkan', 'metal', 'opengl', 'gles', 'cpu'.
         precision: 'fp32', or 'fp16' (f16 storage on cuda, vulkan, cpu).
         The experimental_* arguments of LiteRT are accepted for drop-in use: op resolvers do not
         apply here; experimental_preserve_all_tensors=True copies every tensor a delegated
         partition writes back to the host, so get_tensor can read intermediates (the reference
-        path always keeps them); delegates are refused."""
+        path always keeps them); delegates are refused.
+        cache_dir: a private folder (created 0700) for Taichi's and the GPU drivers' kernel
+        caches, checked before use and shared safely between processes; model_token names this
+        model's record in it (default: a fingerprint of the model bytes, backend, precision and
+        versions). See tflite_taichi.cache."""
         if (model_path is None) == (model_content is None):
             raise InputError("pass exactly one of model_path or model_content")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
@@ -204,9 +212,12 @@ class Interpreter:
             raise InputError("experimental_delegates is not supported: choose backend= instead")
         if not isinstance(max_delegated_partitions, int) or max_delegated_partitions < 0:
             raise InputError(f"max_delegated_partitions must be an int >= 0, got {max_delegated_partitions!r}")
+        if cache_dir is not None or model_token is not None:
+            from tflite_taichi import cache
+            cache.check_arguments(cache_dir, model_token)
         self._model = read_model(model_path if model_path is not None else model_content)
         self._resolved = graph_mod.resolve_ops(self._model)
-        self._backend = _resolve_backend(backend, precision)
+        self._backend = _resolve_backend(backend, precision, cache_dir)
         self._requested_backend = backend
         self._precision = precision
         self._num_threads = num_threads
@@ -219,6 +230,12 @@ class Interpreter:
         for index in _init_subgraphs(self._model, self._resolved):
             self._state(index)          # prepared by allocate_tensors() with the main graph
         self._last_invoke_s = None
+        self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)
+        if cache_dir is not None and self._backend != "reference":
+            self._cache = cache.open_model(
+                cache_dir, model_token, model_path if model_path is not None else model_content,
+                self._backend, precision, max_delegated_partitions,
+                bool(experimental_preserve_all_tensors), interpreter=self)
 
     # -- internals -------------------------------------------------------------------------
     def _state(self, subgraph_index: int) -> _SubgraphState:
@@ -263,6 +280,8 @@ class Interpreter:
     def allocate_tensors(self):
         for state in self._states.values():
             state.allocate()
+        if self._cache is not None:
+            self._cache.note_built()
 
     def get_input_details(self):
         return [self._details(t, self._main) for t in self._main.subgraph.inputs]
@@ -431,6 +450,7 @@ class Interpreter:
             "folded": [{"index": i, "op": names[i]} for i in folded],
             "float_view": quantized,      # quantized tensors run as float32 real values
             "quantization": model_kind(self._model),
+            "cache": self._cache.info() if self._cache is not None else None,
         }
 
     def profile(self) -> dict:

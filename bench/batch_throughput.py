@@ -1,0 +1,65 @@
+"""Images per second at a batch size (issue #5's batched target): the model's input resized to
+batch B, median of N invokes after warm-up, on one backend, and LiteRT on the same machine when
+it is installed. PyTorch eager is the issue's yardstick; this script does not build it (torch is
+not installed where the numbers were taken), so the comparison is stated, not measured, there.
+
+    python bench/batch_throughput.py MODEL --backend cuda --batch 32 [--runs 20] [--litert-threads 16]
+"""
+import argparse
+import sys
+import time
+import warnings
+
+import numpy as np
+
+
+def _time(it, runs):
+    d = it.get_input_details()[0]
+    it.set_tensor(d["index"], np.random.default_rng(0).uniform(0, 1, d["shape"]).astype(d["dtype"]))
+    for _ in range(3):
+        it.invoke()
+    t = []
+    for _ in range(runs):
+        s = time.perf_counter()
+        it.invoke()
+        t.append(time.perf_counter() - s)
+    return float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90))
+
+
+def _resized(it, batch):
+    d = it.get_input_details()[0]
+    it.resize_tensor_input(d["index"], [batch, *d["shape"][1:]])
+    it.allocate_tensors()
+    return it
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("--backend", default="cuda")
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--runs", type=int, default=20)
+    p.add_argument("--litert-threads", type=int, default=0, help="0: skip LiteRT")
+    a = p.parse_args(argv)
+    warnings.simplefilter("ignore")
+    from tflite_taichi import Interpreter
+    rows = []
+    it = _resized(Interpreter(model_path=a.model, backend=a.backend, precision=a.precision), a.batch)
+    rows.append((f"tflite_taichi {a.backend}/{a.precision}",) + _time(it, a.runs))
+    if a.litert_threads:
+        try:
+            from ai_edge_litert.interpreter import Interpreter as LiteRT
+            lite = _resized(LiteRT(model_path=a.model, num_threads=a.litert_threads), a.batch)
+            rows.append((f"LiteRT XNNPACK {a.litert_threads} threads",) + _time(lite, a.runs))
+        except ImportError:
+            rows.append(("LiteRT (not installed)", float("nan"), float("nan"), float("nan")))
+    print(f"{a.model} batch {a.batch}:")
+    for name, med, p10, p90 in rows:
+        print(f"  {name:<34} median {1e3 * med:8.2f} ms (p10 {1e3 * p10:.2f}, p90 {1e3 * p90:.2f})"
+              f"  {a.batch / med:8.0f} images/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The delegate's speed paths against the reference, on shapes that take them (the op-family
+tests use small shapes, which do not):
+
+- split-K: CONV_2D and FULLY_CONNECTED with few outputs and a long reduction (ops/conv.py,
+  SPLIT_K_THREADS / SPLIT_K_MIN_TERMS), partial sums in arena scratch;
+- split reductions: MEAN / SUM / REDUCE_MAX with few outputs (ops/reduce.py);
+- chunked SOFTMAX over long rows (ops/activations.py);
+- packed weights: every constant-filter conv here reads its filter laid out by OpDef.pack.
+
+Float32 within the delegate's usual 1e-5 of the largest magnitude (only the summation order
+changes), int8 within 1 unit, fp16 on vulkan (where scratch would be float16, the split paths
+are off and the plain kernels run).
+"""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tflite_taichi.ops.conv import SPLIT_K_MIN_TERMS, SPLIT_K_THREADS, split_k
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+                                   one_op_model, quantize_array, strategies)
+
+S = strategies()
+
+
+def test_the_thresholds_split_what_the_fast_paths_are_for():
+    assert split_k(1000, 1024) == 16            # a classifier: 16 x 1000 threads of 64 terms
+    assert split_k(7 * 7 * 1024, 1024) == 2
+    assert split_k(SPLIT_K_THREADS, 4096) == 1  # enough threads already
+    assert split_k(10, 2 * SPLIT_K_MIN_TERMS - 1) == 1
+
+
+@st.composite
+def long_reduction_conv(draw):
+    side = draw(st.integers(1, 3))
+    c_in = draw(st.sampled_from([128, 200, 256, 513]))
+    c_out = draw(st.integers(1, 40))
+    k = draw(st.sampled_from([1, 3]))
+    return side, c_in, c_out, k, draw(st.sampled_from(["NONE", "RELU6"])), draw(S.seeds())
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(long_reduction_conv())
+def test_split_k_conv2d(taichi_workers, case):
+    side, c_in, c_out, k, act, seed = case
+    rng = np.random.default_rng(seed)
+    model = one_op_model("CONV_2D", [
+        Input((1, side, side, c_in)),
+        Const(rng.uniform(-1, 1, (c_out, k, k, c_in)).astype(np.float32)),
+        Const(rng.uniform(-1, 1, c_out).astype(np.float32))],
+        [Output((1, side, side, c_out))], padding="SAME", stride_h=1, stride_w=1,
+        fused_activation_function=act)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(rows=st.integers(1, 3), depth=st.sampled_from([128, 300, 1024]), units=st.integers(1, 64),
+       int8=st.booleans(), seed=S.seeds())
+def test_split_k_fully_connected(taichi_workers, rows, depth, units, int8, seed):
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(-1, 1, (units, depth)).astype(np.float32)
+    b = rng.uniform(-1, 1, units).astype(np.float32)
+    if int8:
+        qx, qw = (0.05, 3), (float(np.abs(w).max()) / 127, 0)
+        qo = (float(np.sqrt(depth)) * 0.05 * qw[0] * 127 / 40, -2)
+        model = one_op_model("FULLY_CONNECTED", [
+            Input((rows, depth), np.int8, qx), Const(quantize_array(w, qw), qw),
+            Const(np.round(b / (qx[0] * qw[0])).astype(np.int32), (qx[0] * qw[0], 0))],
+            [Output((rows, units), np.int8, qo)])
+    else:
+        model = one_op_model("FULLY_CONNECTED", [Input((rows, depth)), Const(w), Const(b)],
+                             [Output((rows, units))])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(["MEAN", "SUM", "REDUCE_MAX"]), side=st.integers(4, 9),
+       channels=st.integers(1, 300), seed=S.seeds())
+def test_split_reductions(taichi_workers, op, side, channels, seed):
+    """A global pool: 16..81 terms per output, few outputs."""
+    model = one_op_model(op, [Input((1, side, side, channels)), Const(np.array([1, 2], np.int32))],
+                         [Output((1, 1, 1, channels))], keep_dims=True)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(rows=st.integers(1, 4), n=st.integers(64, 1500), beta=st.sampled_from([1.0, 0.5, 3.0]),
+       seed=S.seeds())
+def test_chunked_softmax(taichi_workers, rows, n, beta, seed):
+    model = one_op_model("SOFTMAX", [Input((rows, n))], [Output((rows, n))], beta=beta)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+def test_fast_paths_in_fp16_fall_back_to_the_plain_kernels(vulkan_workers):
+    rng = np.random.default_rng(0)
+    for model in (
+        one_op_model("SOFTMAX", [Input((1, 1000))], [Output((1, 1000))], beta=1.0),
+        one_op_model("FULLY_CONNECTED", [Input((1, 512)), Const(rng.uniform(-1, 1, (10, 512)).astype(np.float32))],
+                     [Output((1, 10))]),
+    ):
+        check_delegate(model, vulkan_workers, precision="fp16")
