@@ -45,10 +45,9 @@ def spatial_geometry(node, padding, in_h, in_w, k_h, k_w, s_h, s_w, d_h=1, d_w=1
     return out_h, out_w, pad_top, pad_left
 
 
-def extract_patches(x, k_h, k_w, s_h, s_w, d_h, d_w, pad_top, pad_left, out_h, out_w,
-                    fill=0.0):
-    """im2col on NHWC: [N, out_h, out_w, k_h, k_w, C], where patch (y, x, i, j) is
-    x[n, y*s_h - pad_top + i*d_h, x*s_w - pad_left + j*d_w, c], or `fill` outside the input."""
+def tap_windows(x, k_h, k_w, s_h, s_w, d_h, d_w, pad_top, pad_left, out_h, out_w, fill=0.0):
+    """For each kernel tap (i, j): the [N, out_h, out_w, C] view of the padded input it sees,
+    x[n, y*s_h - pad_top + i*d_h, x*s_w - pad_left + j*d_w, c] (`fill` outside the input)."""
     n, h, w, c = x.shape
     need_h = (out_h - 1) * s_h + (k_h - 1) * d_h + 1
     need_w = (out_w - 1) * s_w + (k_w - 1) * d_w + 1
@@ -56,11 +55,21 @@ def extract_patches(x, k_h, k_w, s_h, s_w, d_h, d_w, pad_top, pad_left, out_h, o
     pad_right = max(need_w - pad_left - w, 0)
     xp = np.pad(x, ((0, 0), (pad_top, pad_bottom), (pad_left, pad_right), (0, 0)),
                 constant_values=fill)
-    patches = np.empty((n, out_h, out_w, k_h, k_w, c), dtype=xp.dtype)
     for i in range(k_h):            # kernel taps only: a small static count
         for j in range(k_w):
-            patches[:, :, :, i, j, :] = xp[:, i * d_h: i * d_h + (out_h - 1) * s_h + 1: s_h,
-                                           j * d_w: j * d_w + (out_w - 1) * s_w + 1: s_w, :]
+            yield i, j, xp[:, i * d_h: i * d_h + (out_h - 1) * s_h + 1: s_h,
+                           j * d_w: j * d_w + (out_w - 1) * s_w + 1: s_w, :]
+
+
+def extract_patches(x, k_h, k_w, s_h, s_w, d_h, d_w, pad_top, pad_left, out_h, out_w,
+                    fill=0.0):
+    """im2col on NHWC: [N, out_h, out_w, k_h, k_w, C], where patch (y, x, i, j) is
+    x[n, y*s_h - pad_top + i*d_h, x*s_w - pad_left + j*d_w, c], or `fill` outside the input."""
+    n, _, _, c = x.shape
+    patches = np.empty((n, out_h, out_w, k_h, k_w, c), dtype=x.dtype)
+    for i, j, window in tap_windows(x, k_h, k_w, s_h, s_w, d_h, d_w, pad_top, pad_left,
+                                    out_h, out_w, fill):
+        patches[:, :, :, i, j, :] = window
     return patches
 
 
@@ -190,6 +199,44 @@ class ConvStep:
                 for s in range(self.splits):
                     acc += self.scratch.load(arena, weights, io, s * self.n_out + flat)
                 self.out.store(arena, io, flat, activation(acc, self.act))
+
+
+PIXEL_TILE = 4     # pixels per thread in a pointwise conv: each weight load feeds 4 FMAs
+
+
+@ti.data_oriented
+class PointwiseConvStep:
+    """A 1x1, stride-1, ungrouped CONV_2D (most of a MobileNet's work) as a matrix product with
+    register tiling: each thread computes PIXEL_TILE neighbouring pixels of one output channel,
+    so every weight it loads (packed [I, O], coalesced across the warp) feeds PIXEL_TILE
+    multiply-adds, and the pixels' inputs are the same for the whole warp (broadcast)."""
+
+    def __init__(self, x, w, b, out, act):
+        self.x, self.w, self.out = x, w, out
+        self.has_bias = b is not None
+        self.b = b if b is not None else w
+        self.c_in = x.shape[3]
+        self.c_out = out.shape[3]
+        self.pixels = out.size // self.c_out
+        self.tiles = -(-self.pixels // PIXEL_TILE)
+        self.act = act
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for tile, co in ti.ndrange(self.tiles, self.c_out):
+            b = 0.0
+            if ti.static(self.has_bias):
+                b = self.b.load(arena, weights, io, co)
+            acc = ti.Vector([b] * PIXEL_TILE)
+            p0 = tile * PIXEL_TILE
+            for c in range(self.c_in):
+                wv = self.w.load(arena, weights, io, c * self.c_out + co)
+                for t in ti.static(range(PIXEL_TILE)):
+                    p = ti.min(p0 + t, self.pixels - 1)     # a last, partial tile re-reads
+                    acc[t] += self.x.load(arena, weights, io, p * self.c_in + c) * wv
+            for t in ti.static(range(PIXEL_TILE)):
+                if p0 + t < self.pixels:
+                    self.out.store(arena, io, (p0 + t) * self.c_out + co, activation(acc[t], self.act))
 
 
 @ti.data_oriented
@@ -380,10 +427,19 @@ def _reference_conv(node, inputs):
     c_out, k_h, k_w, c_f = w.shape
     n, _, _, c_in = x.shape
     groups = c_in // c_f
-    p, out_h, out_w = _conv_patches(node, x, k_h, k_w)
-    p = p.reshape(n, out_h, out_w, k_h, k_w, groups, c_f)
-    wg = w.reshape(groups, c_out // groups, k_h, k_w, c_f)
-    out = np.einsum("nyxijgc,goijc->nyxgo", p, wg, optimize=True)
+    out_h, out_w, pad_top, pad_left = _conv_geometry(node, k_h, k_w)
+    if groups == 1 and (k_h, k_w, o.stride_h, o.stride_w) == (1, 1, 1, 1):
+        # a pointwise conv is one matrix product (BLAS), no patches
+        out = x.reshape(-1, c_in) @ w.reshape(c_out, c_in).T
+    elif groups == 1:
+        # im2col, then one matrix product with the filter as [taps * channels, c_out]
+        p, _, _ = _conv_patches(node, x, k_h, k_w)
+        out = p.reshape(-1, k_h * k_w * c_f) @ w.transpose(1, 2, 3, 0).reshape(-1, c_out)
+    else:
+        p, _, _ = _conv_patches(node, x, k_h, k_w)
+        p = p.reshape(n, out_h, out_w, k_h, k_w, groups, c_f)
+        wg = w.reshape(groups, c_out // groups, k_h, k_w, c_f)
+        out = np.einsum("nyxijgc,goijc->nyxgo", p, wg, optimize=True)
     out = _add_bias(out.reshape(n, out_h, out_w, c_out), bias)
     return [apply_activation(out, o.fused_activation_function)]
 
@@ -409,6 +465,10 @@ def _conv_taichi(node, io):
     _, _, pad_top, pad_left = _conv_geometry(node, k_h, k_w)
     packed = node.inputs[1].value is not None          # constants are packed by the planner
     splits = _conv_splits(node)
+    pointwise = (groups == 1 and (k_h, k_w, o.stride_h, o.stride_w) == (1, 1, 1, 1))
+    if packed and pointwise and _scratch_ref(io, splits) is None:
+        return PointwiseConvStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
+                                 o.fused_activation_function)
     return ConvStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0], (k_h, k_w),
                     (o.stride_h, o.stride_w), (o.dilation_h, o.dilation_w), (pad_top, pad_left),
                     c_f=c_f, per_group=c_out // groups,
@@ -451,9 +511,15 @@ def _reference_depthwise(node, inputs):
     _, k_h, k_w, c_out = w.shape
     n, _, _, c_in = x.shape
     mult = c_out // c_in
-    p, out_h, out_w = _conv_patches(node, x, k_h, k_w)
-    # output channel c*mult + m reads input channel c
-    out = np.einsum("nyxijc,ijcm->nyxcm", p, w.reshape(k_h, k_w, c_in, mult), optimize=True)
+    o_ = node.options
+    out_h, out_w, pad_top, pad_left = _conv_geometry(node, k_h, k_w)
+    # output channel c*mult + m reads input channel c: accumulate tap by tap, each a broadcast
+    # multiply of the window the tap sees (no patches: a depthwise tap has no reduction)
+    w = w.reshape(k_h, k_w, c_in, mult)
+    out = np.zeros((n, out_h, out_w, c_in, mult), dtype=np.result_type(x.dtype, w.dtype))
+    for i, j, window in tap_windows(x, k_h, k_w, o_.stride_h, o_.stride_w, o_.dilation_h,
+                                    o_.dilation_w, pad_top, pad_left, out_h, out_w):
+        out += window[..., None] * w[i, j]
     out = _add_bias(out.reshape(n, out_h, out_w, c_out), bias)
     return [apply_activation(out, o.fused_activation_function)]
 

@@ -8,7 +8,7 @@ DIR (created 0700; an existing DIR must be owned by the user and not group/world
 
     lock                 flock'ed around every check, wipe, Taichi dump and manifest write
     manifest.json        versions, a generation id, and the size and sha256 of every file under
-                         taichi/ and xdg/taichi/ (written atomically: temp file + os.replace)
+                         taichi/ (written atomically: temp file + os.replace)
     taichi/              Taichi's offline cache (ti.init(offline_cache_file_path=...))
     xdg/                 XDG_CACHE_HOME while Taichi starts and stops: Taichi's Vulkan pipeline
                          cache (xdg/taichi/rhi_cache.bin)
@@ -24,9 +24,10 @@ What is trusted, and why (facts measured on Taichi 1.7.4):
   reused for another model gives a cold start, never another model's kernels.
 - Taichi checks a .tic when it loads it, but a damaged one is only logged at debug level
   ("The file was corrupted", "IO error"), compiled again and never rewritten: every later start
-  pays that compile, unseen. So before ti.init the files under taichi/ and xdg/taichi/ are
+  pays that compile, unseen. So before ti.init the files under taichi/ are
   checked against manifest.json: a missing manifest, other versions, a missing, extra,
-  truncated or altered file -> a CacheWarning, both folders wiped, a new generation (rebuild).
+  truncated or altered file -> a CacheWarning, taichi/ and xdg/taichi/ wiped, a new generation
+  (rebuild). xdg/taichi/ (the Vulkan pipeline cache) is not hashed: see WIPED.
 - Taichi writes its cache only when its program is finalized (ti.reset() or interpreter
   teardown). The first Taichi start with a cache_dir registers an atexit handler that, under
   the lock, checks the files again, calls ti.reset() (Taichi dumps), and hashes the result into
@@ -71,7 +72,12 @@ MANIFEST = "manifest.json"
 LOCK = "lock"
 TAICHI = "taichi"
 MODELS = "models"
-VERIFIED = ("taichi", "xdg/taichi")          # the trees manifest.json covers
+VERIFIED = ("taichi",)                      # the tree manifest.json covers
+# Wiped with it: Taichi's Vulkan pipeline cache and its version file. Not hashed: Taichi writes
+# xdg/taichi/version_info while the device starts, after our scan (a second process found it
+# grown from 0 to 54 bytes and distrusted a sound cache), and the Vulkan driver validates
+# rhi_cache.bin's header itself (vendor, device, pipeline-cache UUID), as Mesa's caches.
+WIPED = ("taichi", "xdg/taichi")
 DRIVER_ENV = {                               # variable -> folder under DIR
     "XDG_CACHE_HOME": "xdg",
     "MESA_SHADER_CACHE_DIR": "mesa",
@@ -306,7 +312,7 @@ def scan(root: str) -> tuple:
 
 
 def check(root: str) -> tuple:
-    """(manifest or None, problem or None): problem is None when taichi/ and xdg/taichi/ hold
+    """(manifest or None, problem or None): problem is None when taichi/ holds
     exactly what manifest.json lists, written by these versions (or are empty, with no manifest)."""
     files, odd = scan(root)
     manifest, unreadable = _read_json(os.path.join(root, MANIFEST))
@@ -342,9 +348,9 @@ def check(root: str) -> tuple:
 
 
 def _wipe(root: str) -> None:
-    for sub in VERIFIED:
+    for sub in WIPED:
         shutil.rmtree(os.path.join(root, sub), ignore_errors=True)
-    for sub in VERIFIED:
+    for sub in WIPED:
         _private_dir(os.path.join(root, sub))
     files, odd = scan(root)
     if files or odd:
@@ -401,8 +407,8 @@ class ProcessCache:
     @contextlib.contextmanager
     def starting(self):
         """Around ti.init, under the lock: the Taichi cache checked (or wiped, with a
-        CacheWarning) before the driver loads, the variables set; after, what Taichi wrote while
-        starting (xdg/taichi/version_info) hashed into the manifest."""
+        CacheWarning) before the driver loads, the variables set; after, what Taichi wrote under
+        taichi/ while starting hashed into the manifest."""
         with locked(self.root):
             _clear_stale_taichi_lock(self.root)
             manifest, problem = check(self.root)
