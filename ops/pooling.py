@@ -1,6 +1,6 @@
 """2-D pooling: AVERAGE_POOL_2D and MAX_POOL_2D (NHWC, SAME/VALID, fused activation).
 
-Windows come from conv.py's `extract_patches` (im2col). Padding never takes part: MAX_POOL_2D
+Windows come from conv.py's `tap_windows` (strided views, no im2col). Padding never takes part: MAX_POOL_2D
 pads with -inf, and AVERAGE_POOL_2D divides each window's sum by the number of input elements
 it covers (TFLite's filter_count), not by the filter area.
 
@@ -14,7 +14,7 @@ import numpy as np
 from .base import OpDef, register_op
 from .common import (PADDING_SAME, apply_activation, check_activation, check_padding,
                      positive_ints)
-from .conv import extract_patches, spatial_geometry
+from .conv import spatial_geometry, tap_windows
 from .tiutil import activation, ti
 
 
@@ -56,26 +56,43 @@ def _infer_pool(node):
     return [(n, out_h, out_w, c)]
 
 
-def _windows(node, x, fill):
+def _window_reduce(node, x, fill, combine):
+    """Each window of x reduced with `combine` (np.add / np.maximum) into [N, out_h, out_w, C],
+    without materialising the patches: a loop over the taps (each a strided view of the padded
+    input) or, when windows are larger than the output (a global pool), over the outputs."""
     o = node.options
     out_h, out_w, pad_top, pad_left = _geometry(node)
-    return extract_patches(x, o.filter_h, o.filter_w, o.stride_h, o.stride_w, 1, 1,
-                           pad_top, pad_left, out_h, out_w, fill=fill)
+    if o.filter_h * o.filter_w <= out_h * out_w:
+        out = None
+        for _, _, window in tap_windows(x, o.filter_h, o.filter_w, o.stride_h, o.stride_w, 1, 1,
+                                        pad_top, pad_left, out_h, out_w, fill=fill):
+            out = window.copy() if out is None else combine(out, window, out=out)
+        return out
+    n, h, w, c = x.shape
+    out = np.empty((n, out_h, out_w, c), dtype=x.dtype)
+    for oy in range(out_h):
+        y0, y1 = max(oy * o.stride_h - pad_top, 0), min(oy * o.stride_h - pad_top + o.filter_h, h)
+        for ox in range(out_w):
+            x0, x1 = max(ox * o.stride_w - pad_left, 0), min(ox * o.stride_w - pad_left + o.filter_w, w)
+            block = x[:, y0:y1, x0:x1, :]
+            # padding takes no part in a window's max, and adds 0 to its sum (fill), as above
+            out[:, oy, ox, :] = combine.reduce(block.reshape(n, -1, c), axis=1) if block.size else fill
+    return out
 
 
 def _reference_average(node, inputs):
     x = np.asarray(inputs[0])
     x = x if x.dtype.kind == "f" else x.astype(np.float32)
-    total = _windows(node, x, 0.0).sum(axis=(3, 4))
+    total = _window_reduce(node, x, 0.0, np.add)
     # elements of each window inside the input (the same for every batch and channel)
-    count = _windows(node, np.ones((1,) + x.shape[1:3] + (1,), x.dtype), 0.0).sum(axis=(3, 4))
+    count = _window_reduce(node, np.ones((1,) + x.shape[1:3] + (1,), x.dtype), 0.0, np.add)
     return [apply_activation(total / count, node.options.fused_activation_function)]
 
 
 def _reference_max(node, inputs):
     x = np.asarray(inputs[0])
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-    out = _windows(node, x, fill).max(axis=(3, 4))
+    out = _window_reduce(node, x, fill, np.maximum)
     return [apply_activation(out, node.options.fused_activation_function)]
 
 

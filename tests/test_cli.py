@@ -24,7 +24,11 @@ def test_demo_runs_on_the_best_backend_and_matches_reference_and_litert(tmp_path
                             capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "auto -> " in out and "delegated=8" in out, out
+    assert "auto -> " in out, out
+    backend = out.split("auto -> ")[1].split()[0]
+    delegated = int(out.split("delegated=")[1].split()[0])
+    # on a GPU every op is delegated; without one, auto leaves what numpy runs faster on numpy
+    assert delegated == 8 if backend != "cpu" else 1 <= delegated < 8, out
     for label in ("max |auto - reference| = ", "max |reference - LiteRT| = "):
         diff = float(out.split(label)[1].split()[0])
         assert diff < 1e-5 * 1.0, (label, out)     # probabilities: largest magnitude <= 1

@@ -144,6 +144,54 @@ def test_auto_takes_no_software_gpu(tmp_path):
         assert chosen == "cpu" and probes["vulkan"][1] and probes["opengl"][1], probes
 
 
+AUTO_CPU_SCRIPT = """
+import json, warnings
+import numpy as np
+from tflite_taichi import Interpreter, backend
+from tflite_taichi.demo import build_demo_model
+from tflite_taichi.testing import random_input
+warnings.simplefilter("ignore")
+if backend.choose_auto() != "cpu":
+    print("RESULT " + json.dumps(None))
+else:
+    model = build_demo_model()
+    outs, summaries = {}, {}
+    for name in ("auto", "reference"):
+        it = Interpreter(model_content=model, backend=name)
+        it.allocate_tensors()
+        d = it.get_input_details()[0]
+        it.set_tensor(d["index"], random_input(d, np.random.default_rng(0), 0.0, 1.0))
+        it.invoke()
+        outs[name] = it.get_tensor(it.get_output_details()[0]["index"]).tolist()
+        summaries[name] = it.summary()
+    s = summaries["auto"]
+    print("RESULT " + json.dumps({"backend": s["backend"], "fallback": s["fallback"],
+                                  "delegated": s["ops_delegated"], "outs": outs}))
+"""
+
+
+def test_auto_without_a_gpu_runs_convolutions_on_numpy(tmp_path):
+    """backend='auto' on a machine without a hardware GPU: Taichi's cpu backend, with the ops
+    numpy runs faster there (backend.CPU_REFERENCE_OPS, measured in bench/results/cpu_2core.md)
+    left on the reference path, saying why; the outputs are the reference's."""
+    from tflite_taichi.backend import CPU_REFERENCE_OPS
+    script = tmp_path / "auto_cpu.py"
+    script.write_text(AUTO_CPU_SCRIPT)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    import json
+    result = json.loads([l for l in out.stdout.splitlines() if l.startswith("RESULT")][0][7:])
+    if result is None:
+        pytest.skip("this machine has a hardware GPU: auto does not pick the CPU")
+    assert result["backend"] == "cpu" and result["delegated"] >= 1, result
+    by_policy = {f["op"] for f in result["fallback"] if "numpy" in f["reason"]}
+    assert by_policy == {"CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "FULLY_CONNECTED"}
+    assert by_policy <= CPU_REFERENCE_OPS
+    others = [f for f in result["fallback"] if f["op"] not in by_policy]   # MEAN, SOFTMAX
+    assert all("max_delegated_partitions" in f["reason"] for f in others), others
+    np.testing.assert_allclose(result["outs"]["auto"], result["outs"]["reference"], rtol=1e-5, atol=1e-7)
+
+
 def test_preserve_all_tensors_makes_intermediates_readable(taichi_workers):
     """experimental_preserve_all_tensors=True (LiteRT's flag) copies every tensor a partition
     writes back to the host; the intermediates then match the reference's."""

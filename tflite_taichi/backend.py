@@ -74,6 +74,14 @@ def _device_name(log: str) -> str:
     return ""
 
 
+# backend='auto' on a machine without a hardware GPU runs Taichi's cpu backend, except for these
+# ops, which numpy runs faster there (BLAS matrix products; depthwise as tap-by-tap vector
+# multiply-adds): measured per op on the shared models, bench/results/cpu_2core.md.
+CPU_REFERENCE_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV",
+                               "CUSTOM:Convolution2DTransposeBias", "AVERAGE_POOL_2D",
+                               "MAX_POOL_2D", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"})
+
+
 def choose_auto() -> str:
     """The first hardware GPU backend that really works, else 'cpu' (Taichi's LLVM CPU)."""
     for name in AUTO_ORDER:

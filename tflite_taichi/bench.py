@@ -48,7 +48,8 @@ import numpy as np
 LITERT = "litert"
 REFERENCE = "reference"
 TAICHI_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles", "cpu")
-KNOWN_BACKENDS = (LITERT, REFERENCE) + TAICHI_BACKENDS
+AUTO = "auto"
+KNOWN_BACKENDS = (LITERT, REFERENCE, AUTO) + TAICHI_BACKENDS
 SEED = 0
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bench_child.py")
 
@@ -100,6 +101,12 @@ def device_of(backend: str, threads: Optional[int] = None) -> dict:
         return {"ok": True, "device": "CPU, numpy", "software": None, "detail": ""}
     if backend == "cpu":
         return {"ok": True, "device": f"CPU, Taichi LLVM ({cpu_model()})", "software": None, "detail": ""}
+    if backend == AUTO:
+        from tflite_taichi import backend as ti_backend
+        chosen = ti_backend.choose_auto()
+        where = (f"cpu: Taichi LLVM + numpy for {', '.join(sorted(ti_backend.CPU_REFERENCE_OPS))}"
+                 if chosen == "cpu" else chosen)
+        return {"ok": True, "device": f"auto -> {where}", "software": None, "detail": ""}
     from tflite_taichi import backend as ti_backend
     if backend == "metal" and sys.platform != "darwin":
         return {"ok": False, "device": "", "software": None, "detail": "Metal needs macOS"}
@@ -457,7 +464,7 @@ def table_rows(results: Sequence[dict]) -> list:
                 continue
             lat = r["latency_ms"]
             ours = r["backend"] != LITERT
-            taichi = r["backend"] in TAICHI_BACKENDS
+            taichi = r["backend"] in TAICHI_BACKENDS + (AUTO,)
             diff = ("(oracle)" if r["backend"] == res["oracle"] else _f(r.get("max_rel_diff"), ".1e"))
             lines.append([
                 res["model"], _label(r), r.get("device") or "-",

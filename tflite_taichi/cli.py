@@ -173,7 +173,9 @@ def cmd_demo(args) -> int:
         print("  (LiteRT not installed: pip install 'tflite-taichi[test]' to compare with it)")
     summary = Interpreter(model_path=path, backend="auto").summary()
     print(f"  summary: backend={summary['backend']} ops={summary['ops_total']} "
-          f"delegated={summary['ops_delegated']}")
+          f"delegated={summary['ops_delegated']} on numpy={len(summary['fallback'])}"
+          + (" (auto without a GPU keeps the ops numpy runs faster on numpy)"
+             if summary["backend"] == "cpu" and summary["fallback"] else ""))
     return 0
 
 

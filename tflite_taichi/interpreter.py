@@ -91,7 +91,8 @@ class _SubgraphState:
             from tflite_taichi.partition import build_schedule
             self.schedule = build_schedule(self.prepared, self.options["max_partitions"],
                                            preserve_all=self.options["preserve_all"],
-                                           fp16=self.options["precision"] == "fp16")
+                                           fp16=self.options["precision"] == "fp16",
+                                           reference_ops=self.options["reference_ops"])
             for p in self.schedule.partitions:
                 compiled = CompiledPartition(p, self.prepared, self.options["backend"],
                                              self.options["precision"] == "fp16")
@@ -223,7 +224,11 @@ class Interpreter:
         self._num_threads = num_threads
         self._options = {"backend": self._backend, "precision": precision,
                          "max_partitions": max_delegated_partitions, "profile": bool(profile),
-                         "preserve_all": bool(experimental_preserve_all_tensors)}
+                         "preserve_all": bool(experimental_preserve_all_tensors),
+                         "reference_ops": frozenset()}
+        if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
+            from tflite_taichi.backend import CPU_REFERENCE_OPS
+            self._options["reference_ops"] = CPU_REFERENCE_OPS
         self._runtime = _Runtime(self)
         self._states = {}
         self._main = self._state(0)
@@ -404,7 +409,7 @@ class Interpreter:
             elif op.index in refused:
                 reason = refused[op.index]
             else:
-                reason = delegate_reason(step, self._precision == "fp16")
+                reason = delegate_reason(step, self._precision == "fp16", self._options["reference_ops"])
             rows.append({
                 "index": op.index, "op": op.name, "version": op.version,
                 "outputs": [list(state.prepared.specs[t].shape) for t in op.outputs],

@@ -51,9 +51,13 @@ def carried_by_arena(spec) -> bool:
                                        or is_float_view(spec.dtype, spec.quantization))
 
 
-def delegate_reason(step: Step, fp16: bool = False) -> Optional[str]:
-    """None if the delegate takes this op instance, else why not (TFLite's warning text)."""
+def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -> Optional[str]:
+    """None if the delegate takes this op instance, else why not (TFLite's warning text).
+    `reference_ops`: op names the CPU policy of `auto` keeps on numpy (backend.CPU_REFERENCE_OPS)."""
     opdef, node = step.opdef, step.node
+    if step.op.name in reference_ops:
+        return ("backend='auto' without a GPU runs it on numpy, which is faster than Taichi's "
+                "cpu kernel for this op (BLAS, vectorised taps: bench/results/cpu_2core.md)")
     if opdef.stateful:
         return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
     if opdef.taichi is None:
@@ -74,10 +78,11 @@ def delegate_reason(step: Step, fp16: bool = False) -> Optional[str]:
 
 
 def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = False,
-                   warn: bool = True, preserve_all: bool = False) -> Schedule:
+                   warn: bool = True, preserve_all: bool = False,
+                   reference_ops=frozenset()) -> Schedule:
     """preserve_all: every tensor a partition writes is copied back to the host (LiteRT's
     experimental_preserve_all_tensors), so get_tensor reads intermediates; costs transfers."""
-    reasons = {s.op.index: delegate_reason(s, fp16) for s in graph.steps}
+    reasons = {s.op.index: delegate_reason(s, fp16, reference_ops) for s in graph.steps}
     groups = _group_by_dependencies(graph, {i for i, r in reasons.items() if r is None})
     runs = [g for delegated, g in groups if delegated]
     keep = sorted(runs, key=len, reverse=True)[:max(max_partitions, 0)]
