@@ -138,3 +138,27 @@ class CopyTensorStep:
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
         for i in range(self.dst.size):
             self.dst.store(arena, io, i, self.src.load(arena, weights, io, i))
+
+
+@ti.data_oriented
+class ResidualAddRef:
+    """The output of an op fused with the ADD that is its only reader (codegen's epilogue
+    fusion): the op stores v as usual, and this writes activation(v + residual) to the ADD's
+    output, so the ADD costs no pass over memory. Quacks like the TensorRef it replaces. Only
+    for float tensors (a quantized ADD would snap the op's output first) and a residual in the
+    arena or io (a store has no weights buffer)."""
+
+    def __init__(self, out, residual, act):
+        self.out, self.residual, self.act = out, residual, act
+        self.buffer, self.storage = out.buffer, out.storage
+        self.shape, self.strides, self.size, self.rank = out.shape, out.strides, out.size, out.rank
+        self.quant, self.quantized = None, False
+
+    @ti.func
+    def store(self, arena: ti.template(), io: ti.template(), flat, value):
+        v = value + self.residual.load(arena, arena, io, flat)   # arena stands in for weights: unused
+        self.out.store(arena, io, flat, activation(v, self.act))
+
+    @ti.func
+    def flat_index(self, I):
+        return self.out.flat_index(I)

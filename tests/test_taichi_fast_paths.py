@@ -98,3 +98,59 @@ def test_fast_paths_in_fp16_fall_back_to_the_plain_kernels(vulkan_workers):
                      [Output((1, 10))]),
     ):
         check_delegate(model, vulkan_workers, precision="fp16")
+
+
+# -- epilogue fusion: an ADD of a residual into its producer's store ---------------------------
+def _residual_model(producer, act_conv, act_add, residual_first, also_output, rng):
+    """x -> PRODUCER -> t; out = ADD(t, x) (or ADD(x, t)); t also a model output if asked."""
+    from tflite_taichi.builder import ModelBuilder
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 5, 5, 8))
+    t = g.tensor("t", (1, 5, 5, 8))
+    if producer == "CONV_2D":
+        g.op("CONV_2D", [x, g.const("w", rng.uniform(-1, 1, (8, 3, 3, 8)).astype(np.float32)),
+                         g.const("b", rng.uniform(-1, 1, 8).astype(np.float32))], [t],
+             padding="SAME", stride_h=1, stride_w=1, fused_activation_function=act_conv)
+    else:
+        g.op("DEPTHWISE_CONV_2D", [x, g.const("w", rng.uniform(-1, 1, (1, 3, 3, 8)).astype(np.float32)),
+                                   g.const("b", rng.uniform(-1, 1, 8).astype(np.float32))], [t],
+             padding="SAME", stride_h=1, stride_w=1, depth_multiplier=1,
+             fused_activation_function=act_conv)
+    out = g.tensor("out", (1, 5, 5, 8))
+    g.op("ADD", [x, t] if residual_first else [t, x], [out], fused_activation_function=act_add)
+    g.output(out, *([t] if also_output else []))
+    return b.finish()
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(producer=st.sampled_from(["CONV_2D", "DEPTHWISE_CONV_2D"]), act_conv=S.activations(),
+       act_add=S.activations(), residual_first=st.booleans(), also_output=st.booleans(),
+       seed=S.seeds())
+def test_residual_add_fused_into_its_producer(taichi_workers, producer, act_conv, act_add,
+                                              residual_first, also_output, seed):
+    model = _residual_model(producer, act_conv, act_add, residual_first, also_output,
+                            np.random.default_rng(seed))
+    for backend, s in check_delegate(model, taichi_workers, seed=seed).items():
+        # fused unless the producer's own output is needed (a model output here)
+        expected = [] if also_output else [[0, 1]]
+        assert s["partitions"][0]["fused"] == expected, (backend, s["partitions"])
+
+
+def test_quantized_residual_add_is_not_fused(taichi_workers):
+    """An int8 ADD snaps the producer's output to its grid first: fusing would skip that snap,
+    so the pair stays two steps (and still matches the reference)."""
+    from tflite_taichi.builder import ModelBuilder
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 4, 4, 4), np.int8, (0.05, 0))
+    t = g.tensor("t", (1, 4, 4, 4), np.int8, (0.05, 0))
+    g.op("CONV_2D", [x, g.const("w", rng.integers(-127, 128, (4, 1, 1, 4)).astype(np.int8), quantization=(0.01, 0)),
+                     g.const("b", np.zeros(4, np.int32), quantization=(0.0005, 0))], [t],
+         padding="SAME", stride_h=1, stride_w=1)
+    out = g.tensor("out", (1, 4, 4, 4), np.int8, (0.1, 0))
+    g.op("ADD", [t, x], [out])
+    g.output(out)
+    for backend, s in check_delegate(b.finish(), taichi_workers).items():
+        assert s["partitions"][0]["fused"] == [], (backend, s["partitions"])

@@ -15,7 +15,7 @@ launch one kernel per op.
 import numpy as np
 
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.ops.tiutil import CopyTensorStep, StepIO, ti
+from tflite_taichi.ops.tiutil import CopyTensorStep, ResidualAddRef, StepIO, ti
 from tflite_taichi.partition import Partition
 from tflite_taichi.planner import Plan, plan_partition
 
@@ -36,6 +36,41 @@ def chunk_ranges(n_steps: int, backend: str) -> list:
     return [(i, min(i + size, n_steps)) for i in range(0, n_steps, size)] or [(0, 0)]
 
 
+# Producers whose Taichi step stores each output element exactly once, with its final value:
+# an ADD reading only their output can be fused into that store (ResidualAddRef).
+EPILOGUE_PRODUCERS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV",
+                                "CUSTOM:Convolution2DTransposeBias"})
+
+
+def _is_float(spec) -> bool:
+    return spec.dtype is not None and np.dtype(spec.dtype).kind == "f" and spec.quantization is None
+
+
+def residual_fusions(partition: Partition) -> dict:
+    """{position of a producer: position of the ADD fused into it}: the ADD right after it reads
+    its output and a residual of the same shape, nothing else reads that output (and it is not a
+    partition output), all float. The producer then writes the ADD's result directly."""
+    steps, fused = partition.steps, {}
+    readers = {}
+    for s in steps:
+        for t in s.op.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    outputs = set(partition.outputs)
+    for i in range(len(steps) - 1):
+        prod, add = steps[i], steps[i + 1]
+        if prod.op.name not in EPILOGUE_PRODUCERS or add.op.name != "ADD" or len(prod.op.outputs) != 1:
+            continue
+        t = prod.op.outputs[0]
+        others = [u for u in add.op.inputs if u != t]
+        if (list(add.op.inputs).count(t) != 1 or len(others) != 1 or readers.get(t) != 1
+                or t in outputs or others[0] in partition.constants):
+            continue
+        specs = [prod.node.outputs[0], add.node.outputs[0]] + [x for x in add.node.inputs]
+        if all(_is_float(x) for x in specs) and len({tuple(x.shape) for x in specs}) == 1:
+            fused[i] = i + 1
+    return fused
+
+
 class CompiledPartition:
     """A partition ready to run: its kernels, its device buffers (arena, weights) and its host
     io arrays, handed to the first and last kernel as arguments."""
@@ -43,18 +78,31 @@ class CompiledPartition:
     def __init__(self, partition: Partition, graph: PreparedGraph, backend: str, fp16: bool):
         self.partition = partition
         chunks = chunk_ranges(len(partition.steps), backend)
-        self.plan: Plan = plan_partition(partition, graph, fp16, chunks)
+        fusions = residual_fusions(partition)
+        # the ADD's output is written when its producer runs: its lifetime starts there
+        early = {partition.steps[j].op.outputs[0]: i for i, j in fusions.items()}
+        self.plan: Plan = plan_partition(partition, graph, fp16, chunks, early_writes=early)
+        self.fused = [(partition.steps[i].op.index, partition.steps[j].op.index)
+                      for i, j in fusions.items()]
         self.np_dtype = np.float16 if fp16 else np.float32
         ti_dtype = ti.f16 if fp16 else ti.f32
         refs, packed = self.plan.refs, self.plan.packed
-        steps = []
-        for step in partition.steps:
+        steps, skipped = [], set(fusions.values())
+        for position, step in enumerate(partition.steps):
+            if position in skipped:
+                steps.append(None)                  # done by its producer's store
+                continue
             inputs = tuple(None if t == -1 else packed.get((step.op.index, i), refs.get(t))
                            for i, t in enumerate(step.op.inputs))
-            io = StepIO(inputs=inputs, outputs=tuple(refs[t] for t in step.op.outputs),
-                        scratch=self.plan.scratch.get(step.op.index))
+            outputs = tuple(refs[t] for t in step.op.outputs)
+            if position in fusions:
+                add = partition.steps[fusions[position]]
+                residual = [u for u in add.op.inputs if u != step.op.outputs[0]][0]
+                outputs = (ResidualAddRef(refs[add.op.outputs[0]], refs[residual],
+                                          add.node.options.fused_activation_function),)
+            io = StepIO(inputs=inputs, outputs=outputs, scratch=self.plan.scratch.get(step.op.index))
             steps.append(step.opdef.taichi(step.node, io))
-        groups = [steps[a:b] for a, b in chunks]
+        groups = [[st for st in steps[a:b] if st is not None] for a, b in chunks]
         groups[0] = [CopyTensorStep(src, dst) for src, dst in self.plan.stage_in] + groups[0]
         groups[-1] = groups[-1] + [CopyTensorStep(src, dst) for src, dst in self.plan.stage_out]
         self.kernels = [_make_kernel(g) for g in groups]

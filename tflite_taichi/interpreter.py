@@ -440,7 +440,8 @@ class Interpreter:
                 for s in state.prepared.steps]
         else:
             partitions = [{"ops": [s.op.index for s in p.steps],
-                           "kernels": state.compiled[id(p)].launches}
+                           "kernels": state.compiled[id(p)].launches,
+                           "fused": [list(f) for f in state.compiled[id(p)].fused]}
                           for p in state.schedule.partitions]
             fallback = [{"index": i, "op": names[i], "reason": r}
                         for i, r in sorted(state.schedule.refused.items())]

@@ -99,8 +99,11 @@ def _pack_weights(p: Partition, graph: PreparedGraph, storage):
     return weights, refs, packed
 
 
-def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, chunks=None) -> Plan:
-    """`chunks`: (start, end) step ranges, one per kernel (default: one kernel)."""
+def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, chunks=None,
+                   early_writes=None) -> Plan:
+    """`chunks`: (start, end) step ranges, one per kernel (default: one kernel).
+    `early_writes`: tensor -> the step that really writes it when earlier than its op (an ADD
+    fused into its producer's store: codegen.residual_fusions)."""
     specs = graph.specs
     storage = ti.f16 if fp16 else ti.f32
     n = len(p.steps)
@@ -114,6 +117,8 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, chunk
             readers.setdefault(t, []).append(i)
         for t in step.op.outputs:
             producer[t] = i
+    for t, i in (early_writes or {}).items():
+        producer[t] = min(producer[t], i)
 
     arena, io_inputs, io_outputs, stage_in, stage_out = _Arena(), [], [], [], []
     in_off = 0
