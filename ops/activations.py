@@ -148,7 +148,7 @@ class SoftmaxStep:
         self.beta = float(np.float32(beta))
         self.n = out.shape[-1]
         self.rows = out.size // self.n
-        usable = scratch is not None and scratch.storage == ti.f32 and chunks > 1
+        usable = scratch is not None and chunks > 1
         self.chunks = chunks if usable else 1
         self.scratch = scratch if usable else out
         self.stats = 2 * self.rows * self.chunks       # scratch: chunk (max, sum) pairs, then rows'

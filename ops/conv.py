@@ -123,10 +123,8 @@ def split_k(n_out: int, channels: int) -> int:
 
 
 def _scratch_ref(io, splits):
-    """The split-K scratch, unless the arena is float16 (partials stay float32-exact: no split)."""
-    if splits > 1 and io.scratch is not None and io.scratch.storage == ti.f32:
-        return io.scratch
-    return None
+    """The split-K scratch (float32, whatever the precision), when the op splits."""
+    return io.scratch if splits > 1 else None
 
 
 @ti.data_oriented

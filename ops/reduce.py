@@ -142,7 +142,7 @@ class ReduceStep:
         self.count = int(np.prod([d for d, _ in reduced], dtype=np.int64))
         self.inv_count = 1.0 / max(self.count, 1)
         splits = _reduce_splits(self.n_out, self.count)
-        usable = scratch is not None and scratch.storage == ti.f32 and splits > 1
+        usable = scratch is not None and splits > 1
         self.splits = splits if usable else 1
         self.scratch = scratch if usable else out
         self.chunk = -(-self.count // self.splits)

@@ -6,10 +6,13 @@ constants, so `ref.load(arena, weights, io, i)` compiles to one indexed read at 
 Kernels take four 1-D buffers; ops see three names, passed to every load and store:
 - `arena`   the partition's intermediates, offsets reused by lifetime (planner.py);
 - `weights` the partition's constants, dequantized (and laid out for their op) once at prepare;
-- `io`      a pair (io_in, io_out): the partition's inputs and outputs, host numpy arrays handed
-            to the kernel as arguments, so Taichi copies them in and out with the launch
-            (measured: far cheaper than Ndarray.from_numpy/to_numpy on every backend, see
-            bench/results/transfers.md). Ops pass `io` on untouched; only load/store look inside.
+- `io`      a triple (io_in, io_out, scratch): the partition's inputs and outputs, host numpy
+            arrays handed to the kernel as arguments, so Taichi copies them in and out with the
+            launch (measured: far cheaper than Ndarray.from_numpy/to_numpy on every backend, see
+            bench/results/transfers.md), and a float32 device buffer for the partial results of
+            ops that split their reductions (float32 even with precision='fp16'; every op's
+            scratch starts at 0: ops run one after another). Ops pass `io` on untouched; only
+            load/store look inside.
 """
 
 import os
@@ -19,7 +22,7 @@ from typing import Optional
 os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "False")
 import taichi as ti  # noqa: E402
 
-ARENA, WEIGHTS, IO_IN, IO_OUT = 0, 1, 2, 3
+ARENA, WEIGHTS, IO_IN, IO_OUT, SCRATCH = 0, 1, 2, 3, 4
 
 
 @ti.data_oriented
@@ -59,8 +62,10 @@ class TensorRef:
             v = ti.cast(weights[self.offset + flat], ti.f32)
         elif ti.static(self.buffer == IO_IN):
             v = io[0][self.offset + flat]
-        else:
+        elif ti.static(self.buffer == IO_OUT):
             v = io[1][self.offset + flat]
+        else:
+            v = io[2][self.offset + flat]
         return v
 
     @ti.func
@@ -75,9 +80,11 @@ class TensorRef:
             v = (q - self.q_zero) * self.q_scale
         if ti.static(self.buffer == ARENA):
             arena[self.offset + flat] = ti.cast(v, self.storage)
-        else:
-            ti.static_assert(self.buffer == IO_OUT, "only the arena and io_out are written")
+        elif ti.static(self.buffer == IO_OUT):
             io[1][self.offset + flat] = v
+        else:
+            ti.static_assert(self.buffer == SCRATCH, "only the arena, io_out and scratch are written")
+            io[2][self.offset + flat] = v
 
     @ti.func
     def flat_index(self, I):
@@ -123,7 +130,7 @@ class StepIO:
     input) and per output."""
     inputs: tuple
     outputs: tuple
-    scratch: Optional[TensorRef] = None     # arena space the op asked for (OpDef.scratch)
+    scratch: Optional[TensorRef] = None     # float32 scratch the op asked for (OpDef.scratch)
 
 
 @ti.data_oriented

@@ -8,8 +8,8 @@ tests use small shapes, which do not):
 - packed weights: every constant-filter conv here reads its filter laid out by OpDef.pack.
 
 Float32 within the delegate's usual 1e-5 of the largest magnitude (only the summation order
-changes), int8 within 1 unit, fp16 on vulkan (where scratch would be float16, the split paths
-are off and the plain kernels run).
+changes), int8 within 1 unit, fp16 on vulkan (the arena is float16 but the partial results stay
+in the float32 scratch buffer).
 """
 import numpy as np
 from hypothesis import given, settings
@@ -90,7 +90,7 @@ def test_chunked_softmax(taichi_workers, rows, n, beta, seed):
     check_delegate(model, taichi_workers, seed=seed)
 
 
-def test_fast_paths_in_fp16_fall_back_to_the_plain_kernels(vulkan_workers):
+def test_fast_paths_in_fp16_keep_float32_partials(vulkan_workers):
     rng = np.random.default_rng(0)
     for model in (
         one_op_model("SOFTMAX", [Input((1, 1000))], [Output((1, 1000))], beta=1.0),

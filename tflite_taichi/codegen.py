@@ -25,9 +25,10 @@ CHUNK_STEPS = {"cuda": 32, "vulkan": 32, "metal": 32, "cpu": 32, "opengl": 1, "g
 def _make_kernel(steps: list):
     @ti.kernel
     def partition_kernel(arena: ti.types.ndarray(ndim=1), weights: ti.types.ndarray(ndim=1),
-                         io_in: ti.types.ndarray(ndim=1), io_out: ti.types.ndarray(ndim=1)):
+                         io_in: ti.types.ndarray(ndim=1), io_out: ti.types.ndarray(ndim=1),
+                         scratch: ti.types.ndarray(ndim=1)):
         for s in ti.static(range(len(steps))):
-            steps[s].run(arena, weights, (io_in, io_out))
+            steps[s].run(arena, weights, (io_in, io_out, scratch))
     return partition_kernel
 
 
@@ -112,6 +113,7 @@ class CompiledPartition:
         self.io_in = np.zeros(self.plan.io_in_size, np.float32)
         self.io_out = np.zeros(self.plan.io_out_size, np.float32)
         self._unused = ti.ndarray(ti.f32, 1)        # io argument of the kernels between
+        self.scratch = ti.ndarray(ti.f32, self.plan.scratch_size)
         self.specs = graph.specs
 
     def compile(self) -> None:
@@ -135,7 +137,7 @@ class CompiledPartition:
         last = len(self.kernels) - 1
         for i, kernel in enumerate(self.kernels):
             kernel(self.arena, self.weights, self.io_in if i == 0 else self._unused,
-                   self.io_out if i == last else self._unused)
+                   self.io_out if i == last else self._unused, self.scratch)
 
     def _upload(self, values: dict) -> None:
         for t, off, shape in self.plan.io_inputs:

@@ -6,7 +6,8 @@
   partition receives io_in and only the last io_out, so an input read by a later chunk is first
   staged into the arena, and an output written by an earlier chunk is staged out of it;
 - intermediates live in the `arena`, at offsets reused once a tensor's last reader has run
-  (first-fit over lifetime intervals, in steps);
+  (first-fit over lifetime intervals, in steps); partial sums of split reductions in a float32
+  `scratch` buffer (OpDef.scratch);
 - constants live in the `weights` buffer, dequantized once at prepare and, where the op's
   Taichi part asks for it (`OpDef.pack`), laid out for the kernel that reads them.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.ops.tiutil import ARENA, IO_IN, IO_OUT, WEIGHTS, TensorRef, ti
+from tflite_taichi.ops.tiutil import ARENA, IO_IN, IO_OUT, SCRATCH, WEIGHTS, TensorRef, ti
 from tflite_taichi.partition import Partition
 from tflite_taichi.quant import is_float_view, quantized_range
 
@@ -34,7 +35,8 @@ class Plan:
     io_outputs: list = field(default_factory=list)   # (tensor, offset, shape) in io_out
     stage_in: list = field(default_factory=list)     # (io_in ref, arena ref): first kernel copies
     stage_out: list = field(default_factory=list)    # (arena ref, io_out ref): last kernel copies
-    scratch: dict = field(default_factory=dict)      # op index -> arena TensorRef (OpDef.scratch)
+    scratch: dict = field(default_factory=dict)      # op index -> scratch TensorRef (OpDef.scratch)
+    scratch_size: int = 1                            # float32 elements: the largest op's need
 
 
 def _quant_of(spec):
@@ -153,11 +155,13 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, chunk
         end = max(readers.get(t, [born]))           # an unread output still needs its slot while written
         at = arena.place(born, end, _numel(specs[t].shape))
         refs[t] = TensorRef(ARENA, at, specs[t].shape, _quant_of(specs[t]), storage)
-    scratch = {}
-    for i, step in enumerate(p.steps):             # scratch lives while its op runs
+    scratch, scratch_size = {}, 1
+    for step in p.steps:             # scratch lives while its op runs: every op's starts at 0
         size = step.opdef.scratch(step.node) if step.opdef.scratch is not None else 0
         if size:
-            scratch[step.op.index] = TensorRef(ARENA, arena.place(i, i, size), (size,), storage=storage)
+            scratch[step.op.index] = TensorRef(SCRATCH, 0, (size,))
+            scratch_size = max(scratch_size, size)
     return Plan(arena_size=max(arena.size, 1), io_in_size=max(in_off, 1), io_out_size=max(out_off, 1),
                 weights=weights, refs=refs, packed=packed, io_inputs=io_inputs,
-                io_outputs=io_outputs, stage_in=stage_in, stage_out=stage_out, scratch=scratch)
+                io_outputs=io_outputs, stage_in=stage_in, stage_out=stage_out, scratch=scratch,
+                scratch_size=scratch_size)
