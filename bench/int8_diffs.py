@@ -60,53 +60,52 @@ def make_expected(args):
     return 0
 
 
+def _recorded(path, tensors):
+    """(inputs, source, litert(i, x) -> {tensor: array}) from a --make-expected file."""
+    expected = np.load(path)
+    count = sum(1 for k in expected.files if k.startswith("input_"))
+
+    def litert(i, _x):
+        return {t: expected[f"t{t}_{i}"] for t in tensors if f"t{t}_{i}" in expected.files}
+    return ([expected[f"input_{i}"] for i in range(count)],
+            f"LiteRT outputs recorded in {os.path.basename(path)}", litert)
+
+
+def _live(model, tensors, inputs):
+    """The same, LiteRT (XNNPACK) run here on `inputs`, in order (its state carries over)."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    lite = LiteRT(model_path=model, experimental_preserve_all_tensors=True)
+    lite.allocate_tensors()
+
+    def litert(_i, x):
+        lite.set_tensor(lite.get_input_details()[0]["index"], x)
+        lite.invoke()
+        return {t: lite.get_tensor(t) for t in tensors}
+    return inputs, "LiteRT (XNNPACK) in this process", litert
+
+
 def check(args):
     from tflite_taichi import Interpreter
     tensors, out_index, in_detail = _int8_tensors(args.model)
     ours = Interpreter(model_path=args.model, backend=args.backend, experimental_preserve_all_tensors=True,
                        max_delegated_partitions=args.max_partitions)
     ours.allocate_tensors()
-    if args.expected:
-        expected = np.load(args.expected)
-        count = sum(1 for k in expected.files if k.startswith("input_"))
-        inputs = [expected[f"input_{i}"] for i in range(count)]
-
-        def litert_tensor(t, i):
-            key = f"t{t}_{i}"
-            return expected[key] if key in expected.files else None
-        source = f"LiteRT outputs recorded in {os.path.basename(args.expected)}"
-    else:
-        from ai_edge_litert.interpreter import Interpreter as LiteRT
-        lite = LiteRT(model_path=args.model, experimental_preserve_all_tensors=True)
-        lite.allocate_tensors()
-        inputs = _inputs(in_detail, args.inputs)
-        lite_by_input = []
-        source = "LiteRT (XNNPACK) in this process"
+    inputs, source, litert = (_recorded(args.expected, tensors) if args.expected
+                              else _live(args.model, tensors, _inputs(in_detail, args.inputs)))
     s = ours.summary()
     hist_out, hist_all = np.zeros(256, np.int64), np.zeros(256, np.int64)
     full_inputs = 0
     for i, x in enumerate(inputs):
         ours.set_tensor(ours.get_input_details()[0]["index"], x)
         ours.invoke()
-        if not args.expected:
-            lite.set_tensor(lite.get_input_details()[0]["index"], x)
-            lite.invoke()
-            lite_by_input = {t: lite.get_tensor(t) for t in tensors}
-
-            def litert_tensor(t, _i):
-                return lite_by_input[t]
-        complete = True
-        for t in tensors:
-            e = litert_tensor(t, i)
-            if e is None:
-                complete = False
-                continue
+        expected = litert(i, x)
+        full_inputs += len(expected) == len(tensors)
+        for t, e in expected.items():
             d = np.abs(ours.get_tensor(t).astype(int) - e.astype(int)).ravel()
             counts = np.bincount(d, minlength=256)[:256]
             hist_all += counts
             if t == out_index:
                 hist_out += counts
-        full_inputs += complete
     top = int(max(np.nonzero(hist_all)[0].max(), 3)) + 1
     print(json.dumps({"model": os.path.basename(args.model), "backend": s["backend"], "against": source,
                       "ops_delegated": s["ops_delegated"], "ops_total": s["ops_total"],

@@ -116,7 +116,7 @@ class OpDef:
     taichi: Any = None                       # (node, StepIO) -> an object with a ti.func run(arena, weights, io)
     pack: Optional[Callable] = None          # (node, input position, float32 value) -> the constant
                                              # laid out for the Taichi part's kernel, or None: as is
-    scratch: Optional[Callable] = None       # node -> float32 elements of arena scratch its Taichi
+    scratch: Optional[Callable] = None       # node -> float32 elements of scratch its Taichi
                                              # part needs (split-K partial sums), or 0
     foldable: bool = True                    # may be evaluated at prepare when inputs are constant
     stateful: bool = False                   # reads/writes the interpreter's state (variables,

@@ -25,7 +25,7 @@ from .base import OpDef, register_op
 from .common import (PADDING_SAME, PADDING_VALID, apply_activation,
                      check_activation, check_padding, conv_output_size, conv_padding_before,
                      positive_ints)
-from .tiutil import activation, ti
+from .tiutil import SPLIT_THREADS, activation, split_count, ti
 
 _PADDING_NAMES = {PADDING_SAME: "SAME", PADDING_VALID: "VALID"}
 
@@ -109,17 +109,22 @@ def _float(x):
 #
 # Split-K: an op with few outputs and a long reduction (a classifier's 1x1 conv or FC: 1000
 # outputs of 1024 terms) would leave most of a GPU idle while each thread walks the reduction
-# alone; it is split into SPLIT_K partial sums per output, written to arena scratch by one task
+# alone; it is split into SPLIT_K partial sums per output, written to scratch by one task
 # and added (with bias and activation) by a second.
-SPLIT_K_THREADS = 65536     # below this many outputs, split the reduction...
-SPLIT_K_MIN_TERMS = 64      # ...into chunks of at least this many input channels
+SPLIT_K_THREADS = SPLIT_THREADS     # below this many outputs, split the reduction...
+SPLIT_K_MIN_TERMS = 64              # ...into chunks of at least this many input channels
 
 
 def split_k(n_out: int, channels: int) -> int:
     """How many partial sums per output: enough to give ~SPLIT_K_THREADS threads."""
-    if n_out >= SPLIT_K_THREADS or channels < 2 * SPLIT_K_MIN_TERMS:
-        return 1
-    return int(min(channels // SPLIT_K_MIN_TERMS, -(-SPLIT_K_THREADS // n_out)))
+    return split_count(n_out, channels, SPLIT_K_MIN_TERMS)
+
+
+def _split_k_scratch(node, channels: int) -> int:
+    """OpDef.scratch of a split-K op: every partial sum of every output."""
+    n_out = int(np.prod(node.outputs[0].shape))
+    splits = split_k(n_out, channels)
+    return splits * n_out if splits > 1 else 0
 
 
 def _scratch_ref(io, splits):
@@ -447,8 +452,7 @@ def _conv_splits(node) -> int:
 
 
 def _conv_scratch(node) -> int:
-    splits = _conv_splits(node)
-    return splits * int(np.prod(node.outputs[0].shape)) if splits > 1 else 0
+    return _split_k_scratch(node, node.inputs[1].shape[3])
 
 
 def _pack_filter_out_channels_last(node, i, value):
@@ -700,8 +704,7 @@ def _fc_splits(node) -> int:
 
 
 def _fc_scratch(node) -> int:
-    splits = _fc_splits(node)
-    return splits * int(np.prod(node.outputs[0].shape)) if splits > 1 else 0
+    return _split_k_scratch(node, node.inputs[1].shape[1])
 
 
 def _pack_fc_weights(node, i, value):

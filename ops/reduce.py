@@ -15,7 +15,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import normalize_axes
-from .tiutil import ti
+from .tiutil import split_count, ti
 
 
 @dataclass(frozen=True)
@@ -105,15 +105,13 @@ def _merged(dims):
 
 
 # Few outputs over a long reduction (a global average pool: 1024 outputs of 49 terms) leave a
-# GPU mostly idle with one thread per output: split the reduction into partial results in arena
+# GPU mostly idle with one thread per output: split the reduction into partial results in
 # scratch, then combine them (as conv's split-K).
-SPLIT_THREADS, SPLIT_MIN_TERMS = 65536, 8
+SPLIT_MIN_TERMS = 8
 
 
 def _reduce_splits(n_out: int, count: int) -> int:
-    if n_out >= SPLIT_THREADS or count < 2 * SPLIT_MIN_TERMS:
-        return 1
-    return int(min(count // SPLIT_MIN_TERMS, -(-SPLIT_THREADS // n_out)))
+    return split_count(n_out, count, SPLIT_MIN_TERMS)
 
 
 def _reduce_scratch(node) -> int:

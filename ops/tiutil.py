@@ -124,6 +124,18 @@ def broadcast_flat(out_index, ref: ti.template(), out_rank: ti.template()):
     return f
 
 
+SPLIT_THREADS = 65536      # an op with fewer outputs than this leaves a GPU mostly idle
+
+
+def split_count(n_out: int, terms: int, min_terms: int) -> int:
+    """How many partial results per output an op with `n_out` outputs, each reducing `terms`
+    values, splits its reduction into (chunks of at least `min_terms`) to reach ~SPLIT_THREADS
+    threads; 1 when it has enough threads already or too short a reduction."""
+    if n_out >= SPLIT_THREADS or terms < 2 * min_terms:
+        return 1
+    return int(min(terms // min_terms, -(-SPLIT_THREADS // n_out)))
+
+
 @dataclass
 class StepIO:
     """What an op's Taichi factory receives: a TensorRef per input (None: omitted optional

@@ -15,8 +15,10 @@ from tflite_taichi.testing import BackendWorker, check_delegate, model_inputs
 PLUGINS = {"plugins": ["plugin_ops"]}
 
 
-def _chain(with_cpu_op: bool):
-    """x -> ADD -> RELU6 -> [CUSTOM:CpuOnlyAbs] -> MUL -> SUB -> out (five or four ops)."""
+def _chain(with_cpu_op: bool, side_branch: bool = False):
+    """x -> ADD -> RELU6 -> [CUSTOM:CpuOnlyAbs] -> MUL -> SUB -> out (five or four ops).
+    side_branch: CpuOnlyAbs(RELU6) is a second output instead, still written in graph order
+    between RELU6 and MUL, and nothing on the main chain depends on it."""
     b = ModelBuilder()
     g = b.subgraph()
     x = g.input("x", (1, 6, 6, 3))
@@ -27,10 +29,10 @@ def _chain(with_cpu_op: bool):
     last = t[1]
     if with_cpu_op:
         g.op("CUSTOM:CpuOnlyAbs", [t[1]], [t[2]])
-        last = t[2]
+        last = t[1] if side_branch else t[2]
     g.op("MUL", [last, c], [t[3]])
     g.op("SUB", [t[3], x], [t[4]])
-    g.output(t[4])
+    g.output(t[4], *([t[2]] if side_branch else []))
     return b.finish()
 
 
@@ -49,27 +51,11 @@ def test_an_op_the_delegate_refuses_splits_the_model(taichi_workers):
                    for w in s["warnings"]), s["warnings"]
 
 
-def _side_branch():
-    """x -> ADD -> RELU6 -> MUL -> SUB -> out, with CUSTOM:CpuOnlyAbs(RELU6) -> out2 written in
-    graph order between RELU6 and MUL: nothing on the main chain depends on it."""
-    b = ModelBuilder()
-    g = b.subgraph()
-    x = g.input("x", (1, 4, 4, 3))
-    c = g.const("c", np.linspace(-1, 1, 3).astype(np.float32))
-    t = [g.tensor(f"t{i}", (1, 4, 4, 3)) for i in range(5)]
-    g.op("ADD", [x, c], [t[0]])
-    g.op("RELU6", [t[0]], [t[1]])
-    g.op("CUSTOM:CpuOnlyAbs", [t[1]], [t[2]])
-    g.op("MUL", [t[1], c], [t[3]])
-    g.op("SUB", [t[3], x], [t[4]])
-    g.output(t[4], t[2])
-    return b.finish()
-
-
 def test_partitions_follow_dependencies_not_graph_order(taichi_workers):
     """As TFLite's partitioner: a CPU op on a side branch does not split the partition; the
     schedule runs it after the partition that feeds it."""
-    for backend, s in check_delegate(_side_branch(), taichi_workers, expect_all_delegated=False,
+    model = _chain(with_cpu_op=True, side_branch=True)
+    for backend, s in check_delegate(model, taichi_workers, expect_all_delegated=False,
                                      profile=True, **PLUGINS).items():
         assert [p["ops"] for p in s["partitions"]] == [[0, 1, 3, 4]], backend
         assert [(i["kind"], i["ops"]) for i in s["profile"]["items"]] == [("partition", [0, 1, 3, 4]),

@@ -110,6 +110,11 @@ def test_leaky_relu_int8_matches_litert(shape, alpha, qi, qo, seed):
 @given(shapes=prelu_shapes(), const_alpha=st.booleans(), qi=S.quant_params(),
        qa=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
 def test_prelu_int8_matches_litert(shapes, const_alpha, qi, qa, qo, seed):
+    check_against_litert(*prelu_int8_case(shapes, const_alpha, qi, qa, qo, seed))
+
+
+def prelu_int8_case(shapes, const_alpha, qi, qa, qo, seed):
+    """(model, inputs): int8 PRELU with a constant or run-time alpha (also the delegate's test)."""
     shape, alpha_shape = shapes
     rng = np.random.default_rng(seed)
     alpha = quantize_array(rng.uniform(-1, 2, alpha_shape), qa)
@@ -117,7 +122,7 @@ def test_prelu_int8_matches_litert(shapes, const_alpha, qi, qa, qo, seed):
     model = one_op_model("PRELU", [Input(shape, np.int8, qi), alpha_in],
                          [Output(shape, np.int8, qo)])
     x = rng.integers(-128, 128, shape).astype(np.int8)
-    check_against_litert(model, [x] + ([] if const_alpha else [alpha]))
+    return model, [x] + ([] if const_alpha else [alpha])
 
 
 # -- invalid models ----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, quantize_array, strategies)
-from test_ops_activations import FIXED_OUTPUT_QUANT, UNARY, prelu_shapes
+from test_ops_activations import FIXED_OUTPUT_QUANT, UNARY, prelu_int8_case, prelu_shapes
 from test_ops_quantize import INTS, REQUANTIZE, _real_range, quant_params
 
 S = strategies()
@@ -121,14 +121,8 @@ def test_prelu_float32_delegate_matches_reference(taichi_workers, shapes, const_
        qa=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
 def test_prelu_int8_delegate_matches_reference(taichi_workers, shapes, const_alpha, qi, qa, qo,
                                                seed):
-    shape, alpha_shape = shapes
-    rng = np.random.default_rng(seed)
-    alpha = quantize_array(rng.uniform(-1, 2, alpha_shape), qa)
-    alpha_in = Const(alpha, qa) if const_alpha else Input(alpha_shape, np.int8, qa)
-    model = one_op_model("PRELU", [Input(shape, np.int8, qi), alpha_in],
-                         [Output(shape, np.int8, qo)])
-    x = rng.integers(-128, 128, shape).astype(np.int8)
-    check_delegate(model, taichi_workers, [x] + ([] if const_alpha else [alpha]))
+    model, inputs = prelu_int8_case(shapes, const_alpha, qi, qa, qo, seed)
+    check_delegate(model, taichi_workers, inputs)
 
 
 @pytest.mark.parametrize("alpha_shape", [(3, 1), (2, 1, 4), (1, 3, 1), (4,), ()])

@@ -114,7 +114,14 @@ class CompiledPartition:
         self.io_out = np.zeros(self.plan.io_out_size, np.float32)
         self._unused = ti.ndarray(ti.f32, 1)        # io argument of the kernels between
         self.scratch = ti.ndarray(ti.f32, self.plan.scratch_size)
-        self.specs = graph.specs
+        # each io tensor's view into the host arrays, made once (invoke's hot path only copies)
+        def view(array, off, shape):
+            return array[off:off + int(np.prod(shape, dtype=np.int64))].reshape(shape)
+        self._in_views = [(t, view(self.io_in, off, shape)) for t, off, shape in self.plan.io_inputs]
+        self._out_views = [(t, view(self.io_out, off, shape),
+                            np.bool_ if graph.specs[t].dtype == np.bool_
+                            else np.float16 if graph.specs[t].dtype == np.float16 else np.float32)
+                           for t, off, shape in self.plan.io_outputs]
 
     def compile(self) -> None:
         """Compile every kernel now (Taichi compiles at the first launch): one launch on the
@@ -140,16 +147,9 @@ class CompiledPartition:
                    self.io_out if i == last else self._unused, self.scratch)
 
     def _upload(self, values: dict) -> None:
-        for t, off, shape in self.plan.io_inputs:
-            n = int(np.prod(shape, dtype=np.int64))
-            self.io_in[off:off + n] = np.asarray(values[t]).reshape(-1)
+        for t, view in self._in_views:
+            view[...] = np.asarray(values[t]).reshape(view.shape)
 
     def _download(self, values: dict) -> None:
-        for t, off, shape in self.plan.io_outputs:
-            n = int(np.prod(shape, dtype=np.int64))
-            flat = self.io_out[off:off + n].reshape(shape)
-            dtype = self.specs[t].dtype
-            if dtype == np.bool_:
-                values[t] = flat > 0.5
-            else:
-                values[t] = flat.astype(np.float32 if dtype != np.float16 else np.float16)
+        for t, view, dtype in self._out_views:
+            values[t] = view > 0.5 if dtype == np.bool_ else view.astype(dtype)
