@@ -31,7 +31,7 @@ _OPTION_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions).items(
                  if not name.startswith("_") and isinstance(code, int)}
 _DTYPE2TYPE = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.int32): 2,
                np.dtype(np.uint8): 3, np.dtype(np.int64): 4, np.dtype(np.bool_): 6,
-               np.dtype(np.int16): 7, np.dtype(np.int8): 9, np.dtype(np.float64): 10,
+               np.dtype(np.int16): 7, np.dtype(np.complex64): 8, np.dtype(np.int8): 9, np.dtype(np.float64): 10,
                np.dtype(np.uint64): 12, np.dtype(np.uint32): 15, np.dtype(np.uint16): 16}
 RESOURCE = "resource"   # pass as dtype for a resource tensor (VAR_HANDLE outputs)
 

@@ -24,7 +24,7 @@ from tflite_taichi.ops.base import Quantization
 # tflite.TensorType -> numpy dtype (little-endian, as the file stores them)
 TENSOR_TYPES = {
     0: np.dtype("<f4"), 1: np.dtype("<f2"), 2: np.dtype("<i4"), 3: np.dtype("u1"),
-    4: np.dtype("<i8"), 6: np.dtype("bool"), 7: np.dtype("<i2"), 9: np.dtype("i1"),
+    4: np.dtype("<i8"), 6: np.dtype("bool"), 7: np.dtype("<i2"), 8: np.dtype("<c8"), 9: np.dtype("i1"),
     10: np.dtype("<f8"), 12: np.dtype("<u8"), 15: np.dtype("<u4"), 16: np.dtype("<u2"),
 }
 TENSOR_TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING",
