@@ -25,6 +25,7 @@ from .base import OpDef, register_op
 from .common import (PADDING_SAME, PADDING_VALID, apply_activation,
                      check_activation, check_padding, conv_output_size, conv_padding_before,
                      positive_ints)
+from . import tiutil
 from .tiutil import SPLIT_THREADS, activation, split_count, ti
 
 _PADDING_NAMES = {PADDING_SAME: "SAME", PADDING_VALID: "VALID"}
@@ -240,6 +241,91 @@ class PointwiseConvStep:
             for t in ti.static(range(PIXEL_TILE)):
                 if p0 + t < self.pixels:
                     self.out.store(arena, io, (p0 + t) * self.c_out + co, activation(acc[t], self.act))
+
+
+# Shared-memory GEMM tiles: out[M, N] = x[M, K] @ w[K, N] (+ bias, activation), for a pointwise
+# CONV_2D (M pixels, K input channels, N output channels, filter packed [I, O]) and a
+# FULLY_CONNECTED with enough rows (weights packed [D, U]). A block of GEMM_THREADS threads owns a
+# GEMM_TILE x GEMM_TILE tile of the output; per step of GEMM_K reduction terms it stages an
+# x tile and a w tile in shared memory (each element loaded from global memory once per block
+# instead of once per thread), then every thread accumulates a GEMM_MICRO x GEMM_MICRO register
+# tile of output pixels x channels: 2 * GEMM_MICRO shared reads feed GEMM_MICRO^2 FMAs.
+GEMM_TILE, GEMM_MICRO, GEMM_K = 64, 4, 16
+GEMM_LANES = GEMM_TILE // GEMM_MICRO                 # threads along each side of a tile
+GEMM_THREADS = GEMM_LANES * GEMM_LANES               # 256 per block
+GEMM_MIN_BLOCKS = 32    # fewer tiles than this leave a GPU idle: the split-K gathers do better
+
+
+def gemm_blocks(m: int, n: int) -> int:
+    return -(-m // GEMM_TILE) * -(-n // GEMM_TILE)
+
+
+def use_gemm_tiles(m: int, n: int, k: int) -> bool:
+    """Whether a [m, k] @ [k, n] product runs as shared-memory tiles here: an arch that has them,
+    enough tiles to occupy a GPU, and a reduction long enough to stage."""
+    return tiutil.has_shared_memory() and gemm_blocks(m, n) >= GEMM_MIN_BLOCKS and k >= GEMM_K
+
+
+@ti.data_oriented
+class GemmTileStep:
+    """Row-major x [M, K] times packed weights [K, N] into out [M, N], in shared-memory tiles.
+
+    Thread t of a block computes rows (t // LANES) + LANES * i and columns (t % LANES) + LANES * j
+    of the block's tile (i, j < MICRO): neighbouring threads read neighbouring w columns (no
+    shared-memory bank conflicts) and write neighbouring output addresses (coalesced); the
+    threads of one row read the same x value (a broadcast)."""
+
+    def __init__(self, x, w, b, out, m, k, n, act):
+        self.x, self.w, self.out = x, w, out
+        self.has_bias = b is not None
+        self.b = b if b is not None else w
+        self.m, self.k, self.n = m, k, n
+        self.blocks_n = -(-n // GEMM_TILE)
+        self.blocks = gemm_blocks(m, n)
+        self.k_steps = -(-k // GEMM_K)
+        self.act = act
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        ti.loop_config(block_dim=GEMM_THREADS)
+        for i in range(self.blocks * GEMM_THREADS):
+            block, t = i // GEMM_THREADS, i % GEMM_THREADS
+            row0 = (block // self.blocks_n) * GEMM_TILE
+            col0 = (block % self.blocks_n) * GEMM_TILE
+            ty, tx = t // GEMM_LANES, t % GEMM_LANES
+            xs = ti.simt.block.SharedArray((GEMM_TILE, GEMM_K), ti.f32)
+            ws = ti.simt.block.SharedArray((GEMM_K, GEMM_TILE), ti.f32)
+            acc = ti.Matrix([[0.0] * GEMM_MICRO for _ in range(GEMM_MICRO)])
+            for ks in range(self.k_steps):
+                k0 = ks * GEMM_K
+                # stage the tiles: every thread loads TILE*K/THREADS elements of each, with the
+                # fastest index along contiguous memory (x rows along k, w rows along n)
+                for l in ti.static(range(GEMM_TILE * GEMM_K // GEMM_THREADS)):
+                    e = t + l * GEMM_THREADS
+                    r, c = e // GEMM_K, e % GEMM_K
+                    xv = 0.0
+                    if (row0 + r < self.m) and (k0 + c < self.k):
+                        xv = self.x.load(arena, weights, io, (row0 + r) * self.k + k0 + c)
+                    xs[r, c] = xv
+                    r2, c2 = e // GEMM_TILE, e % GEMM_TILE
+                    wv = 0.0
+                    if (k0 + r2 < self.k) and (col0 + c2 < self.n):
+                        wv = self.w.load(arena, weights, io, (k0 + r2) * self.n + col0 + c2)
+                    ws[r2, c2] = wv
+                ti.simt.block.sync()
+                for kk in range(GEMM_K):
+                    xv = ti.Vector([xs[ty + GEMM_LANES * a, kk] for a in ti.static(range(GEMM_MICRO))])
+                    wv = ti.Vector([ws[kk, tx + GEMM_LANES * c] for c in ti.static(range(GEMM_MICRO))])
+                    acc += xv.outer_product(wv)
+                ti.simt.block.sync()
+            for a, c in ti.static(ti.ndrange(GEMM_MICRO, GEMM_MICRO)):
+                row = row0 + ty + GEMM_LANES * a
+                col = col0 + tx + GEMM_LANES * c
+                if (row < self.m) and (col < self.n):
+                    v = acc[a, c]
+                    if ti.static(self.has_bias):
+                        v += self.b.load(arena, weights, io, col)
+                    self.out.store(arena, io, row * self.n + col, activation(v, self.act))
 
 
 @ti.data_oriented
@@ -468,6 +554,10 @@ def _conv_taichi(node, io):
     packed = node.inputs[1].value is not None          # constants are packed by the planner
     splits = _conv_splits(node)
     pointwise = (groups == 1 and (k_h, k_w, o.stride_h, o.stride_w) == (1, 1, 1, 1))
+    pixels = int(np.prod(node.outputs[0].shape[:3]))
+    if packed and pointwise and _scratch_ref(io, splits) is None and use_gemm_tiles(pixels, c_out, c_f):
+        return GemmTileStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
+                            pixels, c_f, c_out, o.fused_activation_function)
     if packed and pointwise and _scratch_ref(io, splits) is None:
         return PointwiseConvStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
                                  o.fused_activation_function)
@@ -715,6 +805,11 @@ def _pack_fc_weights(node, i, value):
 def _fully_connected_taichi(node, io):
     units, depth = node.inputs[1].shape
     splits = _fc_splits(node)
+    rows = int(np.prod(node.outputs[0].shape)) // units
+    packed = node.inputs[1].value is not None
+    if packed and splits == 1 and use_gemm_tiles(rows, units, depth):
+        return GemmTileStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
+                            rows, depth, units, node.options.fused_activation_function)
     return FullyConnectedStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
                               depth, units, node.options.fused_activation_function,
                               packed=node.inputs[1].value is not None,

@@ -126,6 +126,17 @@ def broadcast_flat(out_index, ref: ti.template(), out_rank: ti.template()):
 
 SPLIT_THREADS = 65536      # an op with fewer outputs than this leaves a GPU mostly idle
 
+# Archs whose kernels have block-shared memory (ti.simt.block.SharedArray); Taichi's CPU
+# backends refuse it ("not supported for arch x64").
+SHARED_MEMORY_ARCHS = ("cuda", "vulkan", "opengl", "gles", "metal", "amdgpu", "dx11", "dx12")
+
+
+def has_shared_memory() -> bool:
+    """Whether the initialised Taichi runtime's arch gives kernels block-shared memory."""
+    if os.environ.get("TFLITE_TAICHI_NO_SHARED_TILES"):    # bench/'s A/B switch, see gpu_bench.sh
+        return False
+    return ti.lang.impl.current_cfg().arch.name in SHARED_MEMORY_ARCHS
+
 
 def split_count(n_out: int, terms: int, min_terms: int) -> int:
     """How many partial results per output an op with `n_out` outputs, each reducing `terms`

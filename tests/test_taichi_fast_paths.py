@@ -5,7 +5,9 @@ tests use small shapes, which do not):
   SPLIT_K_THREADS / SPLIT_K_MIN_TERMS), partial sums in arena scratch;
 - split reductions: MEAN / SUM / REDUCE_MAX with few outputs (ops/reduce.py);
 - chunked SOFTMAX over long rows (ops/activations.py);
-- packed weights: every constant-filter conv here reads its filter laid out by OpDef.pack.
+- packed weights: every constant-filter conv here reads its filter laid out by OpDef.pack;
+- shared-memory GEMM tiles: pointwise CONV_2D and FULLY_CONNECTED with many outputs, on the archs
+  that have block-shared memory (vulkan and opengl here; cpu keeps the register-tiled gather).
 
 Float32 within the delegate's usual 1e-5 of the largest magnitude (only the summation order
 changes), int8 within 1 unit, fp16 on vulkan (the arena is float16 but the partial results stay
@@ -15,7 +17,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tflite_taichi.ops.conv import SPLIT_K_MIN_TERMS, SPLIT_K_THREADS, split_k
+from tflite_taichi.ops.conv import (GEMM_K, GEMM_MIN_BLOCKS, GEMM_TILE, SPLIT_K_MIN_TERMS,
+                                    SPLIT_K_THREADS, gemm_blocks, split_k)
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, quantize_array, strategies)
 
@@ -90,12 +93,59 @@ def test_chunked_softmax(taichi_workers, rows, n, beta, seed):
     check_delegate(model, taichi_workers, seed=seed)
 
 
+def test_gemm_tiles_are_taken_by_the_shapes_they_are_for():
+    assert gemm_blocks(112 * 112, 64) == 196                  # MobileNet's first pointwise conv
+    assert gemm_blocks(7 * 7, 1024) < GEMM_MIN_BLOCKS          # its last: split-K's job
+    assert gemm_blocks(GEMM_TILE * GEMM_MIN_BLOCKS, 1) == GEMM_MIN_BLOCKS
+
+
+@st.composite
+def gemm_shapes(draw):
+    """Pixels x output channels with at least GEMM_MIN_BLOCKS tiles, ragged edges in every
+    dimension (pixels, channels and the reduction not multiples of the tile sizes)."""
+    c_out = draw(st.integers(1, 3 * GEMM_TILE + 5))
+    col_blocks = -(-c_out // GEMM_TILE)
+    row_blocks = -(-GEMM_MIN_BLOCKS // col_blocks) + draw(st.integers(0, 3))
+    pixels = row_blocks * GEMM_TILE - draw(st.integers(0, GEMM_TILE - 1))
+    c_in = draw(st.sampled_from([GEMM_K, GEMM_K + 3, 40, 67]))
+    return pixels, c_in, c_out
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shape=gemm_shapes(), op=st.sampled_from(["CONV_2D", "FULLY_CONNECTED"]),
+       act=st.sampled_from(["NONE", "RELU6"]), bias=st.booleans(), int8=st.booleans(), seed=S.seeds())
+def test_gemm_tiles(taichi_workers, shape, op, act, bias, int8, seed):
+    pixels, c_in, c_out = shape
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(-1, 1, (c_out, c_in)).astype(np.float32)
+    b = rng.uniform(-1, 1, c_out).astype(np.float32)
+    x_shape, w_shape, out_shape = (((1, pixels, 1, c_in), (c_out, 1, 1, c_in), (1, pixels, 1, c_out))
+                                   if op == "CONV_2D" else ((pixels, c_in), (c_out, c_in), (pixels, c_out)))
+    options = dict(padding="VALID", stride_h=1, stride_w=1) if op == "CONV_2D" else {}
+    if int8:
+        qx, qw = (0.02, -5), (float(np.abs(w).max()) / 127, 0)
+        qo = (float(np.sqrt(c_in)) * 0.02 * 127 * qw[0] / 30, 4)
+        inputs = [Input(x_shape, np.int8, qx), Const(quantize_array(w, qw).reshape(w_shape), qw)]
+        bias_const = Const(np.round(b / (qx[0] * qw[0])).astype(np.int32), (qx[0] * qw[0], 0))
+        out = Output(out_shape, np.int8, qo)
+    else:
+        inputs = [Input(x_shape), Const(w.reshape(w_shape))]
+        bias_const, out = Const(b), Output(out_shape)
+    if bias or op == "CONV_2D":             # LiteRT's CONV_2D needs a bias; FC's is optional
+        inputs.append(bias_const)
+    model = one_op_model(op, inputs, [out], fused_activation_function=act, **options)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
 def test_fast_paths_in_fp16_keep_float32_partials(vulkan_workers):
     rng = np.random.default_rng(0)
     for model in (
         one_op_model("SOFTMAX", [Input((1, 1000))], [Output((1, 1000))], beta=1.0),
         one_op_model("FULLY_CONNECTED", [Input((1, 512)), Const(rng.uniform(-1, 1, (10, 512)).astype(np.float32))],
                      [Output((1, 10))]),
+        one_op_model("FULLY_CONNECTED", [Input((GEMM_TILE * GEMM_MIN_BLOCKS, 40)),   # GEMM tiles
+                                         Const(rng.uniform(-1, 1, (50, 40)).astype(np.float32))],
+                     [Output((GEMM_TILE * GEMM_MIN_BLOCKS, 50))]),
     ):
         check_delegate(model, vulkan_workers, precision="fp16")
 
