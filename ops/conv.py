@@ -13,6 +13,7 @@ The Taichi parts (delegate) are gathers: one thread per output element, serial l
 window taps and input channels. No `from __future__ import annotations` here: Taichi reads the
 annotations of the ti.func methods below.
 """
+import os
 import struct
 from dataclasses import dataclass
 
@@ -245,82 +246,97 @@ class PointwiseConvStep:
 
 # Shared-memory GEMM tiles: out[M, N] = x[M, K] @ w[K, N] (+ bias, activation), for a pointwise
 # CONV_2D (M pixels, K input channels, N output channels, filter packed [I, O]) and a
-# FULLY_CONNECTED with enough rows (weights packed [D, U]). A block of GEMM_THREADS threads owns a
-# GEMM_TILE x GEMM_TILE tile of the output; per step of GEMM_K reduction terms it stages an
-# x tile and a w tile in shared memory (each element loaded from global memory once per block
-# instead of once per thread), then every thread accumulates a GEMM_MICRO x GEMM_MICRO register
-# tile of output pixels x channels: 2 * GEMM_MICRO shared reads feed GEMM_MICRO^2 FMAs.
-GEMM_TILE, GEMM_MICRO, GEMM_K = 64, 4, 16
-GEMM_LANES = GEMM_TILE // GEMM_MICRO                 # threads along each side of a tile
-GEMM_THREADS = GEMM_LANES * GEMM_LANES               # 256 per block
+# FULLY_CONNECTED with enough rows (weights packed [D, U]). A block owns a tile_m x tile_n tile of
+# the output; per step of GEMM_K reduction terms it stages an x tile and a w tile in shared
+# memory (each element read from global memory once per block instead of once per thread), then
+# every thread accumulates a micro_m x micro_n register tile of pixels x channels from them.
+GEMM_K = 16
+GEMM_CONFIG = (64, 64, 4, 4)        # tile_m, tile_n, micro_m, micro_n: 256 threads a block
 GEMM_MIN_BLOCKS = 32    # fewer tiles than this leave a GPU idle: the split-K gathers do better
 
 
-def gemm_blocks(m: int, n: int) -> int:
-    return -(-m // GEMM_TILE) * -(-n // GEMM_TILE)
+def gemm_config() -> tuple:
+    """The tile shape; bench/gemm_micro.py compares others through TFLITE_TAICHI_GEMM_TILES."""
+    spec = os.environ.get("TFLITE_TAICHI_GEMM_TILES")
+    return tuple(int(v) for v in spec.split(",")) if spec else GEMM_CONFIG
+
+
+def gemm_blocks(m: int, n: int, config: tuple = GEMM_CONFIG) -> int:
+    return -(-m // config[0]) * -(-n // config[1])
 
 
 def use_gemm_tiles(m: int, n: int, k: int) -> bool:
     """Whether a [m, k] @ [k, n] product runs as shared-memory tiles here: an arch that has them,
     enough tiles to occupy a GPU, and a reduction long enough to stage."""
-    return tiutil.has_shared_memory() and gemm_blocks(m, n) >= GEMM_MIN_BLOCKS and k >= GEMM_K
+    return (tiutil.has_shared_memory() and gemm_blocks(m, n, gemm_config()) >= GEMM_MIN_BLOCKS
+            and k >= GEMM_K)
 
 
 @ti.data_oriented
 class GemmTileStep:
     """Row-major x [M, K] times packed weights [K, N] into out [M, N], in shared-memory tiles.
 
-    Thread t of a block computes rows (t // LANES) + LANES * i and columns (t % LANES) + LANES * j
-    of the block's tile (i, j < MICRO): neighbouring threads read neighbouring w columns (no
-    shared-memory bank conflicts) and write neighbouring output addresses (coalesced); the
-    threads of one row read the same x value (a broadcast)."""
+    Thread t of a block computes rows (t // lanes_n) + lanes_m * i and columns
+    (t % lanes_n) + lanes_n * j of the block's tile (i < micro_m, j < micro_n): neighbouring
+    threads read neighbouring w columns (no shared-memory bank conflicts) and write neighbouring
+    output addresses (coalesced); the threads of one row read the same x value (a broadcast)."""
 
-    def __init__(self, x, w, b, out, m, k, n, act):
+    def __init__(self, x, w, b, out, m, k, n, act, config=None):
         self.x, self.w, self.out = x, w, out
         self.has_bias = b is not None
         self.b = b if b is not None else w
         self.m, self.k, self.n = m, k, n
-        self.blocks_n = -(-n // GEMM_TILE)
-        self.blocks = gemm_blocks(m, n)
+        self.tile_m, self.tile_n, self.micro_m, self.micro_n = config or gemm_config()
+        self.lanes_m = self.tile_m // self.micro_m
+        self.lanes_n = self.tile_n // self.micro_n
+        self.threads = self.lanes_m * self.lanes_n
+        self.x_loads = -(-self.tile_m * GEMM_K // self.threads)    # staged elements per thread
+        self.w_loads = -(-self.tile_n * GEMM_K // self.threads)
+        self.blocks_n = -(-n // self.tile_n)
+        self.blocks = gemm_blocks(m, n, (self.tile_m, self.tile_n))
         self.k_steps = -(-k // GEMM_K)
         self.act = act
 
     @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        ti.loop_config(block_dim=GEMM_THREADS)
-        for i in range(self.blocks * GEMM_THREADS):
-            block, t = i // GEMM_THREADS, i % GEMM_THREADS
-            row0 = (block // self.blocks_n) * GEMM_TILE
-            col0 = (block % self.blocks_n) * GEMM_TILE
-            ty, tx = t // GEMM_LANES, t % GEMM_LANES
-            xs = ti.simt.block.SharedArray((GEMM_TILE, GEMM_K), ti.f32)
-            ws = ti.simt.block.SharedArray((GEMM_K, GEMM_TILE), ti.f32)
-            acc = ti.Matrix([[0.0] * GEMM_MICRO for _ in range(GEMM_MICRO)])
+        ti.loop_config(block_dim=self.threads)
+        for i in range(self.blocks * self.threads):
+            block, t = i // self.threads, i % self.threads
+            row0 = (block // self.blocks_n) * self.tile_m
+            col0 = (block % self.blocks_n) * self.tile_n
+            ty, tx = t // self.lanes_n, t % self.lanes_n
+            xs = ti.simt.block.SharedArray((self.tile_m, GEMM_K), ti.f32)
+            ws = ti.simt.block.SharedArray((GEMM_K, self.tile_n), ti.f32)
+            acc = ti.Matrix([[0.0] * self.micro_n for _ in range(self.micro_m)])
             for ks in range(self.k_steps):
                 k0 = ks * GEMM_K
-                # stage the tiles: every thread loads TILE*K/THREADS elements of each, with the
-                # fastest index along contiguous memory (x rows along k, w rows along n)
-                for l in ti.static(range(GEMM_TILE * GEMM_K // GEMM_THREADS)):
-                    e = t + l * GEMM_THREADS
+                # stage the tiles, the fastest index along contiguous memory (x rows along k,
+                # w rows along n); out-of-range elements are zeros
+                for l in ti.static(range(self.x_loads)):
+                    e = t + l * self.threads
                     r, c = e // GEMM_K, e % GEMM_K
-                    xv = 0.0
-                    if (row0 + r < self.m) and (k0 + c < self.k):
-                        xv = self.x.load(arena, weights, io, (row0 + r) * self.k + k0 + c)
-                    xs[r, c] = xv
-                    r2, c2 = e // GEMM_TILE, e % GEMM_TILE
-                    wv = 0.0
-                    if (k0 + r2 < self.k) and (col0 + c2 < self.n):
-                        wv = self.w.load(arena, weights, io, (k0 + r2) * self.n + col0 + c2)
-                    ws[r2, c2] = wv
+                    if r < self.tile_m:
+                        v = 0.0
+                        if (row0 + r < self.m) and (k0 + c < self.k):
+                            v = self.x.load(arena, weights, io, (row0 + r) * self.k + k0 + c)
+                        xs[r, c] = v
+                for l in ti.static(range(self.w_loads)):
+                    e = t + l * self.threads
+                    r, c = e // self.tile_n, e % self.tile_n
+                    if r < GEMM_K:
+                        v = 0.0
+                        if (k0 + r < self.k) and (col0 + c < self.n):
+                            v = self.w.load(arena, weights, io, (k0 + r) * self.n + col0 + c)
+                        ws[r, c] = v
                 ti.simt.block.sync()
                 for kk in range(GEMM_K):
-                    xv = ti.Vector([xs[ty + GEMM_LANES * a, kk] for a in ti.static(range(GEMM_MICRO))])
-                    wv = ti.Vector([ws[kk, tx + GEMM_LANES * c] for c in ti.static(range(GEMM_MICRO))])
+                    xv = ti.Vector([xs[ty + self.lanes_m * a, kk] for a in ti.static(range(self.micro_m))])
+                    wv = ti.Vector([ws[kk, tx + self.lanes_n * c] for c in ti.static(range(self.micro_n))])
                     acc += xv.outer_product(wv)
                 ti.simt.block.sync()
-            for a, c in ti.static(ti.ndrange(GEMM_MICRO, GEMM_MICRO)):
-                row = row0 + ty + GEMM_LANES * a
-                col = col0 + tx + GEMM_LANES * c
+            for a, c in ti.static(ti.ndrange(self.micro_m, self.micro_n)):
+                row = row0 + ty + self.lanes_m * a
+                col = col0 + tx + self.lanes_n * c
                 if (row < self.m) and (col < self.n):
                     v = acc[a, c]
                     if ti.static(self.has_bias):

@@ -17,12 +17,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tflite_taichi.ops.conv import (GEMM_K, GEMM_MIN_BLOCKS, GEMM_TILE, SPLIT_K_MIN_TERMS,
+from tflite_taichi.ops.conv import (GEMM_CONFIG, GEMM_K, GEMM_MIN_BLOCKS, SPLIT_K_MIN_TERMS,
                                     SPLIT_K_THREADS, gemm_blocks, split_k)
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, quantize_array, strategies)
 
 S = strategies()
+TILE_M, TILE_N = GEMM_CONFIG[:2]
 
 
 def test_the_thresholds_split_what_the_fast_paths_are_for():
@@ -96,17 +97,17 @@ def test_chunked_softmax(taichi_workers, rows, n, beta, seed):
 def test_gemm_tiles_are_taken_by_the_shapes_they_are_for():
     assert gemm_blocks(112 * 112, 64) == 196                  # MobileNet's first pointwise conv
     assert gemm_blocks(7 * 7, 1024) < GEMM_MIN_BLOCKS          # its last: split-K's job
-    assert gemm_blocks(GEMM_TILE * GEMM_MIN_BLOCKS, 1) == GEMM_MIN_BLOCKS
+    assert gemm_blocks(TILE_M * GEMM_MIN_BLOCKS, 1) == GEMM_MIN_BLOCKS
 
 
 @st.composite
 def gemm_shapes(draw):
     """Pixels x output channels with at least GEMM_MIN_BLOCKS tiles, ragged edges in every
     dimension (pixels, channels and the reduction not multiples of the tile sizes)."""
-    c_out = draw(st.integers(1, 3 * GEMM_TILE + 5))
-    col_blocks = -(-c_out // GEMM_TILE)
+    c_out = draw(st.integers(1, 3 * TILE_N + 5))
+    col_blocks = -(-c_out // TILE_N)
     row_blocks = -(-GEMM_MIN_BLOCKS // col_blocks) + draw(st.integers(0, 3))
-    pixels = row_blocks * GEMM_TILE - draw(st.integers(0, GEMM_TILE - 1))
+    pixels = row_blocks * TILE_M - draw(st.integers(0, TILE_M - 1))
     c_in = draw(st.sampled_from([GEMM_K, GEMM_K + 3, 40, 67]))
     return pixels, c_in, c_out
 
@@ -143,9 +144,9 @@ def test_fast_paths_in_fp16_keep_float32_partials(vulkan_workers):
         one_op_model("SOFTMAX", [Input((1, 1000))], [Output((1, 1000))], beta=1.0),
         one_op_model("FULLY_CONNECTED", [Input((1, 512)), Const(rng.uniform(-1, 1, (10, 512)).astype(np.float32))],
                      [Output((1, 10))]),
-        one_op_model("FULLY_CONNECTED", [Input((GEMM_TILE * GEMM_MIN_BLOCKS, 40)),   # GEMM tiles
+        one_op_model("FULLY_CONNECTED", [Input((TILE_M * GEMM_MIN_BLOCKS, 40)),   # GEMM tiles
                                          Const(rng.uniform(-1, 1, (50, 40)).astype(np.float32))],
-                     [Output((GEMM_TILE * GEMM_MIN_BLOCKS, 50))]),
+                     [Output((TILE_M * GEMM_MIN_BLOCKS, 50))]),
     ):
         check_delegate(model, vulkan_workers, precision="fp16")
 
