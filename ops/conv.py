@@ -252,7 +252,11 @@ class PointwiseConvStep:
 # every thread accumulates a micro_m x micro_n register tile of pixels x channels from them.
 GEMM_K = 16
 GEMM_CONFIG = (64, 64, 4, 4)        # tile_m, tile_n, micro_m, micro_n: 256 threads a block
-GEMM_MIN_BLOCKS = 32    # fewer tiles than this leave a GPU idle: the split-K gathers do better
+# Below this many tiles the register-tiled gather (PointwiseConvStep) is faster: measured on the
+# H200 (bench/results/gemm_micro.md), 64x64 tiles won at 196 tiles (MobileNet's 112x112x64
+# pointwise conv, -15%) and lost at 98, 52 and 32 (+6%, +18%, +57%). Block-level tiles pay off
+# only with enough tiles to fill the GPU: a batch, or the first, largest layers.
+GEMM_MIN_BLOCKS = 128
 
 
 def gemm_config() -> tuple:
