@@ -252,11 +252,20 @@ class PointwiseConvStep:
 # every thread accumulates a micro_m x micro_n register tile of pixels x channels from them.
 GEMM_K = 16
 GEMM_CONFIG = (64, 64, 4, 4)        # tile_m, tile_n, micro_m, micro_n: 256 threads a block
-# Below this many tiles the register-tiled gather (PointwiseConvStep) is faster: measured on the
-# H200 (bench/results/gemm_micro.md), 64x64 tiles won at 196 tiles (MobileNet's 112x112x64
-# pointwise conv, -15%) and lost at 98, 52 and 32 (+6%, +18%, +57%). Block-level tiles pay off
-# only with enough tiles to fill the GPU: a batch, or the first, largest layers.
-GEMM_MIN_BLOCKS = 128
+# Below this many tiles the op runs as the register-tiled gather (PointwiseConvStep). Measured on
+# the H200 (bench/results/gemm_tiles.md): in whole batch-1 models a kernel with tiled ops ran
+# slower (MobileNet v1 on cuda 1.2-1.5 ms against 0.83-1.0 ms without, alternating in one
+# process), although an isolated chain of 112x112x64 layers ran 15% faster tiled; at batch 32,
+# tiling every pointwise conv and FC raised MobileNet from 1436 to 2368 images/s on cuda and
+# from 1179 to 1717 on vulkan. Batch-1 ops of the models here have at most 256 tiles, batch-32
+# MobileNet's at least 400: tiles are for batches (and very large images).
+GEMM_MIN_BLOCKS = 400
+
+
+def gemm_min_blocks() -> int:
+    """GEMM_MIN_BLOCKS; tests lower it (TFLITE_TAICHI_GEMM_MIN_BLOCKS) to reach the tiled
+    kernel with shapes small enough for a software rasteriser."""
+    return int(os.environ.get("TFLITE_TAICHI_GEMM_MIN_BLOCKS", GEMM_MIN_BLOCKS))
 
 
 def gemm_config() -> tuple:
@@ -272,7 +281,7 @@ def gemm_blocks(m: int, n: int, config: tuple = GEMM_CONFIG) -> int:
 def use_gemm_tiles(m: int, n: int, k: int) -> bool:
     """Whether a [m, k] @ [k, n] product runs as shared-memory tiles here: an arch that has them,
     enough tiles to occupy a GPU, and a reduction long enough to stage."""
-    return (tiutil.has_shared_memory() and gemm_blocks(m, n, gemm_config()) >= GEMM_MIN_BLOCKS
+    return (tiutil.has_shared_memory() and gemm_blocks(m, n, gemm_config()) >= gemm_min_blocks()
             and k >= GEMM_K)
 
 
