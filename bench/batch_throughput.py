@@ -1,11 +1,13 @@
 """Images per second at a batch size (issue #5's batched target): the model's input resized to
 batch B, median of N invokes after warm-up, on one backend, and LiteRT on the same machine when
-it is installed. PyTorch eager is the issue's yardstick; this script does not build it (torch is
-not installed where the numbers were taken), so the comparison is stated, not measured, there.
+it is installed, and PyTorch eager (the issue's yardstick) when torch is installed: the same
+network built from the model's weights by bench/torch_eager.py, on cuda when torch has it.
 
-    python bench/batch_throughput.py MODEL --backend cuda --batch 32 [--runs 20] [--litert-threads 16]
+    python bench/batch_throughput.py MODEL --backend cuda --batch 32 [--runs 20] [--litert-threads 16] [--torch]
 """
 import argparse
+import importlib.util
+import os
 import sys
 import time
 import warnings
@@ -26,6 +28,35 @@ def _time(it, runs):
     return float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90))
 
 
+def _time_torch(model, batch, runs):
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_eager import TorchModel
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    net = TorchModel(model, batch=batch, device=device)
+    shape = (batch, *net.subgraph.tensors[net.subgraph.inputs[0]].shape[1:])
+    x = torch.as_tensor(np.random.default_rng(0).uniform(0, 1, shape).astype(np.float32), device=device)
+    x = net._nchw(x)
+
+    def run():
+        with torch.inference_mode():
+            values = dict(net.consts)
+            values[net.subgraph.inputs[0]] = x
+            for kind, op, weight, bias, groups, node in net.plan:
+                values[op.outputs[0]] = net._run(kind, op, weight, bias, groups, node, values)
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+    for _ in range(3):
+        run()
+    t = []
+    for _ in range(runs):
+        s = time.perf_counter()
+        run()
+        t.append(time.perf_counter() - s)
+    return device, (float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90)))
+
+
 def _resized(it, batch):
     d = it.get_input_details()[0]
     it.resize_tensor_input(d["index"], [batch, *d["shape"][1:]])
@@ -41,6 +72,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--runs", type=int, default=20)
     p.add_argument("--litert-threads", type=int, default=0, help="0: skip LiteRT")
+    p.add_argument("--torch", action="store_true",
+                   help="also PyTorch eager (input already on the device, as a GPU pipeline has it)")
     a = p.parse_args(argv)
     warnings.simplefilter("ignore")
     from tflite_taichi import Interpreter
@@ -54,6 +87,12 @@ def main(argv=None):
             rows.append((f"LiteRT XNNPACK {a.litert_threads} threads",) + _time(lite, a.runs))
         except ImportError:
             rows.append(("LiteRT (not installed)", float("nan"), float("nan"), float("nan")))
+    if a.torch:
+        if importlib.util.find_spec("torch") is None:
+            rows.append(("PyTorch (not installed)", float("nan"), float("nan"), float("nan")))
+        else:
+            device, times = _time_torch(a.model, a.batch, a.runs)
+            rows.append((f"PyTorch eager {device}",) + times)
     print(f"{a.model} batch {a.batch}:")
     for name, med, p10, p90 in rows:
         print(f"  {name:<34} median {1e3 * med:8.2f} ms (p10 {1e3 * p10:.2f}, p90 {1e3 * p90:.2f})"
