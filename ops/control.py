@@ -1,1 +1,204 @@
-"""(being written)"""
+"""Control flow: IF and WHILE, which run other subgraphs of the model.
+
+As in LiteRT (kernels/if.cc, while.cc):
+- IF: input 0 is the condition, a bool tensor of one element; the other inputs are handed to
+  the `then` or `else` subgraph, whose outputs become IF's outputs. Both branches take as
+  many inputs as IF passes and give as many outputs as IF has.
+- WHILE: n loop-carried tensors (inputs i <-> outputs i). `cond` takes the n current values
+  and gives one bool of one element; while it is true, `body` maps the n values to the next
+  n. Zero iterations hand the inputs on unchanged. There is no iteration limit: a loop whose
+  condition never turns false runs forever, as in LiteRT.
+- Values cross subgraph boundaries as raw tensors: dtypes must match (a ModelError here;
+  LiteRT would reinterpret the bytes), and a quantized tensor keeps its integers, which the
+  receiving tensor reads under its own scale.
+- A called subgraph is prepared for the shapes it is called with (resize_tensor_input
+  propagates through it); IF branches whose outputs differ in shape, and WHILE bodies that
+  change the shape of a loop-carried tensor, make LiteRT's outputs dynamic: here they are a
+  ModelError at prepare (every shape is static after allocate_tensors).
+- A subgraph that calls itself, directly or through others, is a ModelError at prepare
+  (LiteRT overflows its stack and crashes on such a model).
+
+Both ops are `stateful`: never folded, never delegated (a called subgraph may touch
+variables). Their infer and reference take the interpreter's runtime, which prepares a
+called subgraph for given input shapes (`prepare_subgraph`) and runs it on the reference path
+(`run_subgraph`): on a Taichi backend the ops of called subgraphs run on numpy, while the
+calling graph's other ops are delegated as usual.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tflite_taichi.quant import dequantize, is_float_view, quantize
+
+from .base import OpDef, register_op
+
+
+def _dtype_name(spec) -> str:
+    return np.dtype(spec.dtype).name if spec.dtype is not None else "resource"
+
+
+def _same_quantization(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.quantized_dimension == b.quantized_dimension and np.array_equal(a.scale, b.scale)
+            and np.array_equal(a.zero_point, b.zero_point))
+
+
+def _retag(value, src, dst):
+    """A value handed from tensor `src` to tensor `dst` (same dtype) as LiteRT copies it: the
+    stored data unchanged, so a quantized tensor's integers are read under dst's scale."""
+    if src.dtype is None or dst.dtype is None:           # resource handles pass as they are
+        return value
+    src_view = is_float_view(src.dtype, src.quantization)
+    dst_view = is_float_view(dst.dtype, dst.quantization)
+    if src_view == dst_view and (not src_view or _same_quantization(src.quantization, dst.quantization)):
+        return value
+    raw = quantize(value, src.quantization, src.dtype) if src_view else np.asarray(value).astype(src.dtype)
+    return dequantize(raw, dst.quantization) if dst_view else raw
+
+
+def _prepare(node, runtime, index: int, role: str, args: list):
+    """The subgraph `index` prepared for the argument specs `args`; checks inputs."""
+    if runtime is None:
+        raise node.fail("calls subgraphs and can be prepared only inside an Interpreter")
+    sg = runtime.subgraph(index, node, role)
+    if len(sg.inputs) != len(args):
+        raise node.fail(f"{role} subgraph {index} takes {len(sg.inputs)} inputs, the op passes {len(args)}")
+    for t, arg in zip(sg.inputs, args):
+        tensor = sg.tensors[t]
+        if (tensor.dtype is None) != (arg.dtype is None) or (
+                tensor.dtype is not None and np.dtype(tensor.dtype) != np.dtype(arg.dtype)):
+            raise node.fail(f"{role} subgraph {index} input '{tensor.name}' is "
+                            f"{_dtype_name(tensor)}; '{arg.name}' passed to it is {_dtype_name(arg)}")
+    return runtime.prepare_subgraph(index, [a.shape for a in args], node)
+
+
+def _outputs(prepared):
+    return [prepared.specs[t] for t in prepared.subgraph.outputs]
+
+
+def _check_bool_scalar(node, spec, what: str):
+    if spec is None:
+        raise node.fail(f"{what} is missing (-1)")
+    if spec.dtype is None or np.dtype(spec.dtype) != np.bool_ or int(np.prod(spec.shape)) != 1:
+        raise node.fail(f"{what} '{spec.name}' must be a bool tensor of one element, got "
+                        f"{_dtype_name(spec)} {list(spec.shape)}")
+
+
+def _run(runtime, prepared, values: list, specs: list) -> list:
+    """Run a prepared subgraph on `values` (float views of tensors `specs`); returns its
+    outputs' float views (of the tensors `_outputs(prepared)`)."""
+    sg = prepared.subgraph
+    feeds = {t: _retag(v, s, prepared.specs[t]) for t, v, s in zip(sg.inputs, values, specs)}
+    results = runtime.run_subgraph(prepared, feeds)
+    return [results[t] for t in sg.outputs]
+
+
+# -- IF ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IfOptions:
+    then_subgraph_index: int
+    else_subgraph_index: int
+
+
+def _parse_if(opts) -> IfOptions:
+    return IfOptions(int(opts.ThenSubgraphIndex()), int(opts.ElseSubgraphIndex()))
+
+
+def _infer_if(node, runtime):
+    _check_bool_scalar(node, node.inputs[0], "condition")
+    args = list(node.inputs[1:])
+    if any(a is None for a in args):
+        raise node.fail("an input passed to the branches is missing (-1)")
+    branches = []
+    for role, index in (("then", node.options.then_subgraph_index),
+                        ("else", node.options.else_subgraph_index)):
+        outs = _outputs(_prepare(node, runtime, index, role, args))
+        if len(outs) != len(node.outputs):
+            raise node.fail(f"{role} subgraph {index} gives {len(outs)} outputs, the op has "
+                            f"{len(node.outputs)}")
+        for spec, out in zip(outs, node.outputs):
+            if _dtype_name(spec) != _dtype_name(out):
+                raise node.fail(f"output '{out.name}' is {_dtype_name(out)}; {role} subgraph "
+                                f"{index} gives {_dtype_name(spec)} ('{spec.name}')")
+        branches.append(outs)
+    for then_spec, else_spec, out in zip(*branches, node.outputs):
+        if tuple(then_spec.shape) != tuple(else_spec.shape):
+            raise node.fail(f"output '{out.name}' would have shape {list(then_spec.shape)} from the "
+                            f"then branch and {list(else_spec.shape)} from the else branch: "
+                            "outputs whose shape depends on the branch taken (dynamic tensors in "
+                            "LiteRT) are not supported")
+    return [tuple(s.shape) for s in branches[0]]
+
+
+def _if_reference(node, inputs, runtime):
+    take_then = bool(np.asarray(inputs[0]).reshape(-1)[0])
+    index = node.options.then_subgraph_index if take_then else node.options.else_subgraph_index
+    args = list(node.inputs[1:])
+    prepared = runtime.prepare_subgraph(index, [a.shape for a in args], node)
+    results = _run(runtime, prepared, list(inputs[1:]), args)
+    return [_retag(v, s, out) for v, s, out in zip(results, _outputs(prepared), node.outputs)]
+
+
+# -- WHILE ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WhileOptions:
+    cond_subgraph_index: int
+    body_subgraph_index: int
+
+
+def _parse_while(opts) -> WhileOptions:
+    return WhileOptions(int(opts.CondSubgraphIndex()), int(opts.BodySubgraphIndex()))
+
+
+def _infer_while(node, runtime):
+    carried = list(node.inputs)
+    if any(a is None for a in carried):
+        raise node.fail("a loop-carried input is missing (-1)")
+    if len(node.outputs) != len(carried):
+        raise node.fail(f"has {len(carried)} loop-carried inputs but {len(node.outputs)} outputs")
+    for spec, out in zip(carried, node.outputs):
+        if _dtype_name(spec) != _dtype_name(out):
+            raise node.fail(f"output '{out.name}' is {_dtype_name(out)}, its loop-carried input "
+                            f"'{spec.name}' {_dtype_name(spec)}")
+    cond = _outputs(_prepare(node, runtime, node.options.cond_subgraph_index, "cond", carried))
+    if len(cond) != 1:
+        raise node.fail(f"cond subgraph {node.options.cond_subgraph_index} gives {len(cond)} "
+                        "outputs; it must give one bool")
+    _check_bool_scalar(node, cond[0], f"cond subgraph {node.options.cond_subgraph_index} output")
+    body_index = node.options.body_subgraph_index
+    body = _outputs(_prepare(node, runtime, body_index, "body", carried))
+    if len(body) != len(carried):
+        raise node.fail(f"body subgraph {body_index} gives {len(body)} outputs for "
+                        f"{len(carried)} loop-carried tensors")
+    for spec, arg in zip(body, carried):
+        if _dtype_name(spec) != _dtype_name(arg):
+            raise node.fail(f"body subgraph {body_index} output '{spec.name}' is "
+                            f"{_dtype_name(spec)}, its loop-carried input '{arg.name}' {_dtype_name(arg)}")
+        if tuple(spec.shape) != tuple(arg.shape):
+            raise node.fail(f"body subgraph {body_index} turns loop-carried '{arg.name}' of shape "
+                            f"{list(arg.shape)} into {list(spec.shape)} ('{spec.name}'): tensors "
+                            "that change shape across iterations (dynamic tensors in LiteRT) are "
+                            "not supported")
+    return [tuple(a.shape) for a in carried]
+
+
+def _while_reference(node, inputs, runtime):
+    carried = list(node.inputs)
+    shapes = [a.shape for a in carried]
+    cond = runtime.prepare_subgraph(node.options.cond_subgraph_index, shapes, node)
+    body = runtime.prepare_subgraph(node.options.body_subgraph_index, shapes, node)
+    values, specs = list(inputs), carried
+    body_specs = _outputs(body)
+    while bool(np.asarray(_run(runtime, cond, values, specs)[0]).reshape(-1)[0]):
+        values, specs = _run(runtime, body, values, specs), body_specs
+    return [_retag(v, s, out) for v, s, out in zip(values, specs, node.outputs)]
+
+
+IF = register_op(OpDef(name="IF", infer=_infer_if, reference=_if_reference, parse=_parse_if,
+                       options_class="IfOptions", stateful=True, min_inputs=1))
+WHILE = register_op(OpDef(name="WHILE", infer=_infer_while, reference=_while_reference,
+                          parse=_parse_while, options_class="WhileOptions", stateful=True,
+                          min_inputs=0))

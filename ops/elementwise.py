@@ -4,7 +4,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import OpDef, register_op
+from .base import OpDef, register_op, replace_fields
+from .compare import infer_logical
 from .common import apply_activation, broadcast_shapes, check_activation
 from .tiutil import activation, broadcast_flat, ti
 
@@ -103,4 +104,6 @@ DIV = _binary("DIV", _divide, "DivOptions")
 MAXIMUM = _binary("MAXIMUM", np.maximum, has_activation=False)
 MINIMUM = _binary("MINIMUM", np.minimum, has_activation=False)
 SQUARED_DIFFERENCE = _binary("SQUARED_DIFFERENCE", lambda a, b: np.square(a - b), has_activation=False)
-LOGICAL_AND = _binary("LOGICAL_AND", np.logical_and, has_activation=False)
+# bool in and out, as LiteRT requires (its infer shared with LOGICAL_OR)
+LOGICAL_AND = register_op(replace_fields(_binary("LOGICAL_AND", np.logical_and, has_activation=False),
+                                         infer=infer_logical), replace=True)

@@ -1,4 +1,5 @@
-"""Reductions over constant axes: MEAN, SUM, REDUCE_MAX (ReducerOptions.keep_dims).
+"""Reductions over constant axes: MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_ANY
+(ReducerOptions.keep_dims).
 
 The axes are the second input, a constant int32 tensor (scalar or 1-D); entries may be
 negative (counted from the end) or repeated (counted once). An empty axes tensor reduces
@@ -79,16 +80,45 @@ def _sum(x, axes):
     return np.sum(x, axis=axes, dtype=np.float64, keepdims=True).astype(x.dtype)
 
 
+def _highest(dtype) -> object:
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return True
+    if np.issubdtype(dtype, np.integer):
+        return np.iinfo(dtype).max
+    return np.finfo(dtype).max
+
+
 def _max(x, axes):
     return np.max(x, axis=axes, keepdims=True, initial=_lowest(x.dtype))
+
+
+def _min(x, axes):
+    return np.min(x, axis=axes, keepdims=True, initial=_highest(x.dtype))
+
+
+def _prod(x, axes):
+    if x.dtype == np.bool_:
+        return np.all(x, axis=axes, keepdims=True)      # LiteRT's bool product: in && current
+    if np.issubdtype(x.dtype, np.integer):
+        # a product mod 2^64 reduced mod 2^32 is the int32 product LiteRT's T-typed loop wraps to
+        return np.prod(x, axis=axes, dtype=np.int64, keepdims=True).astype(x.dtype)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        return np.prod(x, axis=axes, dtype=np.float64, keepdims=True).astype(x.dtype)
+
+
+def _any(x, axes):
+    return np.any(x, axis=axes, keepdims=True)
 
 
 # -- Taichi ----------------------------------------------------------------------------------
 # One thread per output element; each walks the reduced elements of its input slice serially.
 # Dimensions are grouped statically: size-1 dims dropped and neighbours of the same kind
 # (kept/reduced) merged when contiguous, so a reduction over H and W of NHWC is one loop.
-_SUM, _MEAN, _MAX = 0, 1, 2
-_CODES = {"SUM": _SUM, "MEAN": _MEAN, "REDUCE_MAX": _MAX}
+_SUM, _MEAN, _MAX, _MIN, _PROD = 0, 1, 2, 3, 4
+# REDUCE_ANY: bool arrives as 0/1, and any of 0/1 values is their maximum
+_CODES = {"SUM": _SUM, "MEAN": _MEAN, "REDUCE_MAX": _MAX, "REDUCE_MIN": _MIN, "REDUCE_PROD": _PROD,
+          "REDUCE_ANY": _MAX}
 
 
 def _merged(dims):
@@ -144,13 +174,17 @@ class ReduceStep:
         self.splits = splits if usable else 1
         self.scratch = scratch if usable else out
         self.chunk = -(-self.count // self.splits)
-        self.splits = -(-self.count // self.chunk)      # no empty share: MAX has no identity
+        self.splits = -(-self.count // self.chunk)      # no empty share: MAX/MIN have no identity
 
     @ti.func
     def _combine(self, acc, v):
         r = acc + v
         if ti.static(self.code == _MAX):
             r = ti.max(acc, v)
+        elif ti.static(self.code == _MIN):
+            r = ti.min(acc, v)
+        elif ti.static(self.code == _PROD):
+            r = acc * v
         return r
 
     @ti.func
@@ -199,12 +233,21 @@ def _reduce_taichi(node, io):
 
 
 def _reduce_supports(node):
-    if np.dtype(node.inputs[0].dtype) == np.bool_:
+    if np.dtype(node.inputs[0].dtype) == np.bool_ and node.op != "REDUCE_ANY":
         return "a reduction of a bool tensor"
     return None
 
 
-def _reducer(name, fn):
+def _infer_any(node):
+    """REDUCE_ANY: bool in and out (LiteRT's PrepareAllOrAny)."""
+    for spec, what in ((node.inputs[0], "input"), (node.outputs[0], "output")):
+        if spec.dtype is not None and np.dtype(spec.dtype) != np.bool_:
+            raise node.fail(f"{what} '{spec.name}' has dtype {np.dtype(spec.dtype).name}; "
+                            "REDUCE_ANY takes and gives bool")
+    return _infer(node)
+
+
+def _reducer(name, fn, infer=_infer):
     def reference(node, inputs):
         x = np.asarray(inputs[0])
         axes = _axes(node)
@@ -212,7 +255,7 @@ def _reducer(name, fn):
             return [x.reshape(node.outputs[0].shape).copy()]
         return [fn(x, axes).reshape(node.outputs[0].shape)]
 
-    return register_op(OpDef(name=name, infer=_infer, reference=reference, parse=_parse,
+    return register_op(OpDef(name=name, infer=infer, reference=reference, parse=_parse,
                              options_class="ReducerOptions", taichi=_reduce_taichi,
                              supports=_reduce_supports, scratch=_reduce_scratch,
                              min_inputs=2, max_inputs=2))
@@ -221,3 +264,6 @@ def _reducer(name, fn):
 MEAN = _reducer("MEAN", _mean)
 SUM = _reducer("SUM", _sum)
 REDUCE_MAX = _reducer("REDUCE_MAX", _max)
+REDUCE_MIN = _reducer("REDUCE_MIN", _min)
+REDUCE_PROD = _reducer("REDUCE_PROD", _prod)
+REDUCE_ANY = _reducer("REDUCE_ANY", _any, infer=_infer_any)

@@ -41,8 +41,10 @@ def quantize(x: np.ndarray, quant: Quantization, dtype) -> np.ndarray:
     scale, zero_point = quant.broadcastable(np.ndim(x))
     lo, hi = quantized_range(dtype)
     with np.errstate(invalid="ignore", over="ignore"):
-        q = round_half_away(np.asarray(x, np.float32) / scale.astype(np.float32))
-        q = np.nan_to_num(q, nan=0.0, posinf=hi, neginf=lo) + zero_point
+        q = round_half_away(np.asarray(x, np.float32) / scale.astype(np.float32)) + zero_point
+    # +-inf saturate through the clip (after the zero point: -inf is qmin whatever the zero
+    # point); NaN has no grid point and becomes the zero point (real 0), as before
+    q = np.where(np.isnan(q), np.broadcast_to(zero_point, np.shape(q)), q)
     return np.clip(q, lo, hi).astype(dtype)
 
 

@@ -151,3 +151,17 @@ def test_dequantize_from_float32_is_refused():
 def test_dequantize_of_unquantized_int8_is_refused():
     with pytest.raises(ModelError, match="DEQUANTIZE.*quantization"):
         _prepare(one_op_model("DEQUANTIZE", [Input((2, 3), np.int8)], [Output((2, 3))]))
+
+
+def test_float_view_quantize_saturates_infinities_after_the_zero_point():
+    """-inf is qmin and +inf qmax whatever the zero point (LiteRT's kernels and the delegate's
+    store saturate); NaN becomes the zero point. Per tensor and per channel."""
+    from tflite_taichi.ops.base import Quantization
+    from tflite_taichi.quant.floatview import quantize
+    x = np.array([-np.inf, np.inf, np.nan, 1.0], np.float32)
+    for zp in (100, -100, 0):
+        q = quantize(x, Quantization(np.array([0.1], np.float32), np.array([zp])), np.int8)
+        assert q.tolist() == [-128, 127, zp, min(zp + 10, 127)]
+    per_channel = Quantization(np.array([0.1, 0.2], np.float32), np.array([100, -100]), 1)
+    q = quantize(np.array([[-np.inf, np.inf], [np.nan, np.nan]], np.float32), per_channel, np.int8)
+    assert q.tolist() == [[-128, 127], [100, -100]]

@@ -1,14 +1,15 @@
-"""MEAN, SUM, REDUCE_MAX, RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR on the delegate (cpu,
-vulkan, opengl workers; fp16 on vulkan; gles) vs the reference path, over the attribute space
-of the LiteRT tests. Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within
-one quantization step (check_delegate's rule: a value on a rounding boundary may snap either way)."""
+"""MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_ANY, RESIZE_BILINEAR and
+RESIZE_NEAREST_NEIGHBOR on the delegate (cpu, vulkan, opengl workers; fp16 on vulkan; gles) vs
+the reference path, over the attribute space of the LiteRT tests. Tolerances:
+tflite_taichi.testing.TAICHI_RTOL; quantized outputs within one quantization step
+(check_delegate's rule: a value on a rounding boundary may snap either way)."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, strategies)
-from test_ops_reduce import OPS as REDUCE_OPS, reduction
+from test_ops_reduce import OPS as REDUCE_OPS, any_inputs, prod_inputs, reduction
 from test_ops_resize import OPS as RESIZE_OPS, _model as resize_model, resize_case
 
 S = strategies()
@@ -52,6 +53,82 @@ def test_reduce_of_bool_stays_on_the_cpu(taichi_workers):
     model = one_op_model("REDUCE_MAX", [Input((2, 3), np.bool_), Const(np.array([1], np.int32))],
                          [Output((2,), np.bool_)])
     summaries = check_delegate(model, taichi_workers, [np.array([[0, 1, 0], [0, 0, 0]], bool)],
+                               expect_all_delegated=False)
+    for summary in summaries.values():
+        assert summary["ops_delegated"] == 0
+        assert "bool" in summary["fallback"][0]["reason"]
+
+
+# REDUCE_MIN, REDUCE_PROD, REDUCE_ANY: the op drawn in one test each (one compile per example).
+NEW_REDUCE_OPS = ["REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY"]
+
+
+def _new_reduce_inputs(op, shape, seed):
+    if op == "REDUCE_ANY":
+        return [any_inputs(shape, seed)]
+    if op == "REDUCE_PROD":
+        return [prod_inputs(shape, seed)]
+    return None
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(NEW_REDUCE_OPS), case=reduction(), seed=S.seeds())
+def test_min_prod_any_delegate_matches_reference(taichi_workers, op, case, seed):
+    dtype = np.bool_ if op == "REDUCE_ANY" else np.float32
+    check_delegate(_reduce_model(op, case, dtype), taichi_workers,
+                   _new_reduce_inputs(op, case[0], seed), seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(["REDUCE_MIN", "REDUCE_PROD"]), case=reduction(), qi=S.quant_params(),
+       widen=st.floats(1.0, 2.0), seed=S.seeds())
+def test_min_prod_int8_delegate_matches_reference(taichi_workers, op, case, qi, widen, seed):
+    # REDUCE_MIN keeps the input's quantization (LiteRT's constraint); REDUCE_PROD's output
+    # quantization covers its products (as in the LiteRT test).
+    shape, axes, _, _ = case
+    x = np.random.default_rng(seed).integers(-128, 128, shape).astype(np.int8)
+    qo = qi
+    if op == "REDUCE_PROD":
+        reduced = tuple(sorted({int(a) % len(shape) for a in axes.reshape(-1)}))
+        prods = np.prod((x.astype(np.float64) - qi[1]) * qi[0], axis=reduced)
+        lo, hi = min(float(prods.min()), 0.0), max(float(prods.max()), 0.0)
+        assume(1e-30 < hi - lo < 1e30)
+        scale = float(np.float32((hi - lo) / 240 * widen))
+        qo = (scale, int(np.clip(round(-(lo + hi) / 2 / scale), -100, 100)))
+    check_delegate(_reduce_model(op, case, np.int8, qi, qo), taichi_workers, [x])
+
+
+def test_min_prod_any_fp16_on_vulkan(vulkan_workers):
+    case = ((2, 5, 3, 4), np.array([1, 2], np.int32), True, (2, 1, 1, 4))
+    for op in NEW_REDUCE_OPS:
+        dtype = np.bool_ if op == "REDUCE_ANY" else np.float32
+        check_delegate(_reduce_model(op, case, dtype), vulkan_workers,
+                       _new_reduce_inputs(op, case[0], 1), precision="fp16")
+
+
+def test_min_prod_any_gles(gles_worker):
+    case = ((3, 4, 5), np.array([-1, 0], np.int32), False, (4,))
+    for op in NEW_REDUCE_OPS:
+        dtype = np.bool_ if op == "REDUCE_ANY" else np.float32
+        check_delegate(_reduce_model(op, case, dtype), [gles_worker],
+                       _new_reduce_inputs(op, case[0], 2), seed=2)
+
+
+def test_long_min_prod_any_split_into_partial_results(taichi_workers):
+    # 3 outputs of 4096 terms each: the split reduction (partial results in scratch)
+    case = ((3, 64, 64), np.array([1, 2], np.int32), False, (3,))
+    for op in NEW_REDUCE_OPS:
+        dtype = np.bool_ if op == "REDUCE_ANY" else np.float32
+        inputs = _new_reduce_inputs(op, case[0], 3)
+        if op == "REDUCE_PROD":       # 4096 factors: keep the products in range
+            inputs = [np.sign(inputs[0]) * np.float32(1.0) + inputs[0] * np.float32(0.01)]
+        check_delegate(_reduce_model(op, case, dtype), taichi_workers, inputs, seed=3)
+
+
+def test_min_of_bool_stays_on_the_cpu(taichi_workers):
+    model = one_op_model("REDUCE_MIN", [Input((2, 3), np.bool_), Const(np.array([1], np.int32))],
+                         [Output((2,), np.bool_)])
+    summaries = check_delegate(model, taichi_workers, [np.array([[0, 1, 0], [1, 1, 1]], bool)],
                                expect_all_delegated=False)
     for summary in summaries.values():
         assert summary["ops_delegated"] == 0

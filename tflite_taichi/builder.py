@@ -25,6 +25,7 @@ import tflite
 from tflite.utils import BUILTIN_OPCODE2NAME
 
 from tflite_taichi.ops.base import Quantization, lookup
+from tflite_taichi.ops.sparse import DENSE, Sparsity, sparsify
 
 _NAME2OPCODE = {name: code for code, name in BUILTIN_OPCODE2NAME.items()}
 _OPTION_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions).items()
@@ -104,6 +105,7 @@ class _Tensor:
     quantization: Optional[Quantization] = None
     shape_signature: Optional[tuple] = None
     is_variable: bool = False
+    sparsity: Optional[Sparsity] = None
 
 
 @dataclass
@@ -145,6 +147,26 @@ class SubgraphBuilder:
         value = np.array(value, dtype=dtype, order="C")   # keeps a scalar rank 0
         t = self.tensor(name, value.shape, value.dtype, quantization)
         self.tensors[t].buffer = self._model._add_buffer(value.astype(value.dtype.newbyteorder("<")).tobytes())
+        return t
+
+    # -- sparse constants (the TFLite sparsity format; see ops/sparse.py) ----------------------
+    def sparse_const(self, name: str, value, formats, *, block_map=(), block_size=(),
+                     traversal_order=None, index_dtype=np.int32, dtype=None, quantization=None) -> int:
+        """A constant stored sparse: `value` (dense, stored in `dtype`) encoded with one format
+        per traversal level ("DENSE"/"SPARSE_CSR"), optional blocks (block_map=(1,),
+        block_size=(4,): 1x4 blocks of a matrix) and SparseIndexVector type `index_dtype`
+        (int32, uint16 or uint8, or one per level). Returns the tensor index."""
+        dense = np.array(value, dtype=dtype, order="C")
+        values, sparsity = sparsify(dense, formats, block_map, block_size, traversal_order, index_dtype)
+        return self.raw_sparse_const(name, dense.shape, values, sparsity, quantization)
+
+    def raw_sparse_const(self, name: str, shape, values, sparsity: Sparsity, quantization=None) -> int:
+        """A sparse constant written exactly as given (no checks): the stored `values` and
+        their `sparsity` metadata, for models with hand-made or malformed metadata."""
+        values = np.asarray(values)
+        t = self.tensor(name, shape, values.dtype, quantization)
+        self.tensors[t].sparsity = sparsity
+        self.tensors[t].buffer = self._model._add_buffer(values.astype(values.dtype.newbyteorder("<")).tobytes())
         return t
 
     def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], *, version: int = 1,
@@ -298,6 +320,7 @@ class ModelBuilder:
         shape = b.CreateNumpyVector(np.array(t.shape, np.int32))
         sig = b.CreateNumpyVector(np.array(t.shape_signature, np.int32)) if t.shape_signature else None
         quant = _write_quantization(b, t.quantization) if t.quantization is not None else None
+        sparsity = _write_sparsity(b, t.sparsity) if t.sparsity is not None else None
         T.TensorStart(b)
         T.TensorAddShape(b, shape)
         if sig is not None:
@@ -309,6 +332,8 @@ class ModelBuilder:
             T.TensorAddQuantization(b, quant)
         if t.is_variable:
             T.TensorAddIsVariable(b, True)
+        if sparsity is not None:
+            T.TensorAddSparsity(b, sparsity)
         return T.TensorEnd(b)
 
     @staticmethod
@@ -372,6 +397,52 @@ def _write_quantization(b, q: Quantization):
     Q.QuantizationParametersAddZeroPoint(b, zp)
     Q.QuantizationParametersAddQuantizedDimension(b, q.quantized_dimension)
     return Q.QuantizationParametersEnd(b)
+
+
+# SparseIndexVector union: numpy dtype of the stored indices -> (union type, table module)
+_INDEX_VECTORS = {np.dtype(np.int32): (1, "Int32Vector"), np.dtype(np.uint16): (2, "Uint16Vector"),
+                  np.dtype(np.uint8): (3, "Uint8Vector")}
+
+
+def _write_index_vector(b, values):
+    values = np.asarray(values)
+    if values.dtype not in _INDEX_VECTORS:
+        values = values.astype(np.int32)
+    code, name = _INDEX_VECTORS[values.dtype]
+    mod = importlib.import_module(f"tflite.{name}")
+    vec = b.CreateNumpyVector(values.astype(values.dtype.newbyteorder("<")))
+    getattr(mod, f"{name}Start")(b)
+    getattr(mod, f"{name}AddValues")(b, vec)
+    return code, getattr(mod, f"{name}End")(b)
+
+
+def _write_sparsity(b, sp: Sparsity):
+    SP = importlib.import_module("tflite.SparsityParameters")
+    DM = importlib.import_module("tflite.DimensionMetadata")
+    dims = []
+    for md in sp.dim_metadata:
+        segments = indices = None
+        if md.format != DENSE:
+            segments = _write_index_vector(b, md.segments) if md.segments is not None else None
+            indices = _write_index_vector(b, md.indices) if md.indices is not None else None
+        DM.DimensionMetadataStart(b)
+        DM.DimensionMetadataAddFormat(b, md.format)
+        DM.DimensionMetadataAddDenseSize(b, int(md.dense_size))
+        for part, add_type, add in ((segments, DM.DimensionMetadataAddArraySegmentsType, DM.DimensionMetadataAddArraySegments),
+                                    (indices, DM.DimensionMetadataAddArrayIndicesType, DM.DimensionMetadataAddArrayIndices)):
+            if part is not None:
+                add_type(b, part[0])
+                add(b, part[1])
+        dims.append(DM.DimensionMetadataEnd(b))
+    order = b.CreateNumpyVector(np.array(sp.traversal_order, np.int32))
+    block_map = b.CreateNumpyVector(np.array(sp.block_map, np.int32)) if len(sp.block_map) else None
+    dim_vec = _table_vector(b, SP, "SparsityParameters", "DimMetadata", dims)
+    SP.SparsityParametersStart(b)
+    SP.SparsityParametersAddTraversalOrder(b, order)
+    if block_map is not None:
+        SP.SparsityParametersAddBlockMap(b, block_map)
+    SP.SparsityParametersAddDimMetadata(b, dim_vec)
+    return SP.SparsityParametersEnd(b)
 
 
 def _write_options(b, class_name: str, options: dict):

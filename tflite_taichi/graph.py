@@ -5,9 +5,15 @@ where known, values) of its inputs. An op whose inputs are all known at prepare 
 its reference runs once here (this is how SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE chains and
 float16 weights behind DEQUANTIZE become constants; SHAPE needs only its input's shape, which
 prepare always knows). The rest are `Step`s for `run_reference`.
+
+A stateful op whose infer names a `runtime` parameter (IF, WHILE: their output shapes are
+those of the subgraphs they call) gets the interpreter's runtime there too, as its reference
+does; `prepare` passes on the `runtime` it is given (None outside an Interpreter).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -70,8 +76,9 @@ def _parse_options(op: model_ir.Operator, opdef: OpDef):
 
 
 def constant_value(tensor: model_ir.Tensor) -> Optional[np.ndarray]:
-    """The float view of a constant tensor (dequantized once), or None."""
-    if tensor.data is None or tensor.has_sparsity:
+    """The float view of a constant tensor (dequantized once), or None. (A sparse constant was
+    densified by the model reader: model._read_sparse_constant.)"""
+    if tensor.data is None:
         return None
     if is_float_view(tensor.dtype, tensor.quantization):
         return dequantize(tensor.data, tensor.quantization)
@@ -84,7 +91,8 @@ def spec_of(tensor: model_ir.Tensor, shape=None, value=None) -> TensorSpec:
                       dtype=tensor.dtype, quantization=tensor.quantization, value=value)
 
 
-def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict) -> PreparedGraph:
+def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
+            runtime=None) -> PreparedGraph:
     specs, constants = {}, {}
     for t in subgraph.tensors:
         value = constant_value(t)
@@ -104,7 +112,7 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict) -> 
         node = Node(index=op.index, op=op.name, version=op.version, options=options,
                     inputs=tuple(specs[t] if t != -1 else None for t in op.inputs),
                     outputs=tuple(specs[t] for t in op.outputs))
-        shapes = _infer(opdef, node)
+        shapes = _infer(opdef, node, runtime)
         for t, shape in zip(op.outputs, shapes):
             specs[t] = replace(specs[t], shape=shape)
         node = replace(node, outputs=tuple(specs[t] for t in op.outputs))
@@ -121,9 +129,21 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict) -> 
                          steps=steps, folded=folded)
 
 
-def _infer(opdef: OpDef, node: Node) -> list:
+@functools.lru_cache(maxsize=None)
+def _infer_takes_runtime(infer) -> bool:
     try:
-        shapes = [tuple(int(d) for d in s) for s in opdef.infer(node)]
+        return "runtime" in inspect.signature(infer).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _infer(opdef: OpDef, node: Node, runtime=None) -> list:
+    try:
+        if opdef.stateful and _infer_takes_runtime(opdef.infer):
+            shapes = opdef.infer(node, runtime)
+        else:
+            shapes = opdef.infer(node)
+        shapes = [tuple(int(d) for d in s) for s in shapes]
     except ModelError:
         raise
     except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as e:

@@ -6,13 +6,14 @@ int8 out); inside, they run as a float view (see `quant`).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Optional
 
 import numpy as np
 
 from tflite_taichi import graph as graph_mod
-from tflite_taichi.errors import BackendUnavailable, InputError, InterpreterStateError
+from tflite_taichi.errors import BackendUnavailable, InputError, InterpreterStateError, ModelError
 from tflite_taichi.model import read_model
 from tflite_taichi.quant import dequantize, is_float_view, model_kind, quantize
 
@@ -43,12 +44,63 @@ def _resolve_backend(backend: str, precision: str, cache_dir=None) -> str:
 
 class _Runtime:
     """What stateful ops see of their interpreter: the resource variables (as long-lived as
-    the interpreter, shared by its subgraphs) and CALL_ONCE's subgraph runner."""
+    the interpreter, shared by its subgraphs), CALL_ONCE's subgraph runner, and for IF/WHILE
+    (ops/control.py) subgraphs prepared for the shapes they are called with and run on the
+    reference path."""
+
+    MAX_CALL_PREPARATIONS = 256         # cached (subgraph, input shapes) preparations
 
     def __init__(self, interpreter: "Interpreter"):
         self._interpreter = interpreter
         self.resources = {}             # ResourceHandle -> array in the model's dtype
         self._called = set()            # subgraphs CALL_ONCE has run (or is running)
+        self._calls = {}                # (subgraph index, input shapes) -> PreparedGraph
+        self._preparing = []            # subgraph indices being prepared, outermost first
+
+    @contextlib.contextmanager
+    def preparing(self, subgraph_index: int):
+        """Marks a subgraph as being prepared: a call back into it from inside is recursion."""
+        self._preparing.append(subgraph_index)
+        try:
+            yield
+        finally:
+            self._preparing.pop()
+
+    def subgraph(self, index: int, node, role: str = "called"):
+        """The model's subgraph `index`, as named by op `node` (ModelError if out of range)."""
+        count = len(self._interpreter.model.subgraphs)
+        if not 0 <= index < count:
+            raise node.fail(f"{role} subgraph {index} does not exist ({count} subgraphs)")
+        return self._interpreter.model.subgraphs[index]
+
+    def prepare_subgraph(self, index: int, input_shapes, node):
+        """Subgraph `index` prepared (shapes inferred, constants folded) for inputs of
+        `input_shapes`, for op `node` (IF/WHILE) to call; cached per shapes. A subgraph already
+        being prepared further out is recursion: a ModelError (LiteRT crashes on it)."""
+        sg = self.subgraph(index, node)
+        key = (index, tuple(tuple(int(d) for d in s) for s in input_shapes))
+        prepared = self._calls.get(key)
+        if prepared is not None:
+            return prepared
+        if index in self._preparing:
+            chain = " -> ".join(str(i) for i in self._preparing[self._preparing.index(index):])
+            raise node.fail(f"calls subgraph {index}, which is already being called (subgraphs "
+                            f"{chain} -> {index}): recursive subgraph calls are not supported")
+        try:
+            with self.preparing(index):
+                prepared = graph_mod.prepare(sg, self._interpreter._resolved,
+                                             dict(zip(sg.inputs, key[1])), runtime=self)
+        except ModelError as e:         # say where: nested calls give a chain of ops
+            raise node.fail(f"in subgraph {index}: {e}") from None
+        if len(self._calls) >= self.MAX_CALL_PREPARATIONS:
+            self._calls.clear()
+        self._calls[key] = prepared
+        return prepared
+
+    def run_subgraph(self, prepared, feeds: dict) -> dict:
+        """Run a subgraph from prepare_subgraph on the reference path: `feeds` are the float
+        views of its inputs; returns every tensor's value."""
+        return graph_mod.run_reference(prepared, feeds, self)
 
     def call_once(self, subgraph_index: int, node) -> None:
         if subgraph_index in self._called:
@@ -82,9 +134,42 @@ class _SubgraphState:
         self.values = {}                # float views from the last invoke
         self.invoked = False
         self.timings = {}               # schedule position -> list of seconds (profile=True)
+        self._good = None               # the _KEPT fields after the last successful allocate
+
+    # what allocate() puts back when a resize does not fit (the last invoke's values, which a
+    # failed _allocate never reaches, stay as they are)
+    _KEPT = ("input_shapes", "prepared", "schedule", "compiled", "io")
 
     def allocate(self):
-        self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
+        """Prepare (and on a Taichi backend plan and compile) for the current input shapes. If
+        that fails after resize_tensor_input, the state of the last successful allocate is put
+        back (its input shapes included), so the interpreter stays usable, and the error says
+        which resize did not fit; a first allocate's error passes as it is."""
+        good = self._good
+        try:
+            self._allocate()
+        except Exception as e:
+            if good is None:
+                raise
+            tried = {t: s for t, s in self.input_shapes.items() if good["input_shapes"].get(t) != s}
+            for name in self._KEPT:
+                setattr(self, name, good[name])
+            self.input_shapes = dict(good["input_shapes"])
+            if not tried or not isinstance(e, ModelError):
+                raise
+            what = ", ".join(f"'{self.subgraph.tensors[t].name}' to {list(shape)}" for t, shape in tried.items())
+            raise InputError(f"resizing input {what} does not fit the model: {e}. The interpreter "
+                             "keeps its previous input shapes") from e
+        self._good = {name: getattr(self, name) for name in self._KEPT}
+        self._good["input_shapes"] = dict(self.input_shapes)
+
+    def _allocate(self):
+        if self.runtime is not None:        # IF/WHILE inside call subgraphs with these shapes
+            with self.runtime.preparing(self.subgraph.index):
+                self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes,
+                                                  self.runtime)
+        else:
+            self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
         self.schedule, self.compiled = None, {}
         if self.options["backend"] != "reference":
             from tflite_taichi.codegen import CompiledPartition
@@ -278,7 +363,7 @@ class Interpreter:
             "quantization": per_tensor,
             "quantization_parameters": {"scales": scales, "zero_points": zero_points,
                                         "quantized_dimension": dim, "block_size": 0},
-            "sparsity_parameters": {},
+            "sparsity_parameters": tensor.sparsity.details() if tensor.sparsity is not None else {},
         }
 
     # -- the tf.lite API -------------------------------------------------------------------

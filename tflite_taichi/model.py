@@ -20,6 +20,7 @@ from tflite.utils import BUILTIN_OPCODE2NAME
 
 from tflite_taichi.errors import ModelError
 from tflite_taichi.ops.base import Quantization
+from tflite_taichi.ops.sparse import DENSE, SPARSE_CSR, DimMetadata, Sparsity, densify
 
 # tflite.TensorType -> numpy dtype (little-endian, as the file stores them)
 TENSOR_TYPES = {
@@ -49,6 +50,8 @@ class Tensor:
     is_variable: bool = False
     has_sparsity: bool = False
     data: Optional[np.ndarray] = None    # constant contents, a view on the model bytes
+                                         # (a sparse constant: its densified copy)
+    sparsity: Optional[Sparsity] = None  # the sparsity parameters it was stored with
 
     @property
     def type_name(self) -> str:
@@ -260,7 +263,9 @@ def _parse_tensor(r, t, i, sg_index, buffers) -> Tensor:
                     quantization=_quantization(r, t.Quantization(), what, len(shape)),
                     is_variable=bool(t.IsVariable()), has_sparsity=t.Sparsity() is not None)
     raw = _buffer_data(r, buffers[b], f"{what} buffer {b}") if buffers else None
-    if raw is not None and not tensor.has_sparsity:
+    if tensor.has_sparsity:
+        _read_sparse_constant(r, t.Sparsity(), tensor, raw, what)
+    elif raw is not None:
         if dtype is None:
             raise ModelError(f"{what}: constant data of type {tensor.type_name} is not supported")
         expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -268,9 +273,58 @@ def _parse_tensor(r, t, i, sg_index, buffers) -> Tensor:
             raise ModelError(f"{what}: buffer {b} holds {raw.size} bytes, but shape {list(shape)} "
                              f"of {tensor.type_name} needs {expected}")
         tensor.data = raw.view(dtype).reshape(shape) if raw.size else np.zeros(shape, dtype)
-    elif raw is not None:
-        tensor.data = raw  # sparse: densified by the op that reads it
     return tensor
+
+
+# SparseIndexVector union type -> (table class, element size)
+MAX_DENSIFIED_BYTES = 1 << 30       # a sparse constant may densify to this, or 64x the file
+_INDEX_VECTORS = {1: ("Int32Vector", 4), 2: ("Uint16Vector", 2), 3: ("Uint8Vector", 1)}
+
+
+def _index_vector(r: _Reader, kind: int, table, what: str) -> Optional[np.ndarray]:
+    if kind == 0 or table is None:
+        return None
+    if kind not in _INDEX_VECTORS:
+        raise ModelError(f"{what}: unknown index vector type {kind}")
+    name, size = _INDEX_VECTORS[kind]
+    vec = getattr(_mod(name), name)()
+    vec.Init(table.Bytes, table.Pos)
+    n = r.length(vec.ValuesLength(), what, size)
+    return np.array(vec.ValuesAsNumpy(), dtype=np.int64) if n else np.zeros(0, np.int64)
+
+
+def _read_sparse_constant(r: _Reader, sp, tensor: Tensor, raw, what: str):
+    """A constant stored in the TFLite sparsity format is densified here, once, so that every
+    op (FULLY_CONNECTED, DENSIFY, any other) reads an ordinary dense constant; malformed
+    metadata is a ModelError naming the tensor (see ops/sparse.py)."""
+    if tensor.dtype is None:
+        raise ModelError(f"{what}: sparse data of type {tensor.type_name} is not supported")
+    dims = []
+    for level in range(r.length(sp.DimMetadataLength(), f"{what} sparsity dim_metadata")):
+        dm = sp.DimMetadata(level)
+        where = f"{what} sparsity dim_metadata[{level}]"
+        fmt = int(dm.Format())
+        if fmt not in (DENSE, SPARSE_CSR):
+            raise ModelError(f"{where}: unknown format {fmt}")
+        dims.append(DimMetadata(
+            format=fmt, dense_size=int(dm.DenseSize()),
+            segments=_index_vector(r, int(dm.ArraySegmentsType()), dm.ArraySegments(), f"{where} array_segments"),
+            indices=_index_vector(r, int(dm.ArrayIndicesType()), dm.ArrayIndices(), f"{where} array_indices")))
+    sparsity = Sparsity(traversal_order=r.int_vector(sp, "TraversalOrder", f"{what} sparsity traversal_order"),
+                        block_map=r.int_vector(sp, "BlockMap", f"{what} sparsity block_map"),
+                        dim_metadata=tuple(dims))
+    tensor.sparsity = sparsity
+    if raw is None:             # no stored values: not a constant (as LiteRT: an empty buffer
+        return                  # is no read-only data); its readers fail as for any unset tensor
+    if raw.size % tensor.dtype.itemsize:
+        raise ModelError(f"{what}: sparse buffer {tensor.buffer} holds {raw.size} bytes, not a whole "
+                         f"number of {tensor.type_name} values")
+    dense_bytes = int(np.prod(tensor.shape, dtype=np.int64)) * tensor.dtype.itemsize
+    if dense_bytes > max(MAX_DENSIFIED_BYTES, 64 * r.size):   # a mutated shape, not a model
+        raise ModelError(f"{what}: a sparse tensor of shape {list(tensor.shape)} would densify to "
+                         f"{dense_bytes} bytes from a {r.size}-byte file")
+    tensor.data = densify(tensor.shape, sparsity, raw.view(tensor.dtype), what)
+    tensor.data.setflags(write=False)       # read-only, as the other constants' views
 
 
 def _parse_subgraph(r, sg, sg_index, opcodes, buffers) -> Subgraph:
@@ -340,6 +394,7 @@ def _check_graph_order(sg: Subgraph):
             if t != -1 and t not in ready:
                 producer = first_writer.get(t)
                 later = (f" (written later by op #{producer})" if producer is not None
+                         else " (a sparse tensor with no stored values)" if sg.tensors[t].sparsity
                          else " (no op writes it and it is not an input or constant)")
                 raise ModelError(f"subgraph {sg.index} op #{op.index} ({op.name}): input tensor {t} "
                                  f"('{sg.tensors[t].name}') is read before it is written{later}")

@@ -46,9 +46,16 @@ class Schedule:
         return [item for item in self.items if isinstance(item, Partition)]
 
 
-def carried_by_arena(spec) -> bool:
-    return spec.dtype is not None and (np.dtype(spec.dtype) in ARENA_DTYPES
-                                       or is_float_view(spec.dtype, spec.quantization))
+def carried_by_arena(spec, runtime: bool = True) -> bool:
+    """Float32 storage holds float16/32, bool (0/1) and the float view of 8/16-bit quantized
+    tensors exactly; a quantized int32/int64 run-time tensor's grid (2^32 steps) it does not.
+    A quantized int32 constant (a conv's bias) is dequantized once into the weights: carried."""
+    if spec.dtype is None:
+        return False
+    dtype = np.dtype(spec.dtype)
+    if dtype in ARENA_DTYPES:
+        return True
+    return is_float_view(dtype, spec.quantization) and (dtype.itemsize <= 2 or not runtime)
 
 
 def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -> Optional[str]:
@@ -60,10 +67,22 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
                 "cpu kernel for this op (BLAS, vectorised taps: bench/results/cpu_2core.md)")
     if opdef.stateful:
         return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
+    runtime_inputs = [s for s in node.inputs if s is not None and s.value is None]
+    reason = _tensor_reason(runtime_inputs + list(node.outputs), fp16)
+    if reason is not None:      # first: the tensors' types are the deeper reason (ARG_MAX's int32)
+        return reason
     if opdef.taichi is None:
         return "no Taichi implementation of this op yet"
-    runtime_inputs = [s for s in node.inputs if s is not None and s.value is None]
-    for spec in runtime_inputs + list(node.outputs):   # constants: read at build time or packed
+    return opdef.supports(node)
+
+
+def _tensor_reason(specs, fp16: bool) -> Optional[str]:
+    """Why the delegate cannot carry these run-time tensors (constants are read at build time
+    or packed), or None."""
+    for spec in specs:
+        if spec.dtype is not None and is_float_view(spec.dtype, spec.quantization) and not carried_by_arena(spec):
+            return (f"tensor '{spec.name}' is {np.dtype(spec.dtype).name}-quantized: its 2^32-step "
+                    "grid does not fit the delegate's float32 storage")
         if not carried_by_arena(spec):
             return (f"tensor '{spec.name}' is {np.dtype(spec.dtype).name if spec.dtype is not None else 'opaque'};"
                     " the delegate carries float data (float32, float16, quantized 8/16-bit, bool)")
@@ -74,7 +93,7 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
                     "not fit in float16 storage (precision='fp16')")
         if spec.quantization is not None and spec.quantization.per_channel:
             return f"tensor '{spec.name}' has per-channel quantization at run time"
-    return opdef.supports(node)
+    return None
 
 
 def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = False,
@@ -168,7 +187,7 @@ def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False) ->
             if t == -1 or t in inside:
                 continue
             if graph.specs[t].value is not None:
-                if t not in p.constants and carried_by_arena(graph.specs[t]):
+                if t not in p.constants and carried_by_arena(graph.specs[t], runtime=False):
                     p.constants.append(t)
             elif t not in p.inputs:
                 p.inputs.append(t)

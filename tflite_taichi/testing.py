@@ -123,6 +123,25 @@ def run_sequence(it, sequence: Sequence[Sequence[np.ndarray]]) -> list:
     return list(run_sequence_steps(it, sequence))
 
 
+def synthetic_portrait(height: int, width: int, rng: Optional[np.random.Generator] = None) -> np.ndarray:
+    """A [1, H, W, 3] float32 picture in 0..1 of a head and shoulders on a shaded background
+    (plus a little seeded noise when `rng` is given): an input on which a segmentation model's
+    mask spans its range (selfie_segmentation: up to ~0.7), where uniform noise leaves it in the
+    sigmoid's tail (~1e-9), so that relative comparisons measure the model, not that tail."""
+    yy, xx = np.mgrid[0:height, 0:width] / np.array([height, width])[:, None, None]
+    img = np.zeros((height, width, 3)) + np.array([0.2, 0.5, 0.3]) + 0.2 * xx[..., None]
+    head = ((xx - 0.5) / 0.12) ** 2 + ((yy - 0.3) / 0.16) ** 2 < 1
+    shoulders = (np.abs(xx - 0.5) < 0.25) & (yy > 0.45)
+    eyes = ((((xx - 0.45) / 0.02) ** 2 + ((yy - 0.28) / 0.015) ** 2 < 1)
+            | (((xx - 0.55) / 0.02) ** 2 + ((yy - 0.28) / 0.015) ** 2 < 1))
+    img[head] = [0.85, 0.65, 0.5]
+    img[shoulders] = [0.15, 0.15, 0.5]
+    img[eyes] = [0.05, 0.05, 0.05]
+    if rng is not None:
+        img += rng.normal(0, 0.02, img.shape)
+    return np.clip(img, 0, 1)[None].astype(np.float32)
+
+
 def model_inputs(model: bytes, seed: int = 0, low=-3.0, high=3.0) -> list:
     from tflite_taichi.interpreter import Interpreter
     rng = np.random.default_rng(seed)
@@ -137,6 +156,9 @@ def assert_float_close(actual, expected, rtol: float = FLOAT_RTOL, what: str = "
     if actual.dtype == np.bool_ or np.issubdtype(actual.dtype, np.integer):
         np.testing.assert_array_equal(actual, expected, err_msg=what)
         return
+    if np.iscomplexobj(actual):     # real and imaginary parts, as pairs of floats
+        actual = np.stack([actual.real, actual.imag], axis=-1)
+        expected = np.stack([expected.real, expected.imag], axis=-1)
     a, e = actual.astype(np.float64), expected.astype(np.float64)
     nan_a, nan_e = np.isnan(a), np.isnan(e)
     assert np.array_equal(nan_a, nan_e), f"{what}: NaN positions differ"

@@ -1,0 +1,536 @@
+"""Control flow: IF and WHILE running other subgraphs, against LiteRT (its reference kernels)
+through multi-subgraph models written by tflite_taichi.builder: IF with various branches,
+WHILE counting loops, IF inside WHILE inside IF, resource variables written in loops, int8
+values crossing subgraphs under other scales; the errors LiteRT has no answer for (it
+crashes on recursion); and on the delegate: the calling graph delegated around IF/WHILE,
+which run with their subgraphs on the CPU."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tflite_taichi import Interpreter
+from tflite_taichi.builder import RESOURCE, ModelBuilder
+from tflite_taichi.errors import ModelError
+from tflite_taichi.testing import (TAICHI_EXAMPLES, assert_float_close, check_against_litert,
+                                   check_delegate, run_sequence, strategies)
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+S = strategies()
+I32 = np.int32
+
+
+def _subgraph(b, name, inputs, build):
+    """A subgraph taking `inputs` [(name, shape, dtype, quantization)]; `build(g, ins)` adds its
+    ops and returns its outputs."""
+    g = b.subgraph(name)
+    ins = [g.input(n, shape, dtype, q) for n, shape, dtype, q in inputs]
+    g.output(*build(g, ins))
+    return g
+
+
+def _unary(g, x, op, shape, dtype=np.float32, q=None, name="y"):
+    y = g.tensor(name, shape, dtype, q)
+    g.op(op, [x], [y])
+    return y
+
+
+def _binary(g, op, a, b, shape, dtype=np.float32, q=None, name="y"):
+    y = g.tensor(name, shape, dtype, q)
+    g.op(op, [a, b], [y])
+    return y
+
+
+# -- IF ---------------------------------------------------------------------------------------
+# A branch computes two outputs from (x, y); each output is one of these (float32).
+BRANCH_OPS = ["relu", "tanh", "scale", "add", "mul", "pass_x", "pass_y", "const"]
+
+
+def _branch_output(g, kind, x, y, shape, k, name):
+    if kind == "relu":
+        return _unary(g, x, "RELU", shape, name=name)
+    if kind == "tanh":
+        return _unary(g, y, "TANH", shape, name=name)
+    if kind == "scale":
+        return _binary(g, "MUL", x, g.const(f"{name}_k", np.float32(k)), shape, name=name)
+    if kind == "add":
+        return _binary(g, "ADD", x, y, shape, name=name)
+    if kind == "mul":
+        return _binary(g, "MUL", x, y, shape, name=name)
+    if kind == "pass_x":
+        return x
+    if kind == "pass_y":
+        return y
+    return g.const(name, np.full(shape, k, np.float32))
+
+
+def if_model(shape, cond_shape, then_ops, else_ops, k=(1.5, -2.0)):
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    c = g.input("c", cond_shape, np.bool_)
+    x = g.input("x", shape)
+    y = g.input("y", shape)
+    outs = [g.tensor("o1", shape), g.tensor("o2", shape)]
+    g.op("IF", [c, x, y], outs, then_subgraph_index=1, else_subgraph_index=2)
+    g.output(*outs)
+    for name, ops, kk in (("then", then_ops, k[0]), ("else", else_ops, k[1])):
+        _subgraph(b, name, [("x", shape, np.float32, None), ("y", shape, np.float32, None)],
+                  lambda sg, ins, ops=ops, kk=kk: [
+                      _branch_output(sg, op, ins[0], ins[1], shape, kk, f"out{j}")
+                      for j, op in enumerate(ops)])
+    return b.finish()
+
+
+@given(shape=S.shapes(0, 3, 1, 4), cond_shape=st.sampled_from([(), (1,), (1, 1)]),
+       then_ops=st.lists(st.sampled_from(BRANCH_OPS), min_size=2, max_size=2),
+       else_ops=st.lists(st.sampled_from(BRANCH_OPS), min_size=2, max_size=2),
+       cond=st.booleans(), seed=S.seeds())
+def test_if_float32_matches_litert(shape, cond_shape, then_ops, else_ops, cond, seed):
+    rng = np.random.default_rng(seed)
+    model = if_model(shape, cond_shape, then_ops, else_ops)
+    inputs = [np.full(cond_shape, cond), rng.uniform(-3, 3, shape).astype(np.float32),
+              rng.uniform(-3, 3, shape).astype(np.float32)]
+    check_against_litert(model, inputs)
+
+
+def int8_if_model(shape, q_in, q_branch, q_out, q_if, then_op, else_op):
+    """IF passes int8 x, y (scale q_in) to branches that read them under q_branch and write
+    q_out; IF's outputs are q_if. LiteRT copies the integers across, so every boundary
+    reinterprets them under the receiving tensor's scale."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    c = g.input("c", (), np.bool_)
+    x = g.input("x", shape, np.int8, q_in)
+    y = g.input("y", shape, np.int8, q_in)
+    out = g.tensor("o", shape, np.int8, q_if)
+    g.op("IF", [c, x, y], [out], then_subgraph_index=1, else_subgraph_index=2)
+    g.output(out)
+
+    def build(op):
+        def add_op(sg, ins):
+            if op == "pass":
+                return [ins[0]]
+            if op == "RELU":
+                return [_unary(sg, ins[0], "RELU", shape, np.int8, q_out)]
+            return [_binary(sg, op, ins[0], ins[1], shape, np.int8, q_out)]
+        return add_op
+    for name, op in (("then", then_op), ("else", else_op)):
+        _subgraph(b, name, [("x", shape, np.int8, q_branch), ("y", shape, np.int8, q_branch)], build(op))
+    return b.finish()
+
+
+@given(shape=S.shapes(1, 3, 1, 4), q_in=S.quant_params(), q_branch=S.quant_params(),
+       q_out=S.quant_params(), q_if=S.quant_params(), same=st.booleans(),
+       then_op=st.sampled_from(["ADD", "RELU", "pass"]),
+       else_op=st.sampled_from(["ADD", "RELU", "pass"]), cond=st.booleans(), seed=S.seeds())
+def test_if_int8_hands_integers_across_like_litert(shape, q_in, q_branch, q_out, q_if, same,
+                                                   then_op, else_op, cond, seed):
+    if same:                     # the usual converter output: one scale on both sides
+        q_branch = q_out = q_if = q_in
+    if "pass" in (then_op, else_op):
+        q_out = q_branch         # a passed-through input keeps its scale
+    model = int8_if_model(shape, q_in, q_branch, q_out, q_if, then_op, else_op)
+    rng = np.random.default_rng(seed)
+    inputs = [np.array(cond)] + [rng.integers(-128, 128, shape).astype(np.int8) for _ in range(2)]
+    check_against_litert(model, inputs)
+
+
+# -- WHILE ------------------------------------------------------------------------------------
+LOOP_OPS = ["double", "add_half", "tanh", "add_y"]
+
+
+def _loop_step(g, op, x, y, shape):
+    if op == "double":
+        return _binary(g, "MUL", x, g.const("two", np.float32(2)), shape, name="x_next")
+    if op == "add_half":
+        return _binary(g, "ADD", x, g.const("half", np.float32(0.5)), shape, name="x_next")
+    if op == "tanh":
+        return _unary(g, x, "TANH", shape, name="x_next")
+    return _binary(g, "ADD", x, y, shape, name="x_next")
+
+
+def _count_cond(b, carried):
+    """cond subgraph: i < n, with (i, n) the first two loop-carried tensors."""
+    def build(g, ins):
+        return [_binary(g, "LESS", ins[0], ins[1], (), np.bool_, name="go")]
+    return _subgraph(b, "cond", carried, build)
+
+
+def _counter(g, i):
+    return _binary(g, "ADD", i, g.const("one", I32(1)), (), I32, name="i_next")
+
+
+def while_model(shape, op):
+    """(i, n, x, y) -> loop while i < n: i += 1, x = op(x[, y]); outputs i and x."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    ins = [g.input("i", (), I32), g.input("n", (), I32), g.input("x", shape), g.input("y", shape)]
+    outs = [g.tensor("i_out", (), I32), g.tensor("n_out", (), I32), g.tensor("x_out", shape),
+            g.tensor("y_out", shape)]
+    g.op("WHILE", ins, outs, cond_subgraph_index=1, body_subgraph_index=2)
+    g.output(outs[0], outs[2])
+    carried = [("i", (), I32, None), ("n", (), I32, None), ("x", shape, np.float32, None),
+               ("y", shape, np.float32, None)]
+    _count_cond(b, carried)
+    _subgraph(b, "body", carried,
+              lambda sg, v: [_counter(sg, v[0]), v[1], _loop_step(sg, op, v[2], v[3], shape), v[3]])
+    return b.finish()
+
+
+@given(shape=S.shapes(0, 3, 1, 4), op=st.sampled_from(LOOP_OPS), start=st.integers(-2, 2),
+       n=st.integers(-1, 8), seed=S.seeds())
+def test_while_counting_loop_matches_litert(shape, op, start, n, seed):
+    rng = np.random.default_rng(seed)
+    inputs = [I32(start), I32(n), rng.uniform(-1, 1, shape).astype(np.float32),
+              rng.uniform(-1, 1, shape).astype(np.float32)]
+    out = check_against_litert(while_model(shape, op), inputs)
+    assert int(out[0]) == max(start, n)          # it really iterated n - start times
+
+
+def int8_while_model(shape, q_in, q_body, q_next, q_out):
+    """x int8: body x_next = x + x under (q_body -> q_next); WHILE's x is q_in in, q_out out."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    ins = [g.input("i", (), I32), g.input("n", (), I32), g.input("x", shape, np.int8, q_in)]
+    outs = [g.tensor("i_out", (), I32), g.tensor("n_out", (), I32),
+            g.tensor("x_out", shape, np.int8, q_out)]
+    g.op("WHILE", ins, outs, cond_subgraph_index=1, body_subgraph_index=2)
+    g.output(outs[2])
+    _count_cond(b, [("i", (), I32, None), ("n", (), I32, None), ("x", shape, np.int8, q_body)])
+    _subgraph(b, "body", [("i", (), I32, None), ("n", (), I32, None), ("x", shape, np.int8, q_body)],
+              lambda sg, v: [_counter(sg, v[0]), v[1],
+                             _binary(sg, "ADD", v[2], v[2], shape, np.int8, q_next, name="x_next")])
+    return b.finish()
+
+
+@given(shape=S.shapes(1, 3, 1, 4), q_in=S.quant_params(), q_body=S.quant_params(),
+       q_next=S.quant_params(), q_out=S.quant_params(), same=st.booleans(),
+       n=st.integers(0, 4), seed=S.seeds())
+def test_while_int8_loop_matches_litert(shape, q_in, q_body, q_next, q_out, same, n, seed):
+    if same:
+        q_body = q_next = q_out = q_in
+    rng = np.random.default_rng(seed)
+    inputs = [I32(0), I32(n), rng.integers(-128, 128, shape).astype(np.int8)]
+    check_against_litert(int8_while_model(shape, q_in, q_body, q_next, q_out), inputs)
+
+
+# -- nesting ----------------------------------------------------------------------------------
+def nested_model(shape):
+    """main: WHILE i < n (subgraphs 1, 2). Its body: IF i < m (subgraphs 3, 4). The then
+    branch: a WHILE j < k doubling x (subgraphs 5, 6); the else branch: x - 1 then TANH."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    ins = [g.input("i", (), I32), g.input("n", (), I32), g.input("m", (), I32),
+           g.input("k", (), I32), g.input("x", shape)]
+    outs = [g.tensor(n, (), I32) for n in ("i_out", "n_out", "m_out", "k_out")] + [g.tensor("x_out", shape)]
+    g.op("WHILE", ins, outs, cond_subgraph_index=1, body_subgraph_index=2)
+    g.output(outs[0], outs[4])
+    carried = [("i", (), I32, None), ("n", (), I32, None), ("m", (), I32, None),
+               ("k", (), I32, None), ("x", shape, np.float32, None)]
+    _count_cond(b, carried)
+
+    def body(sg, v):
+        go = _binary(sg, "LESS", v[0], v[2], (), np.bool_, name="take_then")
+        x_next = sg.tensor("x_next", shape)
+        sg.op("IF", [go, v[3], v[4]], [x_next], then_subgraph_index=3, else_subgraph_index=4)
+        return [_counter(sg, v[0]), v[1], v[2], v[3], x_next]
+    _subgraph(b, "body", carried, body)
+
+    def then_branch(sg, v):       # (k, x): a loop of its own
+        j0 = sg.const("j0", I32(0))
+        outs = [sg.tensor("j_out", (), I32), sg.tensor("k_out", (), I32), sg.tensor("x_out", shape)]
+        sg.op("WHILE", [j0, v[0], v[1]], outs, cond_subgraph_index=5, body_subgraph_index=6)
+        return [outs[2]]
+    _subgraph(b, "then", [("k", (), I32, None), ("x", shape, np.float32, None)], then_branch)
+    _subgraph(b, "else", [("k", (), I32, None), ("x", shape, np.float32, None)],
+              lambda sg, v: [_unary(sg, _binary(sg, "SUB", v[1], sg.const("one", np.float32(1)), shape,
+                                                name="x_minus"), "TANH", shape)])
+    inner = [("j", (), I32, None), ("k", (), I32, None), ("x", shape, np.float32, None)]
+    _count_cond(b, inner)
+    _subgraph(b, "inner_body", inner,
+              lambda sg, v: [_counter(sg, v[0]), v[1], _loop_step(sg, "double", v[2], None, shape)])
+    return b.finish()
+
+
+@given(shape=S.shapes(1, 2, 1, 3), n=st.integers(0, 5), m=st.integers(0, 5), k=st.integers(0, 3),
+       seed=S.seeds())
+def test_if_inside_while_inside_if_matches_litert(shape, n, m, k, seed):
+    rng = np.random.default_rng(seed)
+    inputs = [I32(0), I32(n), I32(m), I32(k), rng.uniform(-1, 1, shape).astype(np.float32)]
+    check_against_litert(nested_model(shape), inputs)
+
+
+# -- variables and control flow ---------------------------------------------------------------
+def variable_loop_model(shape):
+    """A resource variable 'acc' (zeros, set by CALL_ONCE) gets x added n times by a WHILE
+    body, and, when c, doubled by an IF branch; main then reads it. It persists across invokes."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    c, n, x = g.input("c", (), np.bool_), g.input("n", (), I32), g.input("x", shape)
+    g.op("CALL_ONCE", [], [], init_subgraph_index=1)
+    outs = [g.tensor("i_out", (), I32), g.tensor("n_out", (), I32), g.tensor("x_out", shape)]
+    g.op("WHILE", [g.const("i0", I32(0)), n, x], outs, cond_subgraph_index=2, body_subgraph_index=3)
+    g.op("IF", [c], [], then_subgraph_index=4, else_subgraph_index=5)
+    h = g.tensor("h", (), RESOURCE)
+    g.op("VAR_HANDLE", [], [h], shared_name="acc")
+    total = g.tensor("total", shape)
+    g.op("READ_VARIABLE", [h], [total])
+    g.output(total)
+
+    def handle(sg):
+        t = sg.tensor("h", (), RESOURCE)
+        sg.op("VAR_HANDLE", [], [t], shared_name="acc")
+        return t
+
+    def init(sg, _ins):
+        sg.op("ASSIGN_VARIABLE", [handle(sg), sg.const("zeros", np.zeros(shape, np.float32))], [])
+        return []
+    _subgraph(b, "init", [], init)
+    carried = [("i", (), I32, None), ("n", (), I32, None), ("x", shape, np.float32, None)]
+    _count_cond(b, carried)
+
+    def body(sg, v):
+        h = handle(sg)
+        acc = sg.tensor("acc", shape)
+        sg.op("READ_VARIABLE", [h], [acc])
+        sg.op("ASSIGN_VARIABLE", [h, _binary(sg, "ADD", acc, v[2], shape, name="acc_next")], [])
+        return [_counter(sg, v[0]), v[1], v[2]]
+    _subgraph(b, "body", carried, body)
+
+    def double(sg, _ins):
+        h = handle(sg)
+        acc = sg.tensor("acc", shape)
+        sg.op("READ_VARIABLE", [h], [acc])
+        sg.op("ASSIGN_VARIABLE", [h, _binary(sg, "MUL", acc, sg.const("two", np.float32(2)), shape,
+                                             name="acc_next")], [])
+        return []
+    _subgraph(b, "double", [], double)
+    _subgraph(b, "keep", [], lambda sg, _ins: [])
+    return b.finish()
+
+
+def _builtin(model):
+    return litert.Interpreter(model_content=model, experimental_op_resolver_type=(
+        litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+
+
+@settings(max_examples=50)
+@given(shape=S.shapes(1, 2, 1, 4), steps=st.lists(st.tuples(st.booleans(), st.integers(0, 4)),
+                                                  min_size=1, max_size=4), seed=S.seeds())
+def test_variables_written_in_loops_and_branches_persist_like_litert(shape, steps, seed):
+    rng = np.random.default_rng(seed)
+    model = variable_loop_model(shape)
+    sequence = [[np.array(c), I32(n), rng.uniform(-1, 1, shape).astype(np.float32)] for c, n in steps]
+    expected = run_sequence(_builtin(model), sequence)
+    ours = run_sequence(Interpreter(model_content=model, backend="reference"), sequence)
+    for step, (a, e) in enumerate(zip(ours, expected)):
+        assert_float_close(a[0], e[0], what=f"step {step}")
+
+
+def handle_loop_model():
+    """The variable's handle itself is loop-carried (a RESOURCE tensor through WHILE): the
+    body doubles the variable n times through the handle it receives."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    n, x = g.input("n", (), I32), g.input("x", (2,))
+    h = g.tensor("h", (), RESOURCE)
+    g.op("VAR_HANDLE", [], [h], shared_name="v")
+    g.op("ASSIGN_VARIABLE", [h, x], [])
+    outs = [g.tensor("i_out", (), I32), g.tensor("n_out", (), I32), g.tensor("h_out", (), RESOURCE)]
+    g.op("WHILE", [g.const("i0", I32(0)), n, h], outs, cond_subgraph_index=1, body_subgraph_index=2)
+    value = g.tensor("value", (2,))
+    g.op("READ_VARIABLE", [outs[2]], [value])
+    g.output(value)
+    carried = [("i", (), I32, None), ("n", (), I32, None), ("h", (), RESOURCE, None)]
+    _count_cond(b, carried)
+
+    def body(sg, v):
+        current = sg.tensor("current", (2,))
+        sg.op("READ_VARIABLE", [v[2]], [current])
+        sg.op("ASSIGN_VARIABLE", [v[2], _binary(sg, "MUL", current, sg.const("two", np.float32(2)),
+                                                (2,), name="doubled")], [])
+        return [_counter(sg, v[0]), v[1], v[2]]
+    _subgraph(b, "body", carried, body)
+    return b.finish()
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_a_resource_handle_carried_through_a_loop_matches_litert(n):
+    out = check_against_litert(handle_loop_model(), [I32(n), np.array([1.0, -2.5], np.float32)])
+    np.testing.assert_array_equal(out[0], np.array([1.0, -2.5], np.float32) * 2 ** n)
+
+
+# -- errors -----------------------------------------------------------------------------------
+def _prepare(model):
+    it = Interpreter(model_content=model, backend="reference")
+    it.allocate_tensors()
+    return it
+
+
+def _if_calling(then_index, else_index, branch_inputs=1, passes=("x",), extra=()):
+    """main: IF(c, passes...) -> y (2,), then/else indices as given; subgraph 1 takes
+    `branch_inputs` float (2,) inputs and returns RELU of the first; `extra` adds subgraphs."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    c = g.input("c", (), np.bool_)
+    x = g.input("x", (2,))
+    y = g.tensor("y", (2,))
+    names = {"c": c, "x": x}
+    g.op("IF", [c] + [names[p] for p in passes], [y], then_subgraph_index=then_index,
+         else_subgraph_index=else_index)
+    g.output(y)
+    _subgraph(b, "relu", [(f"in{i}", (2,), np.float32, None) for i in range(branch_inputs)],
+              lambda sg, v: [_unary(sg, v[0], "RELU", (2,))])
+    for build in extra:
+        build(b)
+    return b.finish()
+
+
+def _self_caller(name, target):
+    """A subgraph (c, x) -> IF(c, c, x) calling `target` on both branches."""
+    def build(b):
+        _subgraph(b, name, [("c", (), np.bool_, None), ("x", (2,), np.float32, None)],
+                  lambda sg, v: [_if_in(sg, v, target)])
+    return build
+
+
+def _if_in(sg, v, target):
+    y = sg.tensor("y", (2,))
+    sg.op("IF", [v[0], v[0], v[1]], [y], then_subgraph_index=target, else_subgraph_index=target)
+    return y
+
+
+@pytest.mark.parametrize("model, chain", [
+    (_if_calling(2, 2, passes=("c", "x"), extra=[_self_caller("self", 2)]), r"subgraphs 2 -> 2"),
+    (_if_calling(2, 2, passes=("c", "x"), extra=[_self_caller("a", 3), _self_caller("b", 2)]),
+     r"subgraphs 2 -> 3 -> 2"),
+    (_if_calling(0, 0, passes=("c", "x")), r"subgraphs 0 -> 0"),
+], ids=["itself", "through another", "the main graph"])
+def test_recursive_subgraph_calls_are_a_model_error(model, chain):
+    """LiteRT overflows its stack on these (a segfault); here: a ModelError at allocate."""
+    with pytest.raises(ModelError, match=rf"op #0 \(IF\).*{chain}\): recursive subgraph calls"):
+        _prepare(model)
+
+
+def test_if_errors_name_the_op():
+    with pytest.raises(ModelError, match=r"op #0 \(IF\): then subgraph 7 does not exist"):
+        _prepare(_if_calling(7, 1))
+    with pytest.raises(ModelError, match=r"op #0 \(IF\): then subgraph 1 takes 2 inputs, the op passes 1"):
+        _prepare(_if_calling(1, 1, branch_inputs=2))
+    with pytest.raises(ModelError, match=r"op #0 \(IF\): condition 'x' must be a bool tensor of one element"):
+        b = ModelBuilder()
+        g = b.subgraph()
+        x = g.input("x", (2,))
+        y = g.tensor("y", (2,))
+        g.op("IF", [x, x], [y], then_subgraph_index=1, else_subgraph_index=1)
+        g.output(y)
+        _subgraph(b, "relu", [("x", (2,), np.float32, None)], lambda sg, v: [_unary(sg, v[0], "RELU", (2,))])
+        _prepare(b.finish())
+    with pytest.raises(ModelError, match=r"op #0 \(IF\): then subgraph 1 input 'in0' is float32; 'c'"):
+        _prepare(_if_calling(1, 1, passes=("c",)))
+
+
+def test_if_branches_of_different_output_shapes_are_a_clear_error():
+    """LiteRT makes IF's output dynamic here; every shape is static after allocate_tensors."""
+    def concat(b):
+        _subgraph(b, "twice", [("x", (2,), np.float32, None)],
+                  lambda sg, v: [_binary(sg, "CONCATENATION", v[0], v[0], (4,))])
+    with pytest.raises(ModelError, match=r"op #0 \(IF\): output 'y' would have shape \[2\] from "
+                                         r"the then branch and \[4\] from the else branch"):
+        _prepare(_if_calling(1, 2, extra=[concat]))
+
+
+def test_errors_inside_a_called_subgraph_say_where():
+    def bad(b):
+        _subgraph(b, "bad", [("x", (2,), np.float32, None)],
+                  lambda sg, v: [_binary(sg, "ADD", v[0], sg.const("k", np.ones(3, np.float32)), (2,))])
+    with pytest.raises(ModelError, match=r"op #0 \(IF\): in subgraph 2: op #0 \(ADD\)"):
+        _prepare(_if_calling(1, 2, extra=[bad]))
+
+
+def _while_with_body(body_outputs, cond=None):
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    x = g.input("x", (2,))
+    y = g.tensor("y", (2,))
+    g.op("WHILE", [x], [y], cond_subgraph_index=1, body_subgraph_index=2)
+    g.output(y)
+    _subgraph(b, "cond", [("x", (2,), np.float32, None)],
+              cond or (lambda sg, v: [_reduce_any_less(sg, v[0])]))
+    _subgraph(b, "body", [("x", (2,), np.float32, None)], body_outputs)
+    return b.finish()
+
+
+def test_while_errors_name_the_op():
+    grow = _while_with_body(lambda sg, v: [_binary(sg, "CONCATENATION", v[0], v[0], (4,))])
+    with pytest.raises(ModelError, match=r"op #0 \(WHILE\): body subgraph 2 turns loop-carried "
+                                         r"'x' of shape \[2\] into \[4\].*change shape across iterations"):
+        _prepare(grow)
+    with pytest.raises(ModelError, match=r"op #0 \(WHILE\): cond subgraph 1 output 'y' must be a "
+                                         r"bool tensor of one element, got bool \[2\]"):
+        _prepare(_while_with_body(lambda sg, v: [v[0]], cond=lambda sg, v: [
+            _binary(sg, "LESS", v[0], sg.const("ten", np.float32(10)), (2,), np.bool_)]))
+    with pytest.raises(ModelError, match=r"op #0 \(WHILE\): body subgraph 2 gives 0 outputs for 1"):
+        _prepare(_while_with_body(lambda sg, v: []))
+
+
+def test_a_long_loop_runs_to_its_end_without_an_iteration_limit():
+    """As in LiteRT there is no iteration limit (a loop that never ends hangs, README): this
+    one stops once every x >= 10, after a thousand steps, which must all run."""
+    model = _while_with_body(
+        lambda sg, v: [_binary(sg, "ADD", v[0], sg.const("step", np.float32(0.001)), (2,))])
+    x = np.array([9.0, 9.5], np.float32)
+    np.testing.assert_allclose(check_against_litert(model, [x])[0], [10.0, 10.5], atol=1e-3)
+
+
+def _reduce_any_less(sg, x):
+    less = _binary(sg, "LESS", x, sg.const("ten", np.float32(10)), (2,), np.bool_, name="less")
+    go = sg.tensor("go", (), np.bool_)
+    sg.op("REDUCE_ANY", [less, sg.const("axis", np.array([0], I32))], [go])
+    return go
+
+
+# -- on the delegate --------------------------------------------------------------------------
+def delegated_around_if_model(shape):
+    """x * 2 -> IF(c, .) (then: RELU, else: a WHILE adding 0.5 n times) -> + 1: the MUL and
+    ADD are delegated, the IF (and everything it calls) runs on the CPU."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    c, n, x = g.input("c", (), np.bool_), g.input("n", (), I32), g.input("x", shape)
+    doubled = _binary(g, "MUL", x, g.const("two", np.float32(2)), shape, name="doubled")
+    branch = g.tensor("branch", shape)
+    g.op("IF", [c, n, doubled], [branch], then_subgraph_index=1, else_subgraph_index=2)
+    out = _binary(g, "ADD", branch, g.const("one", np.float32(1)), shape, name="out")
+    g.output(out)
+    carried = [("n", (), I32, None), ("x", shape, np.float32, None)]
+    _subgraph(b, "then", carried, lambda sg, v: [_unary(sg, v[1], "RELU", shape)])
+
+    def loop(sg, v):
+        outs = [sg.tensor("i_out", (), I32), sg.tensor("n_out", (), I32), sg.tensor("x_out", shape)]
+        sg.op("WHILE", [sg.const("i0", I32(0)), v[0], v[1]], outs, cond_subgraph_index=3,
+              body_subgraph_index=4)
+        return [outs[2]]
+    _subgraph(b, "else", carried, loop)
+    inner = [("i", (), I32, None), ("n", (), I32, None), ("x", shape, np.float32, None)]
+    _count_cond(b, inner)
+    _subgraph(b, "body", inner, lambda sg, v: [_counter(sg, v[0]), v[1],
+                                                _loop_step(sg, "add_half", v[2], None, shape)])
+    return b.finish()
+
+
+@settings(max_examples=max(TAICHI_EXAMPLES // 4, 3))   # partitioning, not kernels
+@given(shape=S.shapes(1, 3, 1, 5), n=st.integers(0, 3), seed=S.seeds())
+def test_delegate_runs_around_if_and_while_like_the_reference(taichi_workers, shape, n, seed):
+    model = delegated_around_if_model(shape)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-2, 2, shape).astype(np.float32)
+    for cond in (True, False):
+        inputs = [np.array(cond), I32(n), x]
+        expected = check_against_litert(model, inputs)
+        summaries = check_delegate(model, taichi_workers, inputs, expect_all_delegated=False,
+                                   max_delegated_partitions=2)
+        for backend, summary in summaries.items():
+            assert [len(p["ops"]) for p in summary["partitions"]] == [1, 1], (backend, summary)
+            (fallback,) = summary["fallback"]
+            assert fallback["op"] == "IF" and "subgraph calls" in fallback["reason"], fallback
+        assert expected[0].shape == shape

@@ -1,0 +1,409 @@
+"""TILE, BROADCAST_TO, FILL, ZEROS_LIKE, RANGE, REVERSE_V2, MIRROR_PAD, BATCH_TO_SPACE_ND,
+SPACE_TO_BATCH_ND vs LiteRT through one-op models: float32, int8 (input and output share their
+quantization, as LiteRT requires for these ops), int32 and bool where LiteRT has them. Where our
+semantics go beyond LiteRT's kernels (REVERSE_V2 with non-contiguous axes, the block ops with
+other ranks than 3 and 4, ZEROS_LIKE of int8/bool) they are checked against numpy and
+element-wise definitions. TFLite has no ONES_LIKE builtin: its converted form (FILL of SHAPE with
+1) is checked instead. Tolerances: tflite_taichi.testing."""
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.testing import (Const, Input, Output, check_against_litert, model_inputs,
+                                   one_op_model, quantize_array, run_ours, strategies)
+from test_ops_shape import _expect_error, _i32, tensor_type
+
+S = strategies()
+MOVE_DTYPES = ["float32", "int8", "int32", "bool"]
+
+
+def _index_const(values, int64: bool):
+    return Const(np.array(values, np.int64 if int64 else np.int32))
+
+
+def _typed(data, dtype):
+    """(numpy type, quantization) for 'float32', 'int8', 'int32' or 'bool'."""
+    if dtype == "bool":
+        return np.bool_, None
+    return data.draw(tensor_type(dtype))
+
+
+# -- TILE -------------------------------------------------------------------------------------
+@st.composite
+def tile_case(draw, max_multiple=3, min_multiple=1):
+    shape = draw(S.shapes(0, 4, 1, 4))
+    multiples = [draw(st.integers(min_multiple, max_multiple)) for _ in shape]
+    return shape, multiples, tuple(d * m for d, m in zip(shape, multiples))
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@given(case=tile_case(min_multiple=0), data=st.data(), int64=st.booleans(), seed=S.seeds())
+def test_tile_matches_litert(dtype, case, data, int64, seed):
+    shape, multiples, out = case
+    t, q = _typed(data, dtype)
+    model = one_op_model("TILE", [Input(shape, t, q), _index_const(multiples, int64)],
+                         [Output(out, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+def test_tile_errors():
+    _expect_error(one_op_model("TILE", [Input((2, 3)), _i32([2, -1])], [Output((4, 3))]),
+                  "TILE", "must be >= 0")
+    _expect_error(one_op_model("TILE", [Input((2, 3)), _i32([2])], [Output((4, 3))]),
+                  "TILE", "one entry per input dimension")
+    _expect_error(one_op_model("TILE", [Input((2, 3)), Const(np.array([2.0, 1.0], np.float32))],
+                               [Output((4, 3))]), "TILE", "int32 or int64")
+    _expect_error(one_op_model("TILE", [Input((2, 3)), Input((2,), np.int32)], [Output((4, 3))]),
+                  "TILE", "must be known before invoke")
+
+
+# -- BROADCAST_TO -----------------------------------------------------------------------------
+@st.composite
+def broadcast_case(draw):
+    """An input shape and a target it broadcasts to (extra leading dims, size-1 dims)."""
+    target = draw(S.shapes(0, 5, 1, 4))
+    rank = draw(st.integers(0, len(target)))
+    shape = tuple(1 if draw(st.booleans()) else n for n in target[len(target) - rank:])
+    return shape, target
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@given(case=broadcast_case(), data=st.data(), int64=st.booleans(), seed=S.seeds())
+def test_broadcast_to_matches_litert(dtype, case, data, int64, seed):
+    """Version 2: LiteRT's reference resolver registers BROADCAST_TO from version 2 on."""
+    shape, target = case
+    t, q = _typed(data, dtype)
+    model = one_op_model("BROADCAST_TO", [Input(shape, t, q), _index_const(target, int64)],
+                         [Output(target, t, q)], version=2)
+    check_against_litert(model, seed=seed)
+
+
+def test_broadcast_to_errors():
+    _expect_error(one_op_model("BROADCAST_TO", [Input((2, 3)), _i32([4, 2, 4])], [Output((4, 2, 4))],
+                               version=2), "BROADCAST_TO", "does not broadcast")
+    _expect_error(one_op_model("BROADCAST_TO", [Input((2, 3)), _i32([3])], [Output((3,))],
+                               version=2), "BROADCAST_TO", "does not broadcast")
+    _expect_error(one_op_model("BROADCAST_TO", [Input((1, 3)), _i32([-2, 3])], [Output((2, 3))],
+                               version=2), "BROADCAST_TO", "negative dimension")
+    _expect_error(one_op_model("BROADCAST_TO", [Input((1, 3)), _i32([[2, 3]])], [Output((2, 3))],
+                               version=2), "BROADCAST_TO", "1-D")
+
+
+# -- FILL, ZEROS_LIKE, ONES_LIKE --------------------------------------------------------------
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@given(dims=S.shapes(0, 4, 1, 5), data=st.data(), where=st.sampled_from(["input", "const"]),
+       int64=st.booleans(), seed=S.seeds())
+def test_fill_matches_litert(dtype, dims, data, where, int64, seed):
+    """The value as a run-time scalar or a constant (then folded at prepare); int8: LiteRT
+    requires the value and the output to share their quantization."""
+    t, q = _typed(data, dtype)
+    if where == "input":
+        value = Input((), t, q)
+    else:
+        v = np.random.default_rng(seed).uniform(-3, 3)
+        v = quantize_array(np.array(v), q) if q else np.array(v).astype(t)
+        value = Const(v, quantization=q)
+    model = one_op_model("FILL", [_index_const(dims, int64), value], [Output(dims, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+def test_fill_errors():
+    _expect_error(one_op_model("FILL", [_i32([2, -3]), Input(())], [Output((2, 3))]),
+                  "FILL", "must be >= 0")
+    _expect_error(one_op_model("FILL", [_i32([2, 3]), Input((2,))], [Output((2, 3))]),
+                  "FILL", "must be a scalar")
+    _expect_error(one_op_model("FILL", [Input((2,), np.int32), Input(())], [Output((2, 3))]),
+                  "FILL", "must be known before invoke")
+    _expect_error(one_op_model("FILL", [Const(np.array([2.0, 3.0], np.float32)), Input(())],
+                               [Output((2, 3))]), "FILL", "int32 or int64")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int64"])
+@given(shape=S.shapes(0, 4, 1, 5), seed=S.seeds())
+def test_zeros_like_matches_litert(dtype, shape, seed):
+    """LiteRT's ZEROS_LIKE has float32, int32 and int64 only."""
+    t = np.dtype(dtype).type
+    model = one_op_model("ZEROS_LIKE", [Input(shape, t)], [Output(shape, t)])
+    check_against_litert(model, seed=seed)
+
+
+@given(shape=S.shapes(0, 4, 1, 5), q=S.quant_params(), bool_input=st.booleans(), seed=S.seeds())
+def test_zeros_like_int8_and_bool(shape, q, bool_input, seed):
+    """Beyond LiteRT: an int8 output holds its zero point (the real value 0), a bool one False."""
+    t, qq, zero = (np.bool_, None, False) if bool_input else (np.int8, q, q[1])
+    model = one_op_model("ZEROS_LIKE", [Input(shape, t, qq)], [Output(shape, t, qq)])
+    out, = run_ours(model, model_inputs(model, seed))
+    assert out.dtype == t and out.shape == shape
+    np.testing.assert_array_equal(out, np.full(shape, zero, t))
+
+
+def _ones_like_model(shape, dtype, q):
+    """tf.ones_like(x) as the converter writes it for a shape it cannot fold: FILL(SHAPE(x), 1)
+    (TFLite has no ONES_LIKE builtin)."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", shape, dtype, q)
+    dims = g.tensor("dims", (len(shape),), np.int32)
+    g.op("SHAPE", [x], [dims], out_type="INT32")
+    one = quantize_array(np.array(1.0), q) if q else np.array(1, dtype)
+    one = g.const("one", one, quantization=q)
+    y = g.tensor("y", shape, dtype, q)
+    g.op("FILL", [dims, one], [y])
+    g.output(y)
+    return b.finish()
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@given(shape=S.shapes(1, 4, 1, 5), data=st.data(), seed=S.seeds())
+def test_ones_like_as_converted_matches_litert(dtype, shape, data, seed):
+    t, q = _typed(data, dtype)
+    if q is not None:
+        q = (data.draw(S.scales(0.01, 0.2)), q[1])     # a grid that holds 1.0
+    check_against_litert(_ones_like_model(shape, t, q), seed=seed)
+
+
+# -- RANGE ------------------------------------------------------------------------------------
+@st.composite
+def range_case(draw, dtype):
+    if dtype == "float32":
+        f = st.floats(-50, 50, width=32)
+        start, delta = draw(f), draw(st.floats(0.0625, 8, width=32))
+        n = draw(st.integers(1, 60))
+        limit = float(np.float32(start + n * delta * draw(st.floats(0.7, 1.0))))
+    else:
+        start, delta = draw(st.integers(-100, 100)), draw(st.integers(1, 9))
+        limit = start + draw(st.integers(1, 100))
+    if draw(st.booleans()):          # counting down
+        start, limit, delta = limit, start, -delta
+    return start, limit, delta
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int64"])
+@given(data=st.data())
+def test_range_matches_litert(dtype, data):
+    """Constant scalars (RANGE is folded at prepare: its output shape depends on them)."""
+    start, limit, delta = data.draw(range_case(dtype))
+    t = np.dtype(dtype).type
+    model = one_op_model("RANGE", [Const(np.array(v, t)) for v in (start, limit, delta)],
+                         [Output((1,), t)])
+    out, = check_against_litert(model)
+    assert out.dtype == t
+
+
+def test_range_accumulates_in_float32_like_litert():
+    """A long float range drifts from start + i * delta; LiteRT adds delta step by step."""
+    model = one_op_model("RANGE", [Const(np.array(v, np.float32)) for v in (0.1, 1000.3, 0.7)],
+                         [Output((1,))])
+    out, = check_against_litert(model)
+    assert out.shape == (1429,)
+
+
+def test_range_errors():
+    def model(start, limit, delta, t=np.int32):
+        return one_op_model("RANGE", [Const(np.array(v, t)) for v in (start, limit, delta)],
+                            [Output((1,), t)])
+    _expect_error(model(0, 5, 0), "RANGE", "delta must not be 0")
+    _expect_error(model(0, 5, -1), "RANGE", "never takes start")
+    _expect_error(model(5.0, 0.0, 1.0, np.float32), "RANGE", "never takes start")
+    _expect_error(one_op_model("RANGE", [Const(np.array(0, np.int32)), Const(np.array(5.0, np.float32)),
+                                         Const(np.array(1, np.int32))], [Output((5,), np.int32)]),
+                  "RANGE", "limit is float32 but start is int32")
+    _expect_error(one_op_model("RANGE", [Input((), np.int32), Const(np.array(5, np.int32)),
+                                         Const(np.array(1, np.int32))], [Output((5,), np.int32)]),
+                  "RANGE", "must be known before invoke")
+    _expect_error(one_op_model("RANGE", [Const(np.array([0, 1], np.int32)), Const(np.array(5, np.int32)),
+                                         Const(np.array(1, np.int32))], [Output((5,), np.int32)]),
+                  "RANGE", "must be a scalar")
+
+
+# -- REVERSE_V2 -------------------------------------------------------------------------------
+@st.composite
+def reverse_case(draw, contiguous=True):
+    """A shape and axes to reverse: a contiguous run (what LiteRT takes) in any order, maybe
+    negative; or (contiguous=False) any distinct set, maybe empty."""
+    shape = draw(S.shapes(1, 5, 1, 4))
+    rank = len(shape)
+    if contiguous:
+        lo = draw(st.integers(0, rank - 1))
+        axes = list(range(lo, draw(st.integers(lo + 1, rank))))
+    else:
+        axes = draw(st.lists(st.integers(0, rank - 1), unique=True, max_size=rank))
+    axes = draw(st.permutations(axes))
+    return shape, [a - rank if draw(st.booleans()) else a for a in axes]
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@given(case=reverse_case(), data=st.data(), seed=S.seeds())
+def test_reverse_v2_matches_litert(dtype, case, data, seed):
+    shape, axes = case
+    t, q = _typed(data, dtype)
+    model = one_op_model("REVERSE_V2", [Input(shape, t, q), _i32(axes)], [Output(shape, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+@given(case=reverse_case(contiguous=False), seed=S.seeds())
+def test_reverse_v2_any_axes_matches_numpy(case, seed):
+    """LiteRT refuses non-contiguous axes (and crashes on none): numpy's flip defines them."""
+    shape, axes = case
+    model = one_op_model("REVERSE_V2", [Input(shape), _i32(axes)], [Output(shape)])
+    x, = model_inputs(model, seed)
+    out, = run_ours(model, [x])
+    np.testing.assert_array_equal(out, np.flip(x, [a % len(shape) for a in axes]))
+
+
+def test_reverse_v2_errors():
+    _expect_error(one_op_model("REVERSE_V2", [Input((2, 3)), _i32([2])], [Output((2, 3))]),
+                  "REVERSE_V2", "axis 2 is out of range")
+    _expect_error(one_op_model("REVERSE_V2", [Input((2, 3)), _i32([1, -1])], [Output((2, 3))]),
+                  "REVERSE_V2", "more than once")
+    _expect_error(one_op_model("REVERSE_V2", [Input((2, 3)), _i32(1)], [Output((2, 3))]),
+                  "REVERSE_V2", "1-D")
+    _expect_error(one_op_model("REVERSE_V2", [Input((2, 3)), Input((1,), np.int32)], [Output((2, 3))]),
+                  "REVERSE_V2", "must be known before invoke")
+
+
+# -- MIRROR_PAD -------------------------------------------------------------------------------
+@st.composite
+def mirror_pad_case(draw):
+    """(shape, paddings, mode, output shape): every padding within what the mode allows
+    (REFLECT: size - 1, SYMMETRIC: size), often at that limit."""
+    mode = draw(st.sampled_from(["REFLECT", "SYMMETRIC"]))
+    offset = 1 if mode == "REFLECT" else 0
+    shape = draw(S.shapes(1, 4, 1, 5))
+    pads = []
+    for n in shape:
+        most = n - offset
+        pads.append([draw(st.integers(0, most) | st.just(most)) for _ in range(2)])
+    out = tuple(n + lo + hi for n, (lo, hi) in zip(shape, pads))
+    return shape, np.array(pads, np.int32), mode, out
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@given(case=mirror_pad_case(), data=st.data(), int64=st.booleans(), seed=S.seeds())
+def test_mirror_pad_matches_litert(dtype, case, data, int64, seed):
+    shape, pads, mode, out = case
+    t, q = _typed(data, dtype)
+    model = one_op_model("MIRROR_PAD", [Input(shape, t, q), _index_const(pads, int64)],
+                         [Output(out, t, q)], mode=mode)
+    check_against_litert(model, seed=seed)
+
+
+def test_mirror_pad_errors():
+    def model(pads, mode, shape=(3, 4)):
+        out = tuple(n + max(lo, 0) + max(hi, 0) for n, (lo, hi) in zip(shape, pads))
+        return one_op_model("MIRROR_PAD", [Input(shape), _i32(pads)], [Output(out)], mode=mode)
+    _expect_error(model([[3, 0], [0, 0]], "REFLECT"), "MIRROR_PAD",
+                  "REFLECT padding [3, 0] of dimension 0")
+    _expect_error(model([[0, 0], [0, 5]], "SYMMETRIC"), "MIRROR_PAD",
+                  "SYMMETRIC padding [0, 5] of dimension 1")
+    _expect_error(model([[-1, 0], [0, 0]], "REFLECT"), "MIRROR_PAD", "negative padding")
+    _expect_error(model([[1, 1]], "REFLECT"), "MIRROR_PAD", "shape [2, 2]")
+    _expect_error(one_op_model("MIRROR_PAD", [Input((3, 4)), _i32([[1, 1], [1, 1]])], [Output((5, 6))],
+                               mode=2), "MIRROR_PAD", "unknown mode 2")
+
+
+# -- SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND ----------------------------------------------------
+def space_to_batch_by_definition(x, block, pads):
+    """out[k * B + b, q.., r..] = padded[b, q_i * block_i + k_i.., r..], with
+    k = (k_1..k_M) flattened row-major."""
+    m = len(block)
+    xp = np.pad(x, [(0, 0)] + [tuple(p) for p in pads] + [(0, 0)] * (x.ndim - 1 - m))
+    batch = x.shape[0]
+    spatial = [n // b for n, b in zip(xp.shape[1:1 + m], block)]
+    out = np.zeros((batch * int(np.prod(block)),) + tuple(spatial) + x.shape[1 + m:], x.dtype)
+    for k, ks in enumerate(np.ndindex(*block)):
+        for b in range(batch):
+            for q in np.ndindex(*spatial):
+                src = tuple(qi * bi + ki for qi, bi, ki in zip(q, block, ks))
+                out[(k * batch + b,) + q] = xp[(b,) + src]
+    return out
+
+
+@st.composite
+def block_case(draw, litert=True):
+    """(block shape, per spatial dim (before, after), input shape of SPACE_TO_BATCH_ND, its
+    output shape). litert: rank 3 or 4 with M = rank - 2 (LiteRT's kernels); else any
+    M >= 1 spatial dims and 0..2 remaining dims."""
+    if litert:
+        m = draw(st.integers(1, 2))
+        rest = 1
+    else:
+        m = draw(st.integers(1, 3))
+        rest = draw(st.integers(0, 2))
+    block = [draw(st.integers(1, 3)) for _ in range(m)]
+    batch = draw(st.integers(1, 2))
+    spatial, pads, out_spatial = [], [], []
+    for b in block:
+        q = draw(st.integers(1, 3))
+        total = q * b
+        lo = draw(st.integers(0, min(total - 1, 3)))
+        hi = draw(st.integers(0, min(total - 1 - lo, 3)))
+        spatial.append(total - lo - hi)
+        pads.append([lo, hi])
+        out_spatial.append(q)
+    tail = tuple(draw(st.integers(1, 3)) for _ in range(rest))
+    shape = (batch,) + tuple(spatial) + tail
+    out = (batch * int(np.prod(block)),) + tuple(out_spatial) + tail
+    return block, pads, shape, out
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@given(case=block_case(), data=st.data(), seed=S.seeds())
+def test_space_to_batch_nd_matches_litert(dtype, case, data, seed):
+    """int8: the padding is the zero point (the real value 0)."""
+    block, pads, shape, out = case
+    t, q = _typed(data, dtype)
+    model = one_op_model("SPACE_TO_BATCH_ND", [Input(shape, t, q), _i32(block), _i32(pads)],
+                         [Output(out, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@given(case=block_case(), data=st.data(), seed=S.seeds())
+def test_batch_to_space_nd_matches_litert(dtype, case, data, seed):
+    """The inverse shapes, the paddings as crops."""
+    block, crops, out, shape = case
+    t, q = _typed(data, dtype)
+    model = one_op_model("BATCH_TO_SPACE_ND", [Input(shape, t, q), _i32(block), _i32(crops)],
+                         [Output(out, t, q)])
+    check_against_litert(model, seed=seed)
+
+
+@given(case=block_case(litert=False), int64=st.booleans(), seed=S.seeds())
+def test_block_ops_any_rank_follow_their_definition(case, int64, seed):
+    """Any number of spatial and remaining dims (beyond LiteRT's rank 3/4): SPACE_TO_BATCH_ND
+    by its element-wise definition, BATCH_TO_SPACE_ND as its inverse (crops = paddings)."""
+    block, pads, shape, out = case
+    to_batch = one_op_model("SPACE_TO_BATCH_ND", [Input(shape), _index_const(block, int64),
+                                                  _index_const(pads, int64)], [Output(out)])
+    x, = model_inputs(to_batch, seed)
+    y, = run_ours(to_batch, [x])
+    np.testing.assert_array_equal(y, space_to_batch_by_definition(x, block, pads))
+    back = one_op_model("BATCH_TO_SPACE_ND", [Input(out), _index_const(block, int64),
+                                              _index_const(pads, int64)], [Output(shape)])
+    np.testing.assert_array_equal(run_ours(back, [y])[0], x)
+
+
+def test_block_ops_errors():
+    def s2b(shape, block, pads):
+        return one_op_model("SPACE_TO_BATCH_ND", [Input(shape), _i32(block), _i32(pads)],
+                            [Output(shape)])
+
+    def b2s(shape, block, crops):
+        return one_op_model("BATCH_TO_SPACE_ND", [Input(shape), _i32(block), _i32(crops)],
+                            [Output(shape)])
+    _expect_error(s2b((1, 3, 4, 1), [2, 2], [[0, 0], [0, 0]]), "SPACE_TO_BATCH_ND",
+                  "not a multiple of the block size 2")
+    _expect_error(s2b((1, 4, 4, 1), [0, 2], [[0, 0], [0, 0]]), "SPACE_TO_BATCH_ND", "must be >= 1")
+    _expect_error(s2b((1, 4, 4, 1), [2, 2], [[-2, 2], [0, 0]]), "SPACE_TO_BATCH_ND", "negative paddings")
+    _expect_error(s2b((1, 4, 4, 1), [2, 2], [[0, 0]]), "SPACE_TO_BATCH_ND", "shape [2, 2]")
+    _expect_error(s2b((4, 4), [2, 2], [[0, 0], [0, 0]]), "SPACE_TO_BATCH_ND", "no batch dimension")
+    _expect_error(s2b((1, 4, 4, 1), [], np.zeros((0, 2))), "SPACE_TO_BATCH_ND", "block shape is empty")
+    _expect_error(b2s((6, 2, 2, 1), [2, 2], [[0, 0], [0, 0]]), "BATCH_TO_SPACE_ND",
+                  "batch 6 is not a multiple")
+    _expect_error(b2s((4, 2, 2, 1), [2, 2], [[-1, 0], [0, 0]]), "BATCH_TO_SPACE_ND", "negative crops")
+    _expect_error(b2s((4, 2, 2, 1), [2, 2], [[3, 2], [0, 0]]), "BATCH_TO_SPACE_ND", "crops [3, 2] exceed")
+    _expect_error(one_op_model("BATCH_TO_SPACE_ND", [Input((4, 2, 2, 1)), Input((2,), np.int32),
+                                                     _i32([[0, 0], [0, 0]])], [Output((1, 4, 4, 1))]),
+                  "BATCH_TO_SPACE_ND", "must be known before invoke")

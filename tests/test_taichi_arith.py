@@ -1,0 +1,168 @@
+"""Math ops (ops/arith.py) on the delegate (cpu, vulkan, opengl workers; fp16 on vulkan; gles) vs
+the reference path. Tolerances: tflite_taichi.testing.TAICHI_RTOL; a quantized output within 1
+unit.
+
+The attribute space is the LiteRT tests' (test_ops_arith.py: the same data generators), the op
+drawn inside each test so that every op is covered without a test (and its compiles) per op.
+int8 runs every op, LiteRT's int8 kernels or not: on the float view each is the float formula
+with the output snapped to its grid. Special values (NaN, +-inf, zeros, negatives under LOG and
+SQRT, ROUND's ties, FLOOR_DIV's near-integer quotients) go through one multi-op model: one
+compile per backend."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+                                   one_op_model, strategies)
+from test_ops_arith import BINARY, UNARY, binary_data, unary_data, unary_options
+from test_ops_elementwise import broadcast_pair
+
+S = strategies()
+# GELU twice: its erfc form and (approximate) its tanh form
+UNARY_VARIANTS = [(op, False) for op in UNARY] + [("GELU", True)]
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(variant=st.sampled_from(UNARY_VARIANTS), shape=S.shapes(0, 4),
+       magnitude=st.sampled_from([1.0, 4.0, 30.0]), seed=S.seeds())
+def test_unary_float32_delegate_matches_reference(taichi_workers, variant, shape, magnitude, seed):
+    op, approximate = variant
+    rng = np.random.default_rng(seed)
+    model = one_op_model(op, [Input(shape)], [Output(shape)], **unary_options(op, approximate))
+    check_delegate(model, taichi_workers, [unary_data(op, rng, shape, magnitude)])
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(variant=st.sampled_from(UNARY_VARIANTS), shape=S.shapes(0, 4), qi=S.quant_params(),
+       qo=S.quant_params(), seed=S.seeds())
+def test_unary_int8_delegate_matches_reference(taichi_workers, variant, shape, qi, qo, seed):
+    """Full int8 input range: negatives under LOG (-inf: the lowest value), SQRT and RSQRT (NaN:
+    the zero point), zero under RSQRT (inf: the highest value)."""
+    op, approximate = variant
+    model = one_op_model(op, [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)],
+                         **unary_options(op, approximate))
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(BINARY), shapes=broadcast_pair(), const_rhs=st.booleans(),
+       decimals=st.booleans(), seed=S.seeds())
+def test_binary_float32_delegate_matches_reference(taichi_workers, op, shapes, const_rhs,
+                                                   decimals, seed):
+    a_shape, b_shape, out_shape = shapes
+    rng = np.random.default_rng(seed)
+    a, b = binary_data(op, rng, a_shape, b_shape, decimals)
+    model = one_op_model(op, [Input(a_shape), Const(b) if const_rhs else Input(b_shape)],
+                         [Output(out_shape)])
+    check_delegate(model, taichi_workers, [a] + ([] if const_rhs else [b]))
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(BINARY), shapes=broadcast_pair(), qa=S.quant_params(),
+       qb=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
+def test_binary_int8_delegate_matches_reference(taichi_workers, op, shapes, qa, qb, qo, seed):
+    """Random grids: zero divisors (IEEE here, then snapped: inf to the grid's end, NaN to the
+    zero point) and POW of negative bases included."""
+    a_shape, b_shape, out_shape = shapes
+    model = one_op_model(op, [Input(a_shape, np.int8, qa), Input(b_shape, np.int8, qb)],
+                         [Output(out_shape, np.int8, qo)])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(n=st.integers(2, 5), shape=S.shapes(0, 4), consts=st.lists(st.booleans(), min_size=5,
+       max_size=5), quantized=st.booleans(), q=S.quant_params(), seed=S.seeds())
+def test_add_n_delegate_matches_reference(taichi_workers, n, shape, consts, quantized, q, seed):
+    rng = np.random.default_rng(seed)
+    consts[0] = False
+    if quantized:
+        ins = [Input(shape, np.int8, q)] * n
+        model = one_op_model("ADD_N", ins, [Output(shape, np.int8, q)])
+        check_delegate(model, taichi_workers, seed=seed)
+        return
+    values = [rng.uniform(-3, 3, shape).astype(np.float32) for _ in range(n)]
+    ins = [Const(v) if c else Input(shape) for v, c in zip(values, consts)]
+    model = one_op_model("ADD_N", ins, [Output(shape)])
+    check_delegate(model, taichi_workers, [v for v, c in zip(values, consts) if not c])
+
+
+# -- special values: one model, every op -----------------------------------------------------------
+SPECIAL_X = np.array([-1.0, 0.0, -0.0, np.nan, np.inf, -np.inf, 2.0, 1e-30, 0.5, 1.5, 2.5, -2.5,
+                      0.49999997, 8388609.0, -3.7, 100.0], np.float32)
+SPECIAL_A = np.array([-2, -2, 0, 0, 0, np.nan, 1, -8, -0.0, 5, np.inf, 2, 1.0, 0.7, -1.0, 6.0,
+                      7, -7, 3e38, 1e-38], np.float32)
+SPECIAL_B = np.array([3, 0.5, -1, 0, 2, 0, np.nan, 1 / 3, -1, np.inf, 2, -np.inf, 0.1, 0.1, 0.1,
+                      0.3, np.inf, -np.inf, 1e-30, 3e38], np.float32)
+
+
+def _all_ops_model(n=SPECIAL_X.size, m=SPECIAL_A.size, q=None, qo=None):
+    """x -> every unary op; (a, b) -> every binary op; ADD_N(x, x, x): one partition. With
+    `q`, int8 inputs quantized so and outputs quantized `qo`."""
+    dtype = np.float32 if q is None else np.int8
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (n,), dtype, q)
+    a, d = g.input("a", (m,), dtype, q), g.input("b", (m,), dtype, q)
+    outs = []
+    for op, approximate in UNARY_VARIANTS:
+        y = g.tensor(f"{op}{'_tanh' if approximate else ''}", (n,), dtype, qo)
+        g.op(op, [x], [y], **unary_options(op, approximate))
+        outs.append(y)
+    for op in BINARY:
+        y = g.tensor(op, (m,), dtype, qo)
+        g.op(op, [a, d], [y])
+        outs.append(y)
+    y = g.tensor("ADD_N", (n,), dtype, qo)
+    g.op("ADD_N", [x, x, x], [y])
+    g.output(*outs, y)
+    return b.finish()
+
+
+def test_special_values_delegate_matches_reference(taichi_workers):
+    summaries = check_delegate(_all_ops_model(), taichi_workers, [SPECIAL_X, SPECIAL_A, SPECIAL_B])
+    for summary in summaries.values():
+        assert len(summary["partitions"]) == 1
+
+
+def test_sin_cos_large_arguments_delegate_matches_reference(taichi_workers):
+    """Each of the 2 pi reductions' ranges (ops/arith.py _REDUCTIONS): GPUs' native
+    sin needs them; on these backends a wrong reduction would show against numpy."""
+    rng = np.random.default_rng(9)
+    x = np.concatenate([rng.uniform(-m, m, 256) for m in (10.0, 255.0, 16000.0, 2e6)])
+    b = ModelBuilder()
+    g = b.subgraph()
+    xi = g.input("x", x.shape)
+    outs = [g.tensor(op, x.shape) for op in ("SIN", "COS")]
+    for op, y in zip(("SIN", "COS"), outs):
+        g.op(op, [xi], [y])
+    g.output(*outs)
+    check_delegate(b.finish(), taichi_workers, [x.astype(np.float32)])
+
+
+def test_int8_every_op_delegate_matches_reference(taichi_workers):
+    """Every op on the whole int8 range once (the hypothesis tests draw one op per example)."""
+    check_delegate(_all_ops_model(256, 256, (0.04, -3), (0.07, 5)), taichi_workers, seed=5)
+
+
+def test_fp16_on_vulkan(vulkan_workers):
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.1, 3, 16).astype(np.float32)
+    a, b = rng.uniform(0.2, 3, 20).astype(np.float32), rng.uniform(0.5, 2, 20).astype(np.float32)
+    check_delegate(_all_ops_model(), vulkan_workers, [x, a, b], precision="fp16")
+
+
+def test_gles(gles_worker):
+    check_delegate(_all_ops_model(), [gles_worker], [SPECIAL_X, SPECIAL_A, SPECIAL_B])
+
+
+# -- what stays on the CPU -------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["FLOOR_DIV", "FLOOR_MOD", "POW"])
+def test_int32_stays_on_the_cpu(taichi_workers, op):
+    model = one_op_model(op, [Input((4,), np.int32), Const(np.array([3, -3, 2, 1], np.int32))],
+                         [Output((4,), np.int32)])
+    summaries = check_delegate(model, taichi_workers, [np.array([7, 7, -7, 0], np.int32)],
+                               expect_all_delegated=False)
+    for summary in summaries.values():
+        assert summary["ops_delegated"] == 0
+        assert "int32" in summary["fallback"][0]["reason"]

@@ -1,0 +1,221 @@
+"""Comparisons, LOGICAL_OR/NOT, SELECT/SELECT_V2 and CAST on the delegate (cpu, vulkan, opengl
+workers; fp16 on vulkan; gles) vs the reference path, over the LiteRT tests' case space. Bool
+outputs must match exactly (LiteRT's fixed-point rescaling of quantized comparisons included);
+float outputs within tflite_taichi.testing.TAICHI_RTOL."""
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Input, Output, check_delegate,
+                                   one_op_model, strategies)
+from tflite_taichi.ops.compare import COMPARISONS
+from test_ops_compare import (SWEEP_SCALES, cast_values_of, every_pair, float_compare_case,
+                              quantized_compare_case, select_model, select_shapes)
+from test_ops_elementwise import broadcast_pair
+
+S = strategies()
+CARRIED = [np.float32, np.float16, np.bool_]      # CAST's types the delegate carries
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(COMPARISONS), data=st.data())
+def test_float32_comparisons_delegate(taichi_workers, op, data):
+    model, inputs = data.draw(float_compare_case(op))
+    check_delegate(model, taichi_workers, inputs)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(COMPARISONS), data=st.data())
+def test_quantized_comparisons_delegate(taichi_workers, op, data):
+    model, inputs = data.draw(quantized_compare_case(op))
+    check_delegate(model, taichi_workers, inputs)
+
+
+def _sweep_model(dtype, pairs, n):
+    """EQUAL, LESS and GREATER_EQUAL of each pair of quantized inputs, all in one partition."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    outs = []
+    for i, (qa, qb) in enumerate(pairs):
+        x, y = g.input(f"x{i}", (n,), dtype, qa), g.input(f"y{i}", (n,), dtype, qb)
+        for op in ("EQUAL", "LESS", "GREATER_EQUAL"):
+            outs.append(g.tensor(f"{op.lower()}{i}", (n,), np.bool_))
+            g.op(op, [x, y], [outs[-1]])
+    g.output(*outs)
+    return b.finish()
+
+
+def test_every_int8_pair_delegate(taichi_workers):
+    """The int32 rescaling (CompareKey) of every pair of stored values, at scales with and
+    without merging, with rounding ties, one at or above 1."""
+    scales = [SWEEP_SCALES[1], SWEEP_SCALES[3], SWEEP_SCALES[-1], ((1.5, 0), (0.02, 4))]
+    check_delegate(_sweep_model(np.int8, scales, 65536), taichi_workers,
+                   every_pair(np.int8) * len(scales))
+
+
+def test_int16_extremes_delegate(taichi_workers):
+    """|q - zp| up to 2^15 through the rescaling (EQUAL) and raw integers (LESS & co.)."""
+    rng = np.random.default_rng(5)
+    a = np.concatenate([[-32768, 32767, -32768, 32767, 0, 1], rng.integers(-32768, 32768, 250)])
+    bb = np.concatenate([[-32768, 32767, 32767, -32767, 0, 0], a[6:] + rng.integers(-2, 3, 250)])
+    a, bb = (np.clip(v, -32768, 32767).astype(np.int16) for v in (a, bb))
+    check_delegate(_sweep_model(np.int16, [((0.0007, 0), (0.003, 0)), ((0.0002, 0), (0.0002, 0))],
+                                256), taichi_workers, [a, bb, a, bb])
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(["LOGICAL_OR", "LOGICAL_NOT", "EQUAL", "NOT_EQUAL"]),
+       shapes=broadcast_pair(), seed=S.seeds())
+def test_logical_and_bool_comparisons_delegate(taichi_workers, op, shapes, seed):
+    a_shape, b_shape, out_shape = shapes
+    if op == "LOGICAL_NOT":
+        model = one_op_model(op, [Input(a_shape, np.bool_)], [Output(a_shape, np.bool_)])
+    else:
+        model = one_op_model(op, [Input(a_shape, np.bool_), Input(b_shape, np.bool_)],
+                             [Output(out_shape, np.bool_)])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(["SELECT", "SELECT_V2"]), data=st.data(),
+       dtype=st.sampled_from([np.float32, np.int8, np.bool_]), q=S.quant_params(), seed=S.seeds())
+def test_select_delegate(taichi_workers, op, data, dtype, q, seed):
+    shapes = data.draw(select_shapes(op))
+    check_delegate(select_model(op, shapes, dtype, q if dtype == np.int8 else None),
+                   taichi_workers, seed=seed)
+
+
+def test_select_of_single_elements_delegate(taichi_workers):
+    """Every tensor one element: the output keeps its declared shape, ranks differ."""
+    for op in ("SELECT", "SELECT_V2"):
+        check_delegate(select_model(op, ((1, 1), (1,), (), (1, 1, 1))), taichi_workers, seed=2)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(src=st.sampled_from(CARRIED), dst=st.sampled_from(CARRIED), shape=S.shapes(0, 3),
+       data=st.data())
+def test_cast_delegate(taichi_workers, src, dst, shape, data):
+    x = data.draw(cast_values_of(src, shape))
+    model = one_op_model("CAST", [Input(shape, src)], [Output(shape, dst)])
+    check_delegate(model, taichi_workers, [x])
+
+
+def test_cast_to_float16_rounds_inside_a_partition(taichi_workers):
+    """float32 -> float16 -> float32: the float16 tensor lives in the (float32) arena, so the
+    rounding is the step's own (round_to_f16), not the download's; must be exact."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([
+        rng.choice([-1, 1], 400) * 10.0 ** rng.uniform(-9, 5, 400),
+        [65504, 65519.99, 65520, -65520, 1e6, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 2.0**-25 + 2.0**-40,
+         1.5 * 2.0**-24, 2.5 * 2.0**-24, 6.1e-5, 2.0**-14, 2.0**-14 - 2.0**-30, 1 + 2.0**-11,
+         1 + 3 * 2.0**-11, 2049, 2051, 0.0, -0.0, np.inf, -np.inf],
+        # ties: exactly halfway between two float16 values
+        (rng.integers(1024, 2048, 40) * 2 + 1) * 2.0 ** rng.integers(-25, 4, 40)]).astype(np.float32)
+    b = ModelBuilder()
+    g = b.subgraph()
+    inp = g.input("x", x.shape)
+    half, back = g.tensor("half", x.shape, np.float16), g.tensor("back", x.shape)
+    g.op("CAST", [inp], [half])
+    g.op("CAST", [half], [back])
+    g.output(back)
+    model = b.finish()
+    expected = x.astype(np.float16).astype(np.float32)
+    for w in taichi_workers:
+        (got,), summary = w.run(model, [x])
+        assert not summary["fallback"], summary["fallback"]
+        np.testing.assert_array_equal(got, expected, err_msg=w.backend)
+
+
+def _chain_model():
+    """x (2, 3, 4), y (4,), flag (2, 1, 1) bool -> GREATER, LESS_EQUAL, LOGICAL_OR, LOGICAL_NOT,
+    NOT_EQUAL of bools, SELECT_V2, CAST to float16 and back, CAST of bool to float, SELECT with
+    a constant rank-1 condition: bools and float16 live in the arena."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x, y, flag = g.input("x", (2, 3, 4)), g.input("y", (4,)), g.input("flag", (2, 1, 1), np.bool_)
+
+    def op(name, inputs, shape=(2, 3, 4), dtype=np.bool_):
+        out = g.tensor(f"{name.lower()}_{len(g.tensors)}", shape, dtype)
+        g.op(name, inputs, [out])
+        return out
+
+    gt = op("GREATER", [x, g.const("half", np.array(0.5, np.float32))])
+    le = op("LESS_EQUAL", [y, x])
+    neither = op("LOGICAL_NOT", [op("LOGICAL_OR", [gt, le])])
+    differ = op("NOT_EQUAL", [neither, flag])
+    picked = op("SELECT_V2", [differ, x, y], dtype=np.float32)
+    back = op("CAST", [op("CAST", [picked], dtype=np.float16)], dtype=np.float32)
+    as_float = op("CAST", [differ], dtype=np.float32)
+    rows = op("SELECT", [g.const("rows", np.array([True, False])), back, as_float],
+              dtype=np.float32)
+    g.output(rows, neither)
+    return b.finish()
+
+
+def test_chain_delegate(taichi_workers):
+    summaries = check_delegate(_chain_model(), taichi_workers, seed=4)
+    for summary in summaries.values():
+        assert summary["ops_delegated"] == summary["ops_total"] == 10
+
+
+def test_fp16_on_vulkan(vulkan_workers):
+    check_delegate(_chain_model(), vulkan_workers, seed=5, precision="fp16")
+    model = one_op_model("GREATER_EQUAL", [Input((3, 4), np.int8, (0.003, 2)),
+                                           Input((4,), np.int8, (0.0041, -3))],
+                         [Output((3, 4), np.bool_)])
+    check_delegate(model, vulkan_workers, seed=6, precision="fp16")
+
+
+def test_gles(gles_worker):
+    check_delegate(_chain_model(), [gles_worker], seed=6)
+    check_delegate(_sweep_model(np.int8, SWEEP_SCALES[-2:], 65536), [gles_worker],
+                   every_pair(np.int8) * 2)
+
+
+# -- what stays on the CPU ---------------------------------------------------------------------
+def _fallback(model, workers, inputs, reason):
+    summaries = check_delegate(model, workers, inputs, expect_all_delegated=False)
+    for backend, summary in summaries.items():
+        assert summary["ops_delegated"] == 0, backend
+        assert len(summary["fallback"]) == 1 and reason in summary["fallback"][0]["reason"], \
+            summary["fallback"]
+
+
+def test_quantized_int32_comparison_stays_on_the_cpu(taichi_workers):
+    q = (0.5, 3)
+    model = one_op_model("LESS", [Input((4,), np.int32, q), Input((4,), np.int32, q)],
+                         [Output((4,), np.bool_)])
+    _fallback(model, taichi_workers, [np.array([1, 2**30, -5, 7], np.int32),
+                                      np.array([2, 2**30 + 1, -5, 6], np.int32)],
+              "int32-quantized")
+
+
+def test_quantized_int32_select_stays_on_the_cpu(taichi_workers):
+    q = (0.5, 0)
+    model = select_model("SELECT_V2", ((3,), (3,), (3,), (3,)), np.int32, q)
+    _fallback(model, taichi_workers, [np.array([True, False, True]),
+                                      np.array([1, 2**30, 3], np.int32),
+                                      np.array([4, 5, 6], np.int32)], "int32-quantized")
+
+
+def test_cast_of_quantized_tensors_stays_on_the_cpu(taichi_workers):
+    model = one_op_model("CAST", [Input((4,), np.int8, (0.5, 3))], [Output((4,))])
+    _fallback(model, taichi_workers, [np.array([-128, 0, 3, 127], np.int8)], "raw integers")
+    model = one_op_model("CAST", [Input((4,))], [Output((4,), np.int8, (0.5, 3))])
+    _fallback(model, taichi_workers, [np.array([-300, 0.4, 3.9, 127], np.float32)], "raw integers")
+
+
+def test_integer_comparisons_and_casts_stay_on_the_cpu(taichi_workers):
+    """Not supports(): partition.delegate_reason refuses the int32 / plain int8 tensors."""
+    model = one_op_model("EQUAL", [Input((3,), np.int32), Input((3,), np.int32)],
+                         [Output((3,), np.bool_)])
+    _fallback(model, taichi_workers, [np.array([1, 2, 3], np.int32)] * 2, "int32")
+    model = one_op_model("CAST", [Input((3,))], [Output((3,), np.int8)])
+    _fallback(model, taichi_workers, [np.array([1.5, -2.5, 300], np.float32)], "int8")
+
+
+def test_int16_equal_with_a_zero_point_stays_on_the_cpu(taichi_workers):
+    model = one_op_model("EQUAL", [Input((3,), np.int16, (0.001, 5)), Input((3,), np.int16, (0.002, 0))],
+                         [Output((3,), np.bool_)])
+    _fallback(model, taichi_workers, [np.array([-32768, 5, 32767], np.int16),
+                                      np.array([-16384, 0, 16383], np.int16)], "nonzero zero point")

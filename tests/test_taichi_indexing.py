@@ -1,0 +1,168 @@
+"""GATHER, GATHER_ND, ONE_HOT (constant indices) and CUMSUM (constant axis) on the delegate (cpu,
+vulkan, opengl workers; fp16 on vulkan; gles) vs the reference path, over the attribute space of
+the LiteRT tests (tests/test_ops_indexing.py); float32 and int8 drawn in one test per op to keep
+the compile count down. Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within
+one quantization step. ARG_MAX, ARG_MIN, TOPK_V2 and WHERE have no Taichi part (int outputs or
+data-dependent shapes)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tflite_taichi.ops.base import Node, TensorSpec, lookup
+from tflite_taichi.ops.indexing import MAX_RUNS, CumsumOptions, arithmetic_runs
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+                                   one_op_model, strategies)
+from test_ops_indexing import (cumsum_case, cumsum_model, gather_case, gather_indices,
+                               gather_model, gather_nd_case, gather_nd_indices, gather_nd_model,
+                               one_hot_case, one_hot_indices)
+
+S = strategies()
+DTYPES = [np.float32, np.int8]
+
+
+def _assert_on_the_cpu(summaries, reason: str):
+    """Every backend kept the op on the CPU, saying `reason`."""
+    assert summaries
+    for summary in summaries.values():
+        assert summary["ops_delegated"] == 0
+        assert len(summary["fallback"]) == 1 and reason in summary["fallback"][0]["reason"], \
+            summary["fallback"]
+
+
+# -- GATHER / GATHER_ND -------------------------------------------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=gather_case(), dtype=st.sampled_from(DTYPES), q=S.quant_params(), seed=S.seeds())
+def test_gather_delegate_matches_reference(taichi_workers, case, dtype, q, seed):
+    model = gather_model(case, gather_indices(case, seed), True, dtype,
+                         q if dtype == np.int8 else None)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=gather_nd_case(), dtype=st.sampled_from(DTYPES), q=S.quant_params(), seed=S.seeds())
+def test_gather_nd_delegate_matches_reference(taichi_workers, case, dtype, q, seed):
+    model = gather_nd_model(case, gather_nd_indices(case, seed), True, dtype,
+                            q if dtype == np.int8 else None)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+def test_gather_with_many_runs_matches_reference(taichi_workers):
+    # a permutation of 40 channels (up to MAX_RUNS arithmetic runs) and a batch_dims gather
+    perm = np.random.default_rng(0).permutation(40).astype(np.int32)
+    assert len(arithmetic_runs(perm)) > 10
+    model = one_op_model("GATHER", [Input((2, 3, 40)), Const(perm)], [Output((2, 3, 40))], axis=2)
+    check_delegate(model, taichi_workers, seed=1)
+    idx = np.array([[4, 0, 0, 2], [1, 1, 3, 3]], np.int32)
+    model = one_op_model("GATHER", [Input((2, 5, 6)), Const(idx)], [Output((2, 4, 6))],
+                         axis=1, batch_dims=1)
+    check_delegate(model, taichi_workers, seed=2)
+
+
+def test_gather_with_too_many_runs_stays_on_the_cpu(taichi_workers):
+    idx = np.random.default_rng(3).integers(0, 50, 300).astype(np.int32)
+    assert arithmetic_runs(idx) is None
+    model = one_op_model("GATHER", [Input((50, 2)), Const(idx)], [Output((300, 2))])
+    summaries = check_delegate(model, taichi_workers, seed=3, expect_all_delegated=False)
+    _assert_on_the_cpu(summaries, f"more than {MAX_RUNS} arithmetic runs")
+
+
+def test_gather_nd_with_too_many_runs_stays_on_the_cpu(taichi_workers):
+    idx = np.random.default_rng(4).integers(0, 8, (200, 2)).astype(np.int32)
+    model = one_op_model("GATHER_ND", [Input((8, 8, 3)), Const(idx)], [Output((200, 3))])
+    summaries = check_delegate(model, taichi_workers, seed=4, expect_all_delegated=False)
+    _assert_on_the_cpu(summaries, "arithmetic runs")
+
+
+def test_gather_with_runtime_indices_stays_on_the_cpu(taichi_workers):
+    # refused by the partitioner's generic rule (a run-time int32 tensor), not by GATHER
+    model = one_op_model("GATHER", [Input((4, 3)), Input((2,), np.int32)], [Output((2, 3))])
+    inputs = [np.ones((4, 3), np.float32), np.array([3, 1], np.int32)]
+    summaries = check_delegate(model, taichi_workers, inputs, expect_all_delegated=False)
+    _assert_on_the_cpu(summaries, "int32")
+
+
+# -- ONE_HOT ----------------------------------------------------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=one_hot_case(), on_const=st.booleans(), values=st.lists(st.floats(-5, 5, width=32),
+       min_size=2, max_size=2), seed=S.seeds())
+def test_one_hot_delegate_matches_reference(taichi_workers, case, on_const, values, seed):
+    # constant indices; off_value at run time, on_value a constant (in the weights) or not
+    ishape, depth, axis, out = case
+    on, off = (np.array(v, np.float32) for v in values)
+    model = one_op_model("ONE_HOT", [Const(one_hot_indices(case, seed)),
+                                     Const(np.array(depth, np.int32)),
+                                     Const(on) if on_const else Input(()), Input(())],
+                         [Output(out)], axis=axis)
+    check_delegate(model, taichi_workers, [off] if on_const else [on, off])
+
+
+def test_one_hot_with_too_many_runs_stays_on_the_cpu(taichi_workers):
+    idx = np.random.default_rng(5).integers(0, 10, 200).astype(np.int32)
+    model = one_op_model("ONE_HOT", [Const(idx), Const(np.array(10, np.int32)), Input(()),
+                                     Input(())], [Output((200, 10))])
+    summaries = check_delegate(model, taichi_workers, [np.float32(1), np.float32(0)],
+                               expect_all_delegated=False)
+    _assert_on_the_cpu(summaries, "arithmetic runs")
+
+
+# -- CUMSUM -----------------------------------------------------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=cumsum_case(), dtype=st.sampled_from(DTYPES), qi=S.quant_params(),
+       qo=S.quant_params(scale_range=(0.02, 0.5)), seed=S.seeds())
+def test_cumsum_delegate_matches_reference(taichi_workers, case, dtype, qi, qo, seed):
+    int8 = dtype == np.int8
+    model = cumsum_model(case, dtype, qi if int8 else None, qo if int8 else None)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+@pytest.mark.parametrize("shape, axis, exclusive, reverse", [
+    ((3000,), 0, False, False), ((2, 1000, 3), 1, True, True), ((5, 400), -1, True, False)])
+def test_cumsum_long_axis_split_matches_reference(taichi_workers, shape, axis, exclusive, reverse):
+    # few lines over a long axis: chunk sums in scratch, then each chunk scans
+    node = _cumsum_node(shape, axis, exclusive, reverse)
+    assert lookup("CUMSUM").scratch(node) > 0
+    case = (shape, np.array(axis, np.int32), exclusive, reverse)
+    check_delegate(cumsum_model(case), taichi_workers, seed=7)
+
+
+def _cumsum_node(shape, axis, exclusive=False, reverse=False, constant=True):
+    axis = np.array(axis, np.int32)
+    return Node(index=0, op="CUMSUM", version=1, options=CumsumOptions(exclusive, reverse),
+                inputs=(TensorSpec(0, "x", tuple(shape), np.dtype(np.float32)),
+                        TensorSpec(1, "axis", (), np.dtype(np.int32),
+                                   value=axis if constant else None)),
+                outputs=(TensorSpec(2, "y", tuple(shape), np.dtype(np.float32)),))
+
+
+def test_cumsum_runtime_axis_is_refused():
+    # a run-time axis is int32, which the partitioner refuses first; CUMSUM's own check guards
+    # the Taichi part (it reads the axis at build time) all the same
+    reason = lookup("CUMSUM").supports(_cumsum_node((2, 3), 0, constant=False))
+    assert reason == "the axis is known only at run time"
+    assert lookup("CUMSUM").supports(_cumsum_node((2, 3), 0)) is None
+
+
+# -- fp16 and GLES ----------------------------------------------------------------------------
+def _family_models():
+    rng = np.random.default_rng(8)
+    idx = np.array([[2, 0], [1, 1], [3, 2]], np.int32)
+    return [
+        (one_op_model("GATHER", [Input((2, 4, 3)), Const(np.array([3, 0, 1, 1], np.int32))],
+                      [Output((2, 4, 3))], axis=1), None),
+        (one_op_model("GATHER_ND", [Input((4, 3, 2)), Const(idx)], [Output((3, 2))]), None),
+        (one_op_model("ONE_HOT", [Const(rng.integers(-1, 5, (2, 3)).astype(np.int32)),
+                                  Const(np.array(4, np.int32)), Input(()), Input(())],
+                      [Output((2, 4, 3))], axis=1),
+         [np.float32(1.5), np.float32(-0.5)]),
+        (cumsum_model(((3, 7), np.array(1, np.int32), True, False)), None),
+    ]
+
+
+def test_indexing_fp16_on_vulkan(vulkan_workers):
+    for model, inputs in _family_models():
+        check_delegate(model, vulkan_workers, inputs, seed=9, precision="fp16")
+
+
+def test_indexing_gles(gles_worker):
+    for model, inputs in _family_models():
+        check_delegate(model, [gles_worker], inputs, seed=10)

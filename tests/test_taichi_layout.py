@@ -1,0 +1,177 @@
+"""Layout ops (ops/layout.py) on the delegate (cpu, vulkan, opengl workers; fp16 on vulkan; gles)
+vs the reference path: TILE, BROADCAST_TO, REVERSE_V2, MIRROR_PAD, SPACE_TO_BATCH_ND,
+BATCH_TO_SPACE_ND, FILL (a run-time value; a constant one is folded), ZEROS_LIKE. float32, int8
+(the output with its own scale and zero point: the delegate's store must snap the moved float
+view onto the output's grid as the reference's fake-quant does) and bool (carried as 0/1). The
+attribute space is the LiteRT tests' (test_ops_layout.py), with the block ops at any rank and
+REVERSE_V2 with any axes. RANGE is always folded at prepare and has no Taichi part.
+Tolerances: tflite_taichi.testing.TAICHI_RTOL."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+                                   one_op_model, strategies)
+from test_ops_layout import block_case, broadcast_case, mirror_pad_case, reverse_case, tile_case
+
+S = strategies()
+
+
+@st.composite
+def types(draw, dtypes=("float32", "int8", "bool")):
+    """(numpy type, input quantization, output quantization); int8 outputs get their own grid."""
+    dtype = draw(st.sampled_from(dtypes))
+    if dtype == "int8":
+        return np.int8, draw(S.quant_params()), draw(S.quant_params())
+    return (np.bool_ if dtype == "bool" else np.float32), None, None
+
+
+def _i32(values):
+    return Const(np.array(values, np.int32))
+
+
+# -- affine gathers: TILE, BROADCAST_TO, REVERSE_V2 -------------------------------------------
+@st.composite
+def gather_model(draw, op):
+    t, qi, qo = draw(types())
+    if op == "TILE":
+        shape, multiples, out = draw(tile_case())
+        return one_op_model("TILE", [Input(shape, t, qi), _i32(multiples)], [Output(out, t, qo)])
+    if op == "BROADCAST_TO":
+        shape, target = draw(broadcast_case())
+        return one_op_model("BROADCAST_TO", [Input(shape, t, qi), _i32(target)],
+                            [Output(target, t, qo)], version=2)
+    shape, axes = draw(reverse_case(contiguous=False))
+    return one_op_model("REVERSE_V2", [Input(shape, t, qi), _i32(axes)], [Output(shape, t, qo)])
+
+
+@pytest.mark.parametrize("op", ["TILE", "BROADCAST_TO", "REVERSE_V2"])
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(data=st.data(), seed=S.seeds())
+def test_gathers_delegate(taichi_workers, op, data, seed):
+    check_delegate(data.draw(gather_model(op)), taichi_workers, seed=seed)
+
+
+# -- MIRROR_PAD -------------------------------------------------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=mirror_pad_case(), data=st.data(), seed=S.seeds())
+def test_mirror_pad_delegate(taichi_workers, case, data, seed):
+    """Both modes, paddings up to what each allows."""
+    shape, pads, mode, out = case
+    t, qi, qo = data.draw(types())
+    model = one_op_model("MIRROR_PAD", [Input(shape, t, qi), Const(pads)], [Output(out, t, qo)],
+                         mode=mode)
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+# -- SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND -----------------------------------------------------
+@pytest.mark.parametrize("op", ["SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND"])
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=block_case(litert=False), data=st.data(), seed=S.seeds())
+def test_block_ops_delegate(taichi_workers, op, case, data, seed):
+    """Any number of spatial and remaining dims; SPACE_TO_BATCH_ND pads with the real 0 (an int8
+    output's zero point), BATCH_TO_SPACE_ND takes the paddings as crops."""
+    block, pads, shape, out = case
+    if op == "BATCH_TO_SPACE_ND":
+        shape, out = out, shape
+    t, qi, qo = data.draw(types())
+    model = one_op_model(op, [Input(shape, t, qi), _i32(block), _i32(pads)], [Output(out, t, qo)])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+# -- FILL, ZEROS_LIKE -------------------------------------------------------------------------
+@pytest.mark.parametrize("op", ["FILL", "ZEROS_LIKE"])
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shape=S.shapes(0, 4, 1, 5), data=st.data(), seed=S.seeds())
+def test_fill_and_zeros_like_delegate(taichi_workers, op, shape, data, seed):
+    """FILL's value is a run-time scalar (a constant one is folded at prepare); an int8 output
+    with its own grid snaps it (ZEROS_LIKE: to its zero point)."""
+    t, qi, qo = data.draw(types())
+    if op == "FILL":
+        model = one_op_model("FILL", [_i32(shape), Input((), t, qi)], [Output(shape, t, qo)])
+    else:
+        model = one_op_model("ZEROS_LIKE", [Input(shape, t, qi)], [Output(shape, t, qo)])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+# -- every op in one partition; fp16; GLES ----------------------------------------------------
+def _chain_model(quantized: bool = False):
+    """x (1, 4, 6, 2) -> MIRROR_PAD (REFLECT) -> SPACE_TO_BATCH_ND -> REVERSE_V2 ->
+    BATCH_TO_SPACE_ND (with crops) -> TILE -> BROADCAST_TO (an output); ZEROS_LIKE of the tile
+    (an output); FILL of a run-time scalar (an output); MIRROR_PAD (SYMMETRIC) of the fill."""
+    q = (0.05, -3) if quantized else None
+    t = np.int8 if quantized else np.float32
+    b = ModelBuilder()
+    g = b.subgraph()
+
+    def tensor(name, shape):
+        return g.tensor(name, shape, t, q)
+
+    x = g.input("x", (1, 4, 6, 2), t, q)
+    v = g.input("v", (), t, q)
+    padded = tensor("padded", (1, 6, 9, 2))
+    g.op("MIRROR_PAD", [x, g.const("pads", np.array([[0, 0], [1, 1], [2, 1], [0, 0]], np.int32))],
+         [padded], mode="REFLECT")
+    batched = tensor("batched", (6, 3, 3, 2))
+    g.op("SPACE_TO_BATCH_ND", [padded, g.const("block", np.array([2, 3], np.int32)),
+                               g.const("zero_pads", np.zeros((2, 2), np.int32))], [batched])
+    flipped = tensor("flipped", (6, 3, 3, 2))
+    g.op("REVERSE_V2", [batched, g.const("axes", np.array([2, 1], np.int32))], [flipped])
+    spaced = tensor("spaced", (1, 8, 4, 2))
+    g.op("BATCH_TO_SPACE_ND", [flipped, g.const("block2", np.array([3, 2], np.int32)),
+                               g.const("crops", np.array([[1, 0], [0, 2]], np.int32))], [spaced])
+    tiled = tensor("tiled", (2, 8, 4, 4))
+    g.op("TILE", [spaced, g.const("multiples", np.array([2, 1, 1, 2], np.int32))], [tiled])
+    wide = tensor("wide", (3, 2, 8, 4, 4))
+    g.op("BROADCAST_TO", [tiled, g.const("target", np.array([3, 2, 8, 4, 4], np.int32))], [wide],
+         version=2)
+    zeros = tensor("zeros", (2, 8, 4, 4))
+    g.op("ZEROS_LIKE", [tiled], [zeros])
+    filled = tensor("filled", (2, 3))
+    g.op("FILL", [g.const("dims", np.array([2, 3], np.int32)), v], [filled])
+    mirrored = tensor("mirrored", (4, 6))
+    g.op("MIRROR_PAD", [filled, g.const("pads2", np.array([[1, 1], [2, 1]], np.int32))],
+         [mirrored], mode="SYMMETRIC")
+    g.output(wide, zeros, mirrored)
+    return b.finish()
+
+
+@pytest.mark.parametrize("quantized", [False, True])
+def test_a_chain_of_ops_in_one_partition(taichi_workers, quantized):
+    summaries = check_delegate(_chain_model(quantized), taichi_workers)
+    for summary in summaries.values():
+        assert summary["ops_delegated"] == summary["ops_total"] == 9
+
+
+def test_fp16_on_vulkan(vulkan_workers):
+    check_delegate(_chain_model(), vulkan_workers, precision="fp16")
+
+
+def test_gles(gles_worker):
+    check_delegate(_chain_model(), [gles_worker])
+
+
+# -- what stays on the CPU --------------------------------------------------------------------
+def test_int32_tensors_stay_on_the_cpu_and_range_is_folded(taichi_workers):
+    """The ops have no refusals of their own (every attribute is read at build time): an int32
+    FILL value, ZEROS_LIKE of an int32 tensor and the like are refused by
+    partition.delegate_reason; a RANGE (and a FILL of constants) is folded at prepare."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    n = g.input("n", (), np.int32)
+    filled = g.tensor("filled", (2, 3), np.int32)
+    g.op("FILL", [g.const("dims", np.array([2, 3], np.int32)), n], [filled])
+    zeros = g.tensor("zeros", (2, 3), np.int32)
+    g.op("ZEROS_LIKE", [filled], [zeros])
+    ramp = g.tensor("ramp", (4,))
+    g.op("RANGE", [g.const(k, np.array(v, np.float32)) for k, v in
+                   [("start", 0.5), ("limit", 2.5), ("delta", 0.5)]], [ramp])
+    g.output(zeros, ramp)
+    model = b.finish()
+    summaries = check_delegate(model, taichi_workers, [np.array(7, np.int32)],
+                               expect_all_delegated=False)
+    for summary in summaries.values():
+        assert summary["ops_folded"] == 1 and summary["ops_delegated"] == 0
+        assert {f["op"] for f in summary["fallback"]} == {"FILL", "ZEROS_LIKE"}
+        assert all("int32" in f["reason"] for f in summary["fallback"]), summary["fallback"]
