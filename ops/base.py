@@ -9,6 +9,10 @@ Each op is defined once (DESIGN.md, "An op"):
 - `supports`  None, or why the Taichi delegate cannot take this instance;
 - `taichi`    the Taichi implementation (the delegate's part; None until it has one).
 
+An op whose output shape depends on run-time *values* (WHERE of a run-time condition) raises
+`DataDependentShape` from infer: graph.prepare then leaves it and everything that reads its
+outputs to be inferred again at each invoke, on the CPU (as LiteRT's dynamic tensors).
+
 A `stateful` op (resource variables, CALL_ONCE) has a reference taking a third argument, the
 interpreter's runtime (`resources`: the variables; `call_once(subgraph_index, node)`).
 """
@@ -21,6 +25,10 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from tflite_taichi.errors import ModelError
+
+
+class DataDependentShape(Exception):
+    """Raised by an op's infer: its output shape is known only from run-time values."""
 
 
 @dataclass(frozen=True)

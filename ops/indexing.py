@@ -47,7 +47,7 @@ import numpy as np
 
 from tflite_taichi.errors import InputError
 
-from .base import OpDef, register_op
+from .base import DataDependentShape, OpDef, register_op
 from .tiutil import split_count, ti
 
 # tflite.TensorType codes an output_type may name.
@@ -528,11 +528,8 @@ def _where_condition(node) -> np.ndarray:
     condition, as LiteRT tests the stored value)."""
     spec = node.inputs[0]
     value = spec.value
-    if value is None:
-        raise node.fail(
-            f"the condition (tensor '{spec.name}') is known only at run time: WHERE's output "
-            "shape [number of true elements, rank] depends on its values, and this runtime "
-            "fixes every shape at allocate_tensors (data-dependent shapes are not supported)")
+    if value is None:       # [number of true elements, rank]: inferred again at each invoke
+        raise DataDependentShape(f"WHERE's output shape depends on tensor '{spec.name}'")
     return _truth(spec, value)
 
 

@@ -256,3 +256,67 @@ def test_mobilenet_with_its_dynamic_batch_resized_matches_litert(shared_models, 
         assert_quantized_close(got, want, MODEL_INT8_UNITS, what=name)
     else:
         assert_float_close(got, want, MODEL_RTOL, what=name)
+
+
+# -- data-dependent shapes: WHERE of a run-time condition and what reads it -------------------
+def boolean_mask_model(rows, cols, threshold):
+    """x[x > threshold] as converters write tf.boolean_mask: GREATER -> WHERE -> GATHER_ND (the
+    last two of run-time shape [n, 2] and [n]), then SUM of the selected values ([] again a
+    fixed shape, inferred at invoke all the same); MUL(x, x) beside them is static."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (rows, cols))
+    mask = g.tensor("mask", (rows, cols), np.bool_)
+    g.op("GREATER", [x, g.const("threshold", np.array(threshold, np.float32))], [mask])
+    where = g.tensor("where", (1, 2), np.int64, shape_signature=(-1, 2))
+    g.op("WHERE", [mask], [where])
+    picked = g.tensor("picked", (1,), shape_signature=(-1,))
+    g.op("GATHER_ND", [x, where], [picked])
+    total = g.tensor("total", ())
+    g.op("SUM", [picked, g.const("axis", np.array([0], np.int32))], [total], keep_dims=False)
+    square = g.tensor("square", (rows, cols))
+    g.op("MUL", [x, x], [square])
+    g.output(picked, total, square)
+    return b.finish()
+
+
+@given(rows=st.integers(1, 6), cols=st.integers(1, 6), threshold=st.floats(-0.9, 0.9), seed=S.seeds())
+def test_boolean_mask_matches_litert_invoke_after_invoke(rows, cols, threshold, seed):
+    """The same interpreter, three invokes with different numbers of selected elements."""
+    model = boolean_mask_model(rows, cols, threshold)
+    ours = Interpreter(model_content=model, backend="reference")
+    ours.allocate_tensors()
+    theirs = litert.Interpreter(model_content=model)
+    theirs.allocate_tensors()
+    rng = np.random.default_rng(seed)
+    for _ in range(3):
+        x = rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
+        x.flat[0] = 1.0                     # at least one selected (LiteRT cannot return empty tensors)
+        for it in (ours, theirs):
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+        for d_ours, d_theirs in zip(ours.get_output_details(), theirs.get_output_details()):
+            a, e = ours.get_tensor(d_ours["index"]), theirs.get_tensor(d_theirs["index"])
+            assert list(d_ours["shape"]) == list(d_theirs["shape"]) == list(e.shape)
+            assert_float_close(a, e, what=d_ours["name"])
+
+
+def test_boolean_mask_with_nothing_selected_gives_empty_outputs():
+    model = boolean_mask_model(2, 3, 0.5)
+    it = Interpreter(model_content=model, backend="reference")
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], np.zeros((2, 3), np.float32))
+    it.invoke()
+    picked, total, square = (it.get_tensor(d["index"]) for d in it.get_output_details())
+    assert picked.shape == (0,) and total == 0 and square.shape == (2, 3)
+
+
+def test_data_dependent_ops_stay_on_the_cpu_and_the_rest_is_delegated(taichi_workers):
+    model = boolean_mask_model(4, 5, 0.0)
+    x = np.random.default_rng(3).uniform(-1, 1, (4, 5)).astype(np.float32)
+    summaries = check_delegate(model, taichi_workers, [x], expect_all_delegated=False)
+    for backend, summary in summaries.items():
+        on_cpu = {row["op"]: row["reason"] for row in summary["fallback"]}
+        assert set(on_cpu) == {"WHERE", "GATHER_ND", "SUM"}, (backend, on_cpu)
+        assert all("data-dependent" in reason for reason in on_cpu.values()), on_cpu
+        assert summary["ops_delegated"] == 2        # GREATER and MUL

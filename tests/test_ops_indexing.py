@@ -374,8 +374,8 @@ def test_topk_runtime_k_is_refused():
 
 
 # -- WHERE ------------------------------------------------------------------------------------
-# This runtime fixes shapes at allocate_tensors, so WHERE runs only on a known condition (it
-# folds at prepare); the one-op models have no inputs at all.
+# A known condition folds at prepare (those one-op models have no inputs); a run-time one gives
+# a data-dependent output shape.
 @given(shape=S.shapes(1, 4, 1, 5), dtype=st.sampled_from([np.bool_, np.float32, np.int32, np.int8]),
        q=S.quant_params(), seed=S.seeds())
 def test_where_constant_condition_matches_litert(shape, dtype, q, seed):
@@ -397,10 +397,23 @@ def test_where_scalar_condition_is_refused():
         run_ours(model, [])
 
 
-def test_where_runtime_condition_is_refused():
-    model = one_op_model("WHERE", [Input((2, 3), np.bool_)], [Output((2, 2), np.int64)])
-    with pytest.raises(ModelError, match="WHERE.*known only at run time"):
-        run_ours(model, [np.zeros((2, 3), bool)])
+@given(shape=S.shapes(1, 4, 1, 5), dtype=st.sampled_from([np.bool_, np.float32, np.int32, np.int8]),
+       q=S.quant_params(), seed=S.seeds())
+def test_where_runtime_condition_matches_litert(shape, dtype, q, seed):
+    """A run-time condition: the output's shape is inferred again at each invoke (graph.run_step,
+    a data-dependent shape); the declared [1, rank] is a placeholder, as converters write it."""
+    rng = np.random.default_rng(seed)
+    cond = _values(rng, shape, dtype, levels=None if dtype == np.bool_ else 3)
+    q = q if dtype == np.int8 else None
+    if dtype == np.int8:
+        cond = (rng.integers(-1, 2, shape) + q[1]).clip(-128, 127).astype(np.int8)
+    model = one_op_model("WHERE", [Input(shape, dtype, q)], [Output((1, len(shape)), np.int64)])
+    if np.count_nonzero(cond) == 0:     # (int8: the stored integers, which LiteRT tests)
+        # no true element: LiteRT's get_tensor fails on the empty output ("Invalid tensor size")
+        (out,) = run_ours(model, [cond])
+        assert out.shape == (0, len(shape)) and out.dtype == np.int64
+        return
+    check_against_litert(model, [cond])
 
 
 # -- CUMSUM -----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import numpy as np
 
 from tflite_taichi import model as model_ir
 from tflite_taichi.errors import ModelError, UnsupportedOpError
-from tflite_taichi.ops.base import Node, OpDef, TensorSpec, lookup
+from tflite_taichi.ops.base import DataDependentShape, Node, OpDef, TensorSpec, lookup
 from tflite_taichi.quant import dequantize, fake_quant, is_float_view, view_dtype
 
 
@@ -30,6 +30,7 @@ class Step:
     op: model_ir.Operator
     opdef: OpDef
     node: Node
+    dynamic: bool = False   # output shapes known only at invoke (run_step infers them again)
 
 
 @dataclass
@@ -39,6 +40,7 @@ class PreparedGraph:
     constants: dict        # tensor index -> float-view value (model constants and folded results)
     steps: list            # ops left to run at invoke, in order
     folded: list           # indices of ops evaluated at prepare time
+    dynamic: frozenset = frozenset()   # tensors whose shapes depend on run-time values
 
 
 def resolve_ops(model: model_ir.Model) -> dict:
@@ -100,7 +102,7 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
             constants[t.index] = value
         specs[t.index] = spec_of(t, shape=input_shapes.get(t.index), value=value)
 
-    steps, folded = [], []
+    steps, folded, dynamic = [], [], set()
     for op in subgraph.operators:
         opdef, options = resolved[(subgraph.index, op.index)]
         opdef.check_arity(op.index, len(op.inputs))
@@ -112,7 +114,17 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
         node = Node(index=op.index, op=op.name, version=op.version, options=options,
                     inputs=tuple(specs[t] if t != -1 else None for t in op.inputs),
                     outputs=tuple(specs[t] for t in op.outputs))
-        shapes = _infer(opdef, node, runtime)
+        if any(t in dynamic for t in op.inputs):
+            shapes = None           # reads a tensor of run-time shape
+        else:
+            try:
+                shapes = _infer(opdef, node, runtime)
+            except DataDependentShape:
+                shapes = None
+        if shapes is None:          # inferred again at every invoke (run_step); never folded
+            dynamic.update(op.outputs)
+            steps.append(Step(op=op, opdef=opdef, node=node, dynamic=True))
+            continue
         for t, shape in zip(op.outputs, shapes):
             specs[t] = replace(specs[t], shape=shape)
         node = replace(node, outputs=tuple(specs[t] for t in op.outputs))
@@ -126,7 +138,7 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
         else:
             steps.append(Step(op=op, opdef=opdef, node=node))
     return PreparedGraph(subgraph=subgraph, specs=specs, constants=constants,
-                         steps=steps, folded=folded)
+                         steps=steps, folded=folded, dynamic=frozenset(dynamic))
 
 
 @functools.lru_cache(maxsize=None)
@@ -179,11 +191,27 @@ def execute(opdef: OpDef, node: Node, inputs: list, runtime=None) -> list:
     return results
 
 
+def run_step(step: Step, inputs: list, runtime=None) -> list:
+    """One step on numpy. A dynamic step is inferred first from this invoke's input shapes,
+    with its run-time inputs' values visible to infer as if they were constants (WHERE's count
+    of true elements, a RESHAPE to a computed shape)."""
+    if not step.dynamic:
+        return execute(step.opdef, step.node, inputs, runtime)
+    node = step.node
+    actual = tuple(None if spec is None else
+                   replace(spec, shape=tuple(np.shape(x)), value=spec.value if spec.value is not None else x)
+                   for spec, x in zip(node.inputs, inputs))
+    node = replace(node, inputs=actual)
+    shapes = _infer(step.opdef, node, runtime)
+    node = replace(node, outputs=tuple(replace(spec, shape=shape) for spec, shape in zip(node.outputs, shapes)))
+    return execute(step.opdef, node, inputs, runtime)
+
+
 def run_reference(graph: PreparedGraph, values: dict, runtime=None) -> dict:
     """Run the remaining steps on numpy; `values` holds the float views of the inputs."""
     values = {**graph.constants, **values}
     for step in graph.steps:
         inputs = [values[t] if t != -1 else None for t in step.op.inputs]
-        for t, v in zip(step.op.outputs, execute(step.opdef, step.node, inputs, runtime)):
+        for t, v in zip(step.op.outputs, run_step(step, inputs, runtime)):
             values[t] = v
     return values

@@ -206,8 +206,7 @@ class _SubgraphState:
                 compiled.run(values)
             else:
                 inputs = [values[t] if t != -1 else None for t in item.op.inputs]
-                for t, v in zip(item.op.outputs, graph_mod.execute(item.opdef, item.node, inputs,
-                                                                    self.runtime)):
+                for t, v in zip(item.op.outputs, graph_mod.run_step(item, inputs, self.runtime)):
                     values[t] = v
             if profile:
                 self.timings.setdefault(position, []).append(time.perf_counter() - start)
@@ -229,7 +228,11 @@ class _SubgraphState:
         else:
             values = self._run_schedule(feeds)
         for t in self.subgraph.outputs:
-            np.copyto(self.io[t], self._to_model_dtype(t, values[t]))
+            value = self._to_model_dtype(t, values[t])
+            if value.shape == self.io[t].shape:
+                np.copyto(self.io[t], value)
+            else:               # a data-dependent shape (graph.run_step): this invoke's
+                self.io[t] = np.array(value)
         self.values = values
         self.invoked = True
 
@@ -348,6 +351,8 @@ class Interpreter:
         tensor = state.subgraph.tensors[t]
         shape = (state.prepared.specs[t].shape if state.prepared is not None
                  else state.input_shapes.get(t, tensor.shape))
+        if state.prepared is not None and t in state.prepared.dynamic and t in state.io:
+            shape = state.io[t].shape          # known since the last invoke, as in LiteRT
         q = tensor.quantization
         if q is None:
             scales, zero_points, dim = np.zeros(0, np.float32), np.zeros(0, np.int32), 0

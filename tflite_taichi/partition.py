@@ -67,6 +67,8 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
                 "cpu kernel for this op (BLAS, vectorised taps: bench/results/cpu_2core.md)")
     if opdef.stateful:
         return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
+    if step.dynamic:
+        return "its output shape depends on values known only at invoke (a data-dependent shape)"
     runtime_inputs = [s for s in node.inputs if s is not None and s.value is None]
     reason = _tensor_reason(runtime_inputs + list(node.outputs), fp16)
     if reason is not None:      # first: the tensors' types are the deeper reason (ARG_MAX's int32)
