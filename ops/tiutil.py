@@ -126,9 +126,10 @@ def broadcast_flat(out_index, ref: ti.template(), out_rank: ti.template()):
 
 SPLIT_THREADS = 65536      # an op with fewer outputs than this leaves a GPU mostly idle
 
-# Archs whose kernels have block-shared memory (ti.simt.block.SharedArray); Taichi's CPU
-# backends refuse it ("not supported for arch x64").
-SHARED_MEMORY_ARCHS = ("cuda", "vulkan", "opengl", "gles", "metal", "amdgpu", "dx11", "dx12")
+# Archs whose kernels have block-shared memory and barriers (ti.simt.block.SharedArray, sync);
+# Taichi's CPU backends refuse the array ("not supported for arch x64"), and on gles Taichi
+# 1.7.4 refuses block.sync().
+SHARED_MEMORY_ARCHS = ("cuda", "vulkan", "opengl", "metal", "amdgpu", "dx11", "dx12")
 
 
 def has_shared_memory() -> bool:
