@@ -220,7 +220,8 @@ def test_one_delegated_interpreter_through_several_resizes(tmp_path):
     env = dict(os.environ, ENABLE_TAICHI_HEADER_PRINT="False")
     proc = subprocess.run([sys.executable, "-c", RESIZER, json.dumps(
         {"model": str(path), "backend": TAICHI_BACKENDS[0], "shapes": sequence})],
-        capture_output=True, text=True, timeout=300, env=env)
+        capture_output=True, text=True, timeout=300, env=env,
+        cwd=tmp_path)       # not the checkout: its tflite_taichi/ lacks ops/ (the installed one has it)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout + proc.stderr
     results = json.loads(lines[0][len("RESULT "):])
