@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
-from .tiutil import broadcast_flat, ti
+from .tiutil import broadcast_flat, keep_nan, ti
 
 _ACTIVATION_DTYPES = {np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8),
                       np.dtype(np.int16)}
@@ -69,11 +69,11 @@ _LOGISTIC_UPPER, _LOGISTIC_LOWER = 16.619047164916992188, -9.0
 def _unary_formula(x, code: ti.template(), alpha: ti.template()):
     r = x
     if ti.static(code == 0):
-        r = ti.max(x, 0.0)
+        r = keep_nan(x, ti.max(x, 0.0))
     elif ti.static(code == 1):
-        r = ti.min(ti.max(x, 0.0), 6.0)
+        r = keep_nan(x, ti.min(ti.max(x, 0.0), 6.0))
     elif ti.static(code == 2):
-        r = ti.min(ti.max(x, -1.0), 1.0)
+        r = keep_nan(x, ti.min(ti.max(x, -1.0), 1.0))
     elif ti.static(code == 3):
         # the reference's LiteRT-compatible piecewise logistic
         if x > _LOGISTIC_UPPER:
@@ -95,6 +95,8 @@ def _unary_formula(x, code: ti.template(), alpha: ti.template()):
         r = x * ti.min(ti.max(x + 3.0, 0.0), 6.0) / 6.0
     elif ti.static(code == 7):
         r = ti.select(x > 0.0, x, x * alpha)
+    if ti.static(code == 3 or code == 4):
+        r = keep_nan(x, r)      # the cut-offs compare x: with NaN, true on OpenGL (llvmpipe)
     return r
 
 

@@ -131,6 +131,10 @@ class OpDef:
                                              # subgraph calls): never folded or delegated, kept in
                                              # order; reference(node, inputs, runtime)
     reads_only_shapes: bool = False          # output depends on input shapes alone (SHAPE): always folded
+    state_inputs: Optional[Callable] = None  # node -> input positions the op overwrites after it
+                                             # runs when they are variable tensors (an LSTM's
+                                             # state): its reference returns their new values
+                                             # after its outputs
     min_inputs: int = 1
     max_inputs: Optional[int] = None
 

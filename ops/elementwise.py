@@ -41,10 +41,11 @@ def _apply(x, y, code: ti.template()):
         r = x * y
     elif ti.static(code == 3):
         r = x / y
-    elif ti.static(code == 4):
-        r = ti.max(x, y)
-    elif ti.static(code == 5):
-        r = ti.min(x, y)
+    elif ti.static(code == 4):          # LiteRT: x > y ? x : y, so a NaN in x gives y (nested
+        # selects: GLSL has no `|` of bools)
+        r = ti.select(ti.math.isnan(x), y, ti.select(ti.math.isnan(y), y, ti.max(x, y)))
+    elif ti.static(code == 5):          # LiteRT: x < y ? x : y
+        r = ti.select(ti.math.isnan(x), y, ti.select(ti.math.isnan(y), y, ti.min(x, y)))
     elif ti.static(code == 6):
         r = (x - y) * (x - y)
     else:
@@ -101,8 +102,19 @@ ADD = _binary("ADD", np.add, "AddOptions")
 SUB = _binary("SUB", np.subtract, "SubOptions")
 MUL = _binary("MUL", np.multiply, "MulOptions")
 DIV = _binary("DIV", _divide, "DivOptions")
-MAXIMUM = _binary("MAXIMUM", np.maximum, has_activation=False)
-MINIMUM = _binary("MINIMUM", np.minimum, has_activation=False)
+def _litert_max_min(fn):
+    """LiteRT's MAXIMUM/MINIMUM are `a > b ? a : b` / `a < b ? a : b` (every kernel of LiteRT
+    2.3, measured): a NaN in either operand gives b."""
+    def apply(a, b):
+        out = fn(a, b)
+        if out.dtype.kind == "f":
+            out = np.where(np.isnan(a) | np.isnan(b), b, out).astype(out.dtype, copy=False)
+        return out
+    return apply
+
+
+MAXIMUM = _binary("MAXIMUM", _litert_max_min(np.maximum), has_activation=False)
+MINIMUM = _binary("MINIMUM", _litert_max_min(np.minimum), has_activation=False)
 SQUARED_DIFFERENCE = _binary("SQUARED_DIFFERENCE", lambda a, b: np.square(a - b), has_activation=False)
 # bool in and out, as LiteRT requires (its infer shared with LOGICAL_OR)
 LOGICAL_AND = register_op(replace_fields(_binary("LOGICAL_AND", np.logical_and, has_activation=False),

@@ -15,7 +15,7 @@ from .base import OpDef, register_op
 from .common import (PADDING_SAME, apply_activation, check_activation, check_padding,
                      positive_ints)
 from .conv import spatial_geometry, tap_windows
-from .tiutil import activation, ti
+from .tiutil import activation, nan_max, ti
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ def _infer_pool(node):
     spec = node.inputs[0]
     if spec.rank != 4:
         raise node.fail(f"input must have rank 4 (NHWC), has shape {list(spec.shape)}")
+    if spec.dtype is not None and np.dtype(spec.dtype).kind not in "fiu":
+        raise node.fail(f"input '{spec.name}' is {np.dtype(spec.dtype).name}; pooling takes "
+                        "float or integer tensors")
     n, _, _, c = spec.shape
     out_h, out_w, _, _ = _geometry(node)
     return [(n, out_h, out_w, c)]
@@ -126,7 +129,7 @@ class PoolStep:
                             v = self.x.load(arena, weights, io,
                                             ((n * self.in_h + iy) * self.in_w + ix) * self.c + c)
                             if ti.static(self.is_max):
-                                acc = ti.max(acc, v)
+                                acc = nan_max(acc, v)       # NaN propagates, as np.max
                             else:
                                 acc += v
                             count += 1

@@ -16,7 +16,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import normalize_axes
-from .tiutil import split_count, ti
+from .tiutil import nan_max, nan_min, split_count, ti
 
 
 @dataclass(frozen=True)
@@ -180,9 +180,9 @@ class ReduceStep:
     def _combine(self, acc, v):
         r = acc + v
         if ti.static(self.code == _MAX):
-            r = ti.max(acc, v)
+            r = nan_max(acc, v)             # NaN propagates, as np.max
         elif ti.static(self.code == _MIN):
-            r = ti.min(acc, v)
+            r = nan_min(acc, v)
         elif ti.static(self.code == _PROD):
             r = acc * v
         return r

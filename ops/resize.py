@@ -66,6 +66,8 @@ def _infer(node):
     if x.rank != 4:
         raise node.fail(f"input must have rank 4 (NHWC), got shape {list(x.shape)}")
     h, w = _size(node)
+    if (x.shape[1] == 0 or x.shape[2] == 0) and h * w > 0 and x.shape[0] * x.shape[3] > 0:
+        raise node.fail(f"cannot resize an empty image (input shape {list(x.shape)}) to {h}x{w}")
     return [(x.shape[0], h, w, x.shape[3])]
 
 

@@ -56,11 +56,11 @@ Differences from LiteRT, on purpose:
   is snapped to its grid).
 
 State: in TFLite, output_state and cell_state are variable tensors, zero when the interpreter
-is allocated, then holding the previous invoke's last state. This runtime does not keep
-variable tensors across invokes yet (graph.prepare refuses an op reading one), so these ops
-compute from the state values they are given (correct for a first invoke when they are zero).
-`lstm_step` and `sequence_lstm` return the new states too, and STATE_INPUTS names the inputs
-the ops overwrite, ready for when the runtime stores them.
+is allocated, then holding the previous invoke's last state. The reference returns the new
+states after the output and STATE_INPUTS (OpDef.state_inputs) names the inputs they overwrite:
+the runtime keeps them when those inputs are variable tensors (graph.execute), and such an
+instance stays on the CPU under the delegate (its partitions keep no state). With the state as
+ordinary inputs the ops compute from the values given, on the delegate too.
 """
 from dataclasses import dataclass
 
@@ -429,9 +429,15 @@ def basic_lstm_cell(node, inputs):
 
 
 def _reference(node, inputs):
+    """The outputs, then (FULL kernel) the new output_state and cell_state, which the runtime
+    stores into those inputs when they are variable tensors (OpDef.state_inputs)."""
     if node.options.kernel_type == KERNEL_BASIC:
         return basic_lstm_cell(node, inputs)
-    return [sequence_lstm(node, inputs)[0]]
+    return list(sequence_lstm(node, inputs))
+
+
+def _state_inputs(node):
+    return () if node.options.kernel_type == KERNEL_BASIC else STATE_INPUTS[node.op]
 
 
 # -- Taichi ----------------------------------------------------------------------------------
@@ -848,9 +854,9 @@ def _taichi(node, io):
 LSTM = register_op(OpDef(
     name="LSTM", infer=_infer, reference=_reference, parse=_parse, options_class="LSTMOptions",
     taichi=_taichi, supports=_full_supports, scratch=_full_scratch, foldable=False,
-    min_inputs=5, max_inputs=24))
+    state_inputs=_state_inputs, min_inputs=5, max_inputs=24))
 
 UNIDIRECTIONAL_SEQUENCE_LSTM = register_op(OpDef(
     name=SEQUENCE_OP, infer=_infer_sequence, reference=_reference, parse=_parse_sequence,
     options_class="UnidirectionalSequenceLSTMOptions", taichi=_taichi, supports=_full_supports,
-    scratch=_full_scratch, foldable=False, min_inputs=20, max_inputs=24))
+    scratch=_full_scratch, foldable=False, state_inputs=_state_inputs, min_inputs=20, max_inputs=24))

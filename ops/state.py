@@ -67,7 +67,15 @@ def _handle_of(node, value) -> ResourceHandle:
     return handle
 
 
+def _require_inputs(node, *names):
+    """Infer's check: these inputs are present (an omitted one (-1) is a ModelError)."""
+    for i, name in enumerate(names):
+        if node.inputs[i] is None:
+            raise node.fail(f"input {i} ({name}) is omitted (-1)")
+
+
 def _infer_read_variable(node):
+    _require_inputs(node, "resource handle")
     # LiteRT resizes the output to the variable at run time; here the output keeps the shape
     # the model declares, and a stored value of another shape is a clear error when read.
     return [tuple(node.outputs[0].shape)]
@@ -89,6 +97,7 @@ def _read_variable_reference(node, inputs, runtime):
 
 
 def _infer_assign_variable(node):
+    _require_inputs(node, "resource handle", "value")
     return []
 
 

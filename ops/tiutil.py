@@ -76,7 +76,9 @@ class TensorRef:
         if ti.static(self.quantized):
             q = v / self.q_scale        # divide, as quant.fake_quant does: bit-identical rounding
             q = ti.math.sign(q) * ti.floor(ti.abs(q) + 0.5) + self.q_zero
-            q = ti.min(ti.max(q, self.q_min), self.q_max)
+            # NaN has no grid point: the zero point (real 0), as quant.quantize
+            q = ti.select(ti.math.isnan(q), ti.cast(self.q_zero, ti.f32),
+                          ti.min(ti.max(q, self.q_min), self.q_max))
             v = (q - self.q_zero) * self.q_scale
         if ti.static(self.buffer == ARENA):
             arena[self.offset + flat] = ti.cast(v, self.storage)
@@ -95,16 +97,39 @@ class TensorRef:
         return f
 
 
+# NaN. ti.max/ti.min drop it (LLVM's maxnum on cpu/cuda; SPIR-V's FMax leaves it undefined and
+# lavapipe drops it), and comparisons with NaN are unreliable on OpenGL/llvmpipe (NaN < 0 came
+# out true there), while ti.math.isnan is right on every backend (measured, Taichi 1.7.4). The
+# reference and LiteRT keep NaN through RELU-like clamps, so these helpers test for it first.
+@ti.func
+def keep_nan(v, r):
+    """r, or v where v is NaN."""
+    return ti.select(ti.math.isnan(v), v, r)
+
+
+@ti.func
+def nan_max(a, b):
+    """max that propagates NaN, as np.maximum."""
+    return ti.select(ti.math.isnan(a), a, ti.select(ti.math.isnan(b), b, ti.max(a, b)))
+
+
+@ti.func
+def nan_min(a, b):
+    """min that propagates NaN, as np.minimum."""
+    return ti.select(ti.math.isnan(a), a, ti.select(ti.math.isnan(b), b, ti.min(a, b)))
+
+
 @ti.func
 def activation(v, act: ti.template()):
-    """A fused activation (tflite.ActivationFunctionType), chosen at compile time."""
+    """A fused activation (tflite.ActivationFunctionType), chosen at compile time. NaN passes
+    through the clamps, as in LiteRT."""
     r = v
     if ti.static(act == 1):
-        r = ti.max(v, 0.0)
+        r = keep_nan(v, ti.max(v, 0.0))
     elif ti.static(act == 2):
-        r = ti.min(ti.max(v, -1.0), 1.0)
+        r = keep_nan(v, ti.min(ti.max(v, -1.0), 1.0))
     elif ti.static(act == 3):
-        r = ti.min(ti.max(v, 0.0), 6.0)
+        r = keep_nan(v, ti.min(ti.max(v, 0.0), 6.0))
     elif ti.static(act == 4):
         r = ti.tanh(v)
     elif ti.static(act == 5):

@@ -7,6 +7,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -49,6 +50,9 @@ if args.get("rebuilt_meanwhile"):    # as if another process had wiped and rebui
     manifest["generation"] = "0" * 32
     json.dump(manifest, open(path, "w"))
 print("RESULT " + json.dumps(result), flush=True)
+if args.get("hang"):                 # for a test that kills the process before it exits
+    import time
+    time.sleep(600)
 '''
 
 REFUSE = r'''
@@ -193,6 +197,14 @@ def test_unsafe_cache_dirs_and_tokens_are_refused(setup):
              ("token_slash", {"cache_dir": str(tmp / "ok"), "model_token": "a/b"}),
              ("token_dot", {"cache_dir": str(tmp / "ok"), "model_token": ".hidden"}),
              ("token_long", {"cache_dir": str(tmp / "ok"), "model_token": "x" * 129}),
+             ("token_etc", {"cache_dir": str(tmp / "ok"), "model_token": "../../etc"}),
+             ("token_abs", {"cache_dir": str(tmp / "ok"), "model_token": "/etc/passwd"}),
+             ("token_dotdot", {"cache_dir": str(tmp / "ok"), "model_token": ".."}),
+             ("token_nul", {"cache_dir": str(tmp / "ok"), "model_token": "a\x00b"}),
+             ("token_backslash", {"cache_dir": str(tmp / "ok"), "model_token": "..\\x"}),
+             ("token_unicode", {"cache_dir": str(tmp / "ok"), "model_token": "mod\u00e8le"}),
+             ("token_empty", {"cache_dir": str(tmp / "ok"), "model_token": ""}),
+             ("token_not_str", {"cache_dir": str(tmp / "ok"), "model_token": 7}),
              ("token_no_dir", {"model_token": "fine"})]
     if hasattr(os, "geteuid") and os.geteuid() == 0:      # root can make a folder someone else's
         (tmp / "theirs").mkdir(mode=0o700)
@@ -206,7 +218,9 @@ def test_unsafe_cache_dirs_and_tokens_are_refused(setup):
     assert out["file"].startswith("CacheError") and "not a directory" in out["file"]
     if "theirs" in out:
         assert out["theirs"].startswith("CacheError") and "owned by uid 65534" in out["theirs"]
-    for name in ("token_up", "token_slash", "token_dot", "token_long"):
+    for name in ("token_up", "token_slash", "token_dot", "token_long", "token_etc", "token_abs",
+                 "token_dotdot", "token_nul", "token_backslash", "token_unicode", "token_empty",
+                 "token_not_str"):
         assert out[name].startswith("InputError") and "model_token" in out[name], out[name]
     assert out["token_no_dir"].startswith("InputError") and "needs cache_dir" in out["token_no_dir"]
     assert not (tmp / "ok").exists() and not (setup.tmp / "evil").exists()
@@ -240,10 +254,19 @@ def _unlisted_file(root):
     shutil.copy(path, path.with_name("T" + "0" * 64 + ".tic"))
 
 
+def _garbage_manifest(root):
+    (root / cache.MANIFEST).write_bytes(b'{"format": 1, "files": {"taichi/')
+
+
+def _planted_symlink(root):
+    os.symlink("/etc/passwd", root / "taichi" / ("T" + "1" * 64 + ".tic"))
+
+
 @pytest.mark.parametrize("damage, says", [
     (_truncate, "truncated"), (_bitflip, "sha256 (corrupt)"),
     (_foreign_version, "taichi '1.6.0' != '1.7.4'"), (_unlisted_file, "is not in manifest.json"),
-], ids=["truncated", "bitflip", "foreign-version", "unlisted-file"])
+    (_garbage_manifest, "manifest.json is unreadable"), (_planted_symlink, "is not a regular file"),
+], ids=["truncated", "bitflip", "foreign-version", "unlisted-file", "garbage-manifest", "symlink"])
 def test_damaged_cache_is_detected_and_rebuilt(warm, setup, damage, says):
     root = setup.tmp / f"damaged-{damage.__name__}"
     shutil.copytree(warm[0], root)
@@ -310,3 +333,108 @@ def test_default_token_is_a_fingerprint(setup):
               cache.default_token(cache.token_covers(data, "cpu", "fp32", max_delegated_partitions=2))}
     assert token not in others and len(others) == 4
     assert len(token) == 64 and cache.TOKEN_PATTERN.fullmatch(token)
+
+
+# -- more of issue #7 (robust): records, killed processes, atomic writes, modes, stale locks --
+def test_a_corrupt_model_record_is_cold_and_rewritten(warm, setup):
+    """models/TOKEN.json unreadable: that model starts cold (no warning: its kernels are checked
+    by the manifest, the record only says warm or cold) and the exit writes a sound record."""
+    root = setup.tmp / "bad-record"
+    shutil.copytree(warm[0], root)
+    record = root / cache.MODELS / "rec.json"
+    record.write_bytes(b"\x00garbage")
+    result = setup.run(root, token="rec")
+    assert result["info"]["state"] == "cold" and "unreadable" in result["info"]["reason"], result["info"]
+    assert not result["warnings"] and not result["info"]["rebuilt"]
+    rewritten = json.loads(record.read_text())
+    assert rewritten["built"] is True and rewritten["token"] == "rec"
+
+
+def test_a_process_killed_mid_run_leaves_a_sound_cache(warm, setup):
+    """SIGKILL after an invoke (Taichi never dumps, no manifest is half-written): the next
+    process finds the cache consistent and warns about nothing; the killed process's model
+    has no record (its kernels were never dumped), so it starts cold."""
+    import signal
+    root = setup.tmp / "killed"
+    shutil.copytree(warm[0], root)
+    before = (root / cache.MANIFEST).read_bytes()
+    proc, _ = setup.start(root, hang=True, token="killed")
+    for line in proc.stdout:
+        if line.startswith("RESULT "):
+            break
+    else:
+        pytest.fail("the process ended before its result")
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    manifest, problem = cache.check(str(root))
+    assert problem is None and (root / cache.MANIFEST).read_bytes() == before
+    assert not list(root.rglob(".tmp-*"))
+    after = setup.run(root, token="killed")
+    assert not after["warnings"] and not after["info"]["rebuilt"], after
+    assert after["info"]["state"] == "cold" and "no record" in after["info"]["reason"], after["info"]
+    assert (root / cache.MODELS / "killed.json").is_file()
+
+
+def test_json_writes_are_atomic(tmp_path):
+    """A write that fails half-way leaves the old file and no temp file; readers racing
+    writers only ever see a whole file (os.replace of an fsync'ed temp file)."""
+    import threading
+    path = str(tmp_path / "manifest.json")
+    cache._write_json(path, {"n": 0, "pad": "x" * 100000})
+    with pytest.raises(TypeError):
+        cache._write_json(path, {"n": 1, "bad": object()})          # json fails mid-dump
+    assert json.loads(open(path).read())["n"] == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    stop, seen, bad = threading.Event(), [], []
+
+    def write(k):
+        for n in range(40):
+            cache._write_json(path, {"n": n, "writer": k, "pad": "x" * 100000})
+
+    def read():
+        while not stop.is_set():
+            obj, why = cache._read_json(path)
+            (bad if why or obj is None else seen).append(why or obj["n"])
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    writers = [threading.Thread(target=write, args=(k,)) for k in range(2)]
+    for t in readers + writers:
+        t.start()
+    for t in writers:
+        t.join()
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not bad and seen, bad[:3]
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+def test_modes_are_private_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        root = cache.prepare_dir(tmp_path / "a" / "cache")
+        cache._write_json(os.path.join(root, cache.MANIFEST), {})
+    finally:
+        os.umask(old)
+    assert _mode(root) == 0o700
+    for sub in cache.SUBDIRS:
+        assert _mode(os.path.join(root, sub)) == 0o700, sub
+    assert _mode(os.path.join(root, cache.MANIFEST)) == 0o600
+    os.chmod(os.path.join(root, cache.MODELS), 0o777)               # loosened later: refused
+    with pytest.raises(cache.CacheError, match="writable"):
+        cache.prepare_dir(root)
+
+
+def test_a_stale_taichi_lock_is_cleared(tmp_path):
+    """Taichi skips its whole offline cache while its lock file exists; one left by a killed
+    process (older than a minute) is removed at start, a fresh one is left alone."""
+    root = cache.prepare_dir(tmp_path / "cache")
+    lock = os.path.join(root, cache.TAICHI, cache.TAICHI_LOCK)
+    open(lock, "w").close()
+    cache._clear_stale_taichi_lock(root)
+    assert os.path.exists(lock)
+    old = time.time() - cache.STALE_TAICHI_LOCK_S - 5
+    os.utime(lock, (old, old))
+    cache._clear_stale_taichi_lock(root)
+    assert not os.path.exists(lock)

@@ -329,25 +329,23 @@ def _runtime_keeps_variable_tensors() -> bool:
     return True
 
 
-def test_variable_state_is_refused_with_a_clear_error():
-    """Until the runtime keeps variable tensors, a model whose LSTM state is variable is
-    refused at allocate_tensors with the op and tensor named."""
-    from tflite_taichi.interpreter import Interpreter
+def test_variable_state_lstm_stays_on_the_cpu_under_the_delegate(taichi_workers):
+    """An op that overwrites variable tensors runs on the CPU (the delegate's partitions hold
+    no state across invokes), with the reason in the warning; the answer is the reference's."""
+    from tflite_taichi.testing import check_delegate
     for op in ("LSTM", SEQ):
-        it = Interpreter(model_content=lstm_model(dict(BASE_SEQUENCE, op=op), "variable"),
-                         backend="reference")
-        with pytest.raises(ModelError, match=rf"op #0 \({op}\): reads variable tensor .* "
-                                             "not supported yet"):
-            it.allocate_tensors()
+        case = dict(BASE_SEQUENCE, op=op)
+        summaries = check_delegate(lstm_model(case, "variable"), taichi_workers, [_x(case, 0)],
+                                   expect_all_delegated=False)
+        for backend, summary in summaries.items():
+            reasons = [row["reason"] for row in summary["fallback"]]
+            assert any("overwrites variable tensors" in r for r in reasons), (backend, reasons)
 
 
-@pytest.mark.xfail(strict=True, raises=ModelError,
-                   reason="issue 6, open: the runtime does not keep variable tensors across invokes yet")
 @pytest.mark.parametrize("op", ["LSTM", SEQ])
 def test_state_persists_across_invokes(op):
     """Our Interpreter on the model with variable state, four invokes and a reset, against
-    LiteRT's (ops/sequence.py, STATE_INPUTS): an expected failure, strict, until the runtime
-    keeps variable tensors; then it passes, and the xfail must go."""
+    LiteRT's (ops/sequence.py, STATE_INPUTS)."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT, OpResolverType
     from tflite_taichi.interpreter import Interpreter
     from tflite_taichi.testing import run_sequence
@@ -360,6 +358,10 @@ def test_state_persists_across_invokes(op):
         it.allocate_tensors()
     for k, (a, e) in enumerate(zip(run_sequence(ours, xs), run_sequence(theirs, xs))):
         assert_float_close(a[0], e[0], what=f"invoke {k + 1}")
+        for d in theirs.get_tensor_details():      # the state tensors themselves, as LiteRT's
+            if "state" in d["name"]:
+                assert_float_close(ours.get_tensor(d["index"]), theirs.get_tensor(d["index"]),
+                                   what=f"'{d['name']}' after invoke {k + 1}")
     for it in (ours, theirs):
         it.reset_all_variables()
     a, e = run_sequence(ours, xs[:1]), run_sequence(theirs, xs[:1])

@@ -10,7 +10,17 @@ Chunking policy, per backend (DESIGN.md's measurements on an H200: a fused chain
 ran faster than 30 launches on CUDA and Vulkan, slower on OpenGL, and compile time grows with
 kernel size): CUDA, Vulkan, Metal and CPU fuse up to CHUNK_STEPS ops per kernel; OpenGL/GLES
 launch one kernel per op.
+
+Threads: Taichi 1.7 is one runtime per process and its Python front end is not thread-safe
+(two threads compiling at once fail with "Kernels cannot call other kernels": compilation
+state is global), and its Vulkan/OpenGL runtimes record launches into one shared command
+list. So everything here that reaches Taichi (building steps and kernels, allocating and
+freeing ndarrays, compiling, launching) holds TAICHI_LOCK, one re-entrant lock per process:
+interpreters in several threads each get whole launches, one at a time; the numpy copies in
+and out of a partition's host arrays run outside it.
 """
+
+import threading
 
 import numpy as np
 
@@ -20,6 +30,13 @@ from tflite_taichi.partition import Partition
 from tflite_taichi.planner import Plan, plan_partition
 
 CHUNK_STEPS = {"cuda": 32, "vulkan": 32, "metal": 32, "cpu": 32, "opengl": 1, "gles": 1}
+
+TAICHI_LOCK = threading.RLock()     # see the module docstring: every call into Taichi holds it
+
+# Taichi indexes ndarrays with 32-bit integers: a buffer of more elements would be addressed
+# wrongly, so a partition needing one is refused (a ModelError; after resize_tensor_input the
+# interpreter reports the resize and keeps its previous shapes)
+MAX_BUFFER_ELEMENTS = 2**31 - 1
 
 
 def _make_kernel(steps: list):
@@ -77,12 +94,28 @@ class CompiledPartition:
     io arrays, handed to the first and last kernel as arguments."""
 
     def __init__(self, partition: Partition, graph: PreparedGraph, backend: str, fp16: bool):
+        with TAICHI_LOCK:
+            self._build(partition, graph, backend, fp16)
+
+    def _build(self, partition: Partition, graph: PreparedGraph, backend: str, fp16: bool):
         self.partition = partition
         chunks = chunk_ranges(len(partition.steps), backend)
         fusions = residual_fusions(partition)
         # the ADD's output is written when its producer runs: its lifetime starts there
         early = {partition.steps[j].op.outputs[0]: i for i, j in fusions.items()}
         self.plan: Plan = plan_partition(partition, graph, fp16, chunks, early_writes=early)
+        sizes = {"arena": self.plan.arena_size, "weights": self.plan.weights.size,
+                 "inputs": self.plan.io_in_size, "outputs": self.plan.io_out_size,
+                 "scratch": self.plan.scratch_size}
+        big = {k: int(v) for k, v in sizes.items() if int(v) > MAX_BUFFER_ELEMENTS}
+        if big:
+            from tflite_taichi.errors import ModelError
+            first = partition.steps[0].op
+            raise ModelError(
+                f"the delegated partition starting at op #{first.index} ({first.name}) needs "
+                + ", ".join(f"{n:,} elements of {k}" for k, n in big.items())
+                + f" in one buffer; Taichi indexes buffers with 32-bit integers (at most "
+                f"{MAX_BUFFER_ELEMENTS:,}): use backend='reference' or smaller shapes")
         self.fused = [(partition.steps[i].op.index, partition.steps[j].op.index)
                       for i, j in fusions.items()]
         self.np_dtype = np.float16 if fp16 else np.float32
@@ -127,8 +160,9 @@ class CompiledPartition:
         """Compile every kernel now (Taichi compiles at the first launch): one launch on the
         zeroed buffers, whose results nobody reads. allocate_tensors() calls it, so the cost of
         building the delegate is paid there, as TFLite's GPU delegate does, not in invoke()."""
-        self._launch()
-        ti.sync()
+        with TAICHI_LOCK:
+            self._launch()
+            ti.sync()
 
     @property
     def launches(self) -> int:
@@ -142,9 +176,20 @@ class CompiledPartition:
 
     def _launch(self) -> None:
         last = len(self.kernels) - 1
-        for i, kernel in enumerate(self.kernels):
-            kernel(self.arena, self.weights, self.io_in if i == 0 else self._unused,
-                   self.io_out if i == last else self._unused, self.scratch)
+        with TAICHI_LOCK:
+            for i, kernel in enumerate(self.kernels):
+                kernel(self.arena, self.weights, self.io_in if i == 0 else self._unused,
+                       self.io_out if i == last else self._unused, self.scratch)
+
+    def __del__(self):
+        """The device buffers are freed under TAICHI_LOCK (Taichi frees an ndarray when it is
+        collected, which may happen in any thread, e.g. while another one launches)."""
+        try:
+            with TAICHI_LOCK:
+                for name in ("arena", "weights", "_unused", "scratch", "kernels"):
+                    self.__dict__.pop(name, None)
+        except Exception:       # at interpreter shutdown the lock or Taichi may be gone
+            pass
 
     def _upload(self, values: dict) -> None:
         for t, view in self._in_views:

@@ -23,6 +23,14 @@ class UnsupportedOpError(ModelError):
         self.ops = tuple(ops)
 
 
+class TensorTooLargeError(ModelError):
+    """A tensor would take more memory than the interpreter allows (`max_tensor_bytes`, by
+    default 4x the model file's size + 256 MiB per tensor, 16x that for all of a subgraph's tensors
+    together): refused, naming the tensor, before anything is allocated. Raised for declared
+    shapes when the model is read, and for inferred shapes (after resizes and constant folding)
+    at allocate_tensors; after resize_tensor_input it arrives as the cause of an InputError."""
+
+
 class InputError(TfliteTaichiError, ValueError):
     """A value passed to the Interpreter (tensor data, index, shape) is not acceptable."""
 

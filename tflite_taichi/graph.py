@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from tflite_taichi import model as model_ir
-from tflite_taichi.errors import ModelError, UnsupportedOpError
+from tflite_taichi.errors import ModelError, TensorTooLargeError, TfliteTaichiError, UnsupportedOpError
 from tflite_taichi.ops.base import DataDependentShape, Node, OpDef, TensorSpec, lookup
 from tflite_taichi.quant import dequantize, fake_quant, is_float_view, view_dtype
 
@@ -31,6 +31,8 @@ class Step:
     opdef: OpDef
     node: Node
     dynamic: bool = False   # output shapes known only at invoke (run_step infers them again)
+    updates_state: bool = False   # overwrites variable tensors among its inputs (OpDef.state_inputs)
+    max_bytes: Optional[int] = None   # the subgraph's limit per tensor, for run_step's shapes
 
 
 @dataclass
@@ -41,6 +43,7 @@ class PreparedGraph:
     steps: list            # ops left to run at invoke, in order
     folded: list           # indices of ops evaluated at prepare time
     dynamic: frozenset = frozenset()   # tensors whose shapes depend on run-time values
+    variables: dict = None  # variable tensor index -> its float-view value at allocate/reset
 
 
 def resolve_ops(model: model_ir.Model) -> dict:
@@ -93,24 +96,83 @@ def spec_of(tensor: model_ir.Tensor, shape=None, value=None) -> TensorSpec:
                       dtype=tensor.dtype, quantization=tensor.quantization, value=value)
 
 
+class _Budget:
+    """The memory limits of one subgraph's preparation (model.tensor_bytes): each tensor at
+    most `limit` bytes, all of them together at most TOTAL_FACTOR x `limit`; checked before
+    the tensor's memory is allocated (a folded op's result: before its reference runs)."""
+
+    def __init__(self, subgraph: model_ir.Subgraph):
+        self.sg = subgraph
+        self.limit = subgraph.max_tensor_bytes
+        self.total = 0
+
+    def add(self, spec: TensorSpec, what: str = "tensor"):
+        if self.limit is None:
+            return
+        nbytes = model_ir.check_tensor_bytes(self.limit, f"subgraph {self.sg.index} {what} "
+                                             f"{spec.index} ('{spec.name}')", spec.shape,
+                                             spec.dtype, spec.quantization)
+        self.total += nbytes
+        if self.total > model_ir.TOTAL_FACTOR * self.limit:
+            raise TensorTooLargeError(f"subgraph {self.sg.index}: with tensor {spec.index} ('{spec.name}') "
+                             f"of shape {list(spec.shape)} its tensors would take {self.total} "
+                             f"bytes together, above the limit of {model_ir.TOTAL_FACTOR} x "
+                             f"{self.limit} bytes (Interpreter(max_tensor_bytes=...))")
+
+
+def _check_channels(spec: TensorSpec, node: Node):
+    """Per-channel quantization needs one scale per channel of its (inferred) shape."""
+    q = spec.quantization
+    if q is None or q.scale.size <= 1 or not spec.shape:
+        return
+    dim = q.quantized_dimension
+    if not 0 <= dim < len(spec.shape) or spec.shape[dim] != q.scale.size:
+        raise node.fail(f"output '{spec.name}' of shape {list(spec.shape)} has {q.scale.size} "
+                        f"per-channel quantization scales along dimension {dim}")
+
+
+def _check_data_tensors(subgraph: model_ir.Subgraph, op, opdef: OpDef):
+    """Tensors without a numpy form (resource handles, strings) go only where they belong: only
+    stateful ops (variables, subgraph calls) read them, and only VAR_HANDLE writes a handle."""
+    if opdef.stateful:
+        return
+    for kind, indices in (("input", op.inputs), ("output", op.outputs)):
+        for t in indices:
+            if t == -1:
+                continue
+            tensor = subgraph.tensors[t]
+            if tensor.dtype is None and not (kind == "output" and opdef.name == "VAR_HANDLE"):
+                raise ModelError(f"op #{op.index} ({op.name}): {kind} tensor {t} ('{tensor.name}') "
+                                 f"is of type {tensor.type_name}, which this op cannot take")
+
+
 def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
             runtime=None) -> PreparedGraph:
     specs, constants = {}, {}
+    budget = _Budget(subgraph)
+    variables = {}
     for t in subgraph.tensors:
         value = constant_value(t)
+        if t.is_variable and t.dtype is not None:
+            # state kept across invokes (an LSTM's): its buffer, or zeros, is only the value at
+            # allocate_tensors / reset_all_variables; never a constant, never folded
+            variables[t.index] = (np.zeros(input_shapes.get(t.index, t.shape), view_dtype(t.dtype, t.quantization))
+                                  if value is None else np.array(value))
+            value = None
         if value is not None:
             constants[t.index] = value
         specs[t.index] = spec_of(t, shape=input_shapes.get(t.index), value=value)
+        if value is not None:
+            budget.add(specs[t.index], "constant")
+    for t in subgraph.inputs:
+        if t not in constants:
+            budget.add(specs[t], "input")
 
     steps, folded, dynamic = [], [], set()
     for op in subgraph.operators:
         opdef, options = resolved[(subgraph.index, op.index)]
         opdef.check_arity(op.index, len(op.inputs))
-        for t in op.inputs:
-            if t != -1 and subgraph.tensors[t].is_variable and t not in constants:
-                raise ModelError(f"op #{op.index} ({op.name}): reads variable tensor {t} "
-                                 f"('{subgraph.tensors[t].name}'); state kept across invokes "
-                                 "(variable tensors) is not supported yet")
+        _check_data_tensors(subgraph, op, opdef)
         node = Node(index=op.index, op=op.name, version=op.version, options=options,
                     inputs=tuple(specs[t] if t != -1 else None for t in op.inputs),
                     outputs=tuple(specs[t] for t in op.outputs))
@@ -123,11 +185,15 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
                 shapes = None
         if shapes is None:          # inferred again at every invoke (run_step); never folded
             dynamic.update(op.outputs)
-            steps.append(Step(op=op, opdef=opdef, node=node, dynamic=True))
+            steps.append(Step(op=op, opdef=opdef, node=node, dynamic=True,
+                              max_bytes=subgraph.max_tensor_bytes))
             continue
         for t, shape in zip(op.outputs, shapes):
             specs[t] = replace(specs[t], shape=shape)
+            budget.add(specs[t])
         node = replace(node, outputs=tuple(specs[t] for t in op.outputs))
+        for spec in node.outputs:
+            _check_channels(spec, node)
         if opdef.foldable and not opdef.stateful and (opdef.reads_only_shapes or
                                all(s is None or s.value is not None for s in node.inputs)):
             outs = execute(opdef, node, [s.value if s else None for s in node.inputs])
@@ -136,9 +202,20 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
                 specs[t] = replace(specs[t], value=v)
             folded.append(op.index)
         else:
-            steps.append(Step(op=op, opdef=opdef, node=node))
+            steps.append(Step(op=op, opdef=opdef, node=node,
+                              updates_state=bool(_state_targets(opdef, node, op, variables))))
     return PreparedGraph(subgraph=subgraph, specs=specs, constants=constants,
-                         steps=steps, folded=folded, dynamic=frozenset(dynamic))
+                         steps=steps, folded=folded, dynamic=frozenset(dynamic),
+                         variables=variables)
+
+
+def _state_targets(opdef: OpDef, node: Node, op, variables: dict) -> list:
+    """(position among the op's extra reference results, variable tensor index) for each input
+    the op overwrites after it runs (OpDef.state_inputs) that is a variable tensor."""
+    if opdef.state_inputs is None:
+        return []
+    return [(k, op.inputs[pos]) for k, pos in enumerate(opdef.state_inputs(node))
+            if pos < len(op.inputs) and op.inputs[pos] in variables]
 
 
 @functools.lru_cache(maxsize=None)
@@ -158,7 +235,12 @@ def _infer(opdef: OpDef, node: Node, runtime=None) -> list:
         shapes = [tuple(int(d) for d in s) for s in shapes]
     except ModelError:
         raise
-    except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as e:
+    except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError, AttributeError,
+            KeyError) as e:
+        missing = [i for i, spec in enumerate(node.inputs) if spec is None]
+        if missing:         # an omitted (-1) input the op needs: infer read it as a tensor
+            raise node.fail(f"input {missing[0]} is omitted (-1), which this op does not allow "
+                            f"({type(e).__name__}: {e})") from None
         raise node.fail(f"cannot infer output shapes: {e}") from None
     if len(shapes) != len(node.outputs):
         raise node.fail(f"has {len(node.outputs)} outputs, the op produces {len(shapes)}")
@@ -168,35 +250,78 @@ def _infer(opdef: OpDef, node: Node, runtime=None) -> list:
     return shapes
 
 
-def execute(opdef: OpDef, node: Node, inputs: list, runtime=None) -> list:
+def execute(opdef: OpDef, node: Node, inputs: list, runtime=None, state=None,
+            state_targets=()) -> list:
     """Run one op's reference and bring each output to its tensor's shape, dtype and float view.
-    `runtime`: the interpreter's state (variables, subgraph calls), which stateful ops need."""
-    if opdef.stateful:
-        if runtime is None:
-            raise node.fail("keeps state across invokes and can run only inside an Interpreter")
-        outs = opdef.reference(node, inputs, runtime)
-    else:
-        outs = opdef.reference(node, inputs)
+    `runtime`: the interpreter's state (variables, subgraph calls), which stateful ops need.
+    `state`: variable tensor values, updated for `state_targets` ((position among the op's
+    state_inputs, variable tensor index): see _state_targets) from the reference's extra
+    results."""
+    if opdef.stateful and runtime is None:
+        raise node.fail("keeps state across invokes and can run only inside an Interpreter")
+    try:
+        outs = (opdef.reference(node, inputs, runtime) if opdef.stateful
+                else opdef.reference(node, inputs))
+    except TfliteTaichiError:
+        raise
+    except (ArithmeticError, LookupError, TypeError, ValueError, AttributeError) as e:
+        # The model handed the op what it cannot take (a dtype, a rank, a value its infer did
+        # not check): a ModelError naming the op; the original error stays as the cause.
+        raise node.fail(f"cannot compute on its inputs ({_describe(inputs)}): "
+                        f"{type(e).__name__}: {e}") from e
+    outs = list(outs)
+    positions = tuple(opdef.state_inputs(node)) if opdef.state_inputs is not None else ()
+    if len(outs) != len(node.outputs) + len(positions):
+        raise node.fail(f"has {len(node.outputs)} outputs, its reference produced {len(outs)}")
+    outs, new_states = outs[:len(node.outputs)], outs[len(node.outputs):]
+    if state is not None:
+        for k, t in state_targets:
+            state[t] = _to_tensor(node, node.inputs[positions[k]], np.asarray(new_states[k]).reshape(
+                node.inputs[positions[k]].shape))
     results = []
     for spec, out in zip(node.outputs, outs):
         out = np.asarray(out)
         if out.shape != spec.shape:
             raise node.fail(f"reference produced shape {list(out.shape)} for '{spec.name}', "
                             f"expected {list(spec.shape)}")
-        dtype = view_dtype(spec.dtype, spec.quantization) if spec.dtype is not None else out.dtype
-        out = out.astype(dtype, copy=False)
-        if is_float_view(spec.dtype, spec.quantization):
-            out = fake_quant(out, spec.quantization, spec.dtype)
-        results.append(out)
+        results.append(_to_tensor(node, spec, out))
     return results
 
 
-def run_step(step: Step, inputs: list, runtime=None) -> list:
+def _to_tensor(node: Node, spec: TensorSpec, out: np.ndarray) -> np.ndarray:
+    """A reference result as the float view of `spec`'s tensor: its dtype, snapped to its
+    quantization grid."""
+    dtype = view_dtype(spec.dtype, spec.quantization) if spec.dtype is not None else out.dtype
+    try:
+        out = out.astype(dtype, copy=False)
+    except (TypeError, ValueError):     # a resource handle for a tensor of another type
+        raise node.fail(f"produces {out.dtype} values ({type(out.flat[0]).__name__ if out.size else '-'}) "
+                        f"for '{spec.name}', a tensor of type {np.dtype(dtype).name}") from None
+    if is_float_view(spec.dtype, spec.quantization):
+        out = fake_quant(out, spec.quantization, spec.dtype)
+    return out
+
+
+def _describe(inputs) -> str:
+    parts = []
+    for x in inputs:
+        if x is None:
+            parts.append("-")
+        else:
+            a = np.asarray(x)
+            parts.append(f"{a.dtype.name}{list(a.shape)}")
+    return ", ".join(parts)
+
+
+def run_step(step: Step, inputs: list, runtime=None, state=None) -> list:
     """One step on numpy. A dynamic step is inferred first from this invoke's input shapes,
     with its run-time inputs' values visible to infer as if they were constants (WHERE's count
-    of true elements, a RESHAPE to a computed shape)."""
+    of true elements, a RESHAPE to a computed shape). `state`: the variable tensors' values,
+    which a step that updates them (an LSTM's state) overwrites."""
+    targets = (_state_targets(step.opdef, step.node, step.op, state)
+               if step.updates_state and state is not None else ())
     if not step.dynamic:
-        return execute(step.opdef, step.node, inputs, runtime)
+        return execute(step.opdef, step.node, inputs, runtime, state, targets)
     node = step.node
     actual = tuple(None if spec is None else
                    replace(spec, shape=tuple(np.shape(x)), value=spec.value if spec.value is not None else x)
@@ -204,14 +329,18 @@ def run_step(step: Step, inputs: list, runtime=None) -> list:
     node = replace(node, inputs=actual)
     shapes = _infer(step.opdef, node, runtime)
     node = replace(node, outputs=tuple(replace(spec, shape=shape) for spec, shape in zip(node.outputs, shapes)))
-    return execute(step.opdef, node, inputs, runtime)
+    for spec in node.outputs:       # the memory limit, on this invoke's shapes
+        model_ir.check_tensor_bytes(step.max_bytes, f"op #{node.index} ({node.op}) output "
+                                    f"'{spec.name}'", spec.shape, spec.dtype, spec.quantization)
+    return execute(step.opdef, node, inputs, runtime, state, targets)
 
 
-def run_reference(graph: PreparedGraph, values: dict, runtime=None) -> dict:
-    """Run the remaining steps on numpy; `values` holds the float views of the inputs."""
+def run_reference(graph: PreparedGraph, values: dict, runtime=None, state=None) -> dict:
+    """Run the remaining steps on numpy; `values` holds the float views of the inputs (and of
+    the variable tensors, whose new values go to `state`)."""
     values = {**graph.constants, **values}
     for step in graph.steps:
         inputs = [values[t] if t != -1 else None for t in step.op.inputs]
-        for t, v in zip(step.op.outputs, run_step(step, inputs, runtime)):
+        for t, v in zip(step.op.outputs, run_step(step, inputs, runtime, state)):
             values[t] = v
     return values

@@ -7,6 +7,9 @@ int8 out); inside, they run as a float view (see `quant`).
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
+import threading
 import time
 from typing import Optional
 
@@ -39,7 +42,28 @@ def _resolve_backend(backend: str, precision: str, cache_dir=None) -> str:
     if precision == "fp16" and backend not in ti_backend.FP16_BACKENDS:
         raise BackendUnavailable(f"precision='fp16' is not available on {backend}: Taichi's "
                                  "OpenGL/GLES path has no 16-bit storage; use cuda, vulkan or cpu")
-    return ti_backend.ensure_runtime(backend, cache_dir)
+    with _STARTING:
+        name = ti_backend.ensure_runtime(backend, cache_dir)
+        _materialize_taichi()
+    return name
+
+
+_STARTING = threading.Lock()
+
+
+def _materialize_taichi() -> None:
+    """Taichi's LLVM backends (cpu, cuda) build their struct module at the first kernel compile
+    and assert that it happens in the thread that ran ti.init (measured, Taichi 1.7.4: a first
+    compile in another thread raises "Assertion failure: std::this_thread::get_id() ==
+    main_thread_id_"). So it is done here, right after the start, in the starting thread (under
+    _STARTING, so another thread's interpreter cannot compile first); later kernels compile in
+    any thread (we declare no fields, the only other thing that needs it)."""
+    import taichi as ti
+    from tflite_taichi.codegen import TAICHI_LOCK
+    runtime = ti.lang.impl.get_runtime()
+    if not runtime.materialized:
+        with TAICHI_LOCK:
+            runtime.materialize()
 
 
 class _Runtime:
@@ -132,9 +156,11 @@ class _SubgraphState:
         self.compiled = {}              # id(Partition) -> CompiledPartition
         self.io = {}                    # input/output tensor index -> array in the model's dtype
         self.values = {}                # float views from the last invoke
+        self.variables = {}             # variable tensor index -> float view, kept across invokes
         self.invoked = False
         self.timings = {}               # schedule position -> list of seconds (profile=True)
         self._good = None               # the _KEPT fields after the last successful allocate
+        self.failed = None              # why the last invoke() failed ("Type: message"), or None
 
     # what allocate() puts back when a resize does not fit (the last invoke's values, which a
     # failed _allocate never reaches, stay as they are)
@@ -149,19 +175,30 @@ class _SubgraphState:
         try:
             self._allocate()
         except Exception as e:
-            if good is None:
-                raise
-            tried = {t: s for t, s in self.input_shapes.items() if good["input_shapes"].get(t) != s}
-            for name in self._KEPT:
-                setattr(self, name, good[name])
-            self.input_shapes = dict(good["input_shapes"])
-            if not tried or not isinstance(e, ModelError):
+            previous = good["input_shapes"] if good is not None else {}
+            tried = {t: s for t, s in self.input_shapes.items() if previous.get(t) != s}
+            if good is None:        # a first allocate: back to unallocated, resizes dropped
+                self.prepared, self.schedule, self.compiled, self.io = None, None, {}, {}
+                self.values, self.invoked = {}, False
+                if not tried:
+                    raise
+                self.input_shapes = {}
+            else:
+                for name in self._KEPT:
+                    setattr(self, name, good[name])
+                self.input_shapes = dict(previous)
+            # MemoryError: numpy could not allocate the resized tensors (a ModelError covers
+            # limits we check ourselves); either way the resize is what does not fit
+            if not tried or not isinstance(e, (ModelError, MemoryError)):
                 raise
             what = ", ".join(f"'{self.subgraph.tensors[t].name}' to {list(shape)}" for t, shape in tried.items())
-            raise InputError(f"resizing input {what} does not fit the model: {e}. The interpreter "
+            why = (f"{e}" if isinstance(e, ModelError)
+                   else f"not enough memory for the tensors of those shapes ({e})")
+            raise InputError(f"resizing input {what} does not fit the model: {why}. The interpreter "
                              "keeps its previous input shapes") from e
         self._good = {name: getattr(self, name) for name in self._KEPT}
         self._good["input_shapes"] = dict(self.input_shapes)
+        self.failed = None
 
     def _allocate(self):
         if self.runtime is not None:        # IF/WHILE inside call subgraphs with these shapes
@@ -192,9 +229,14 @@ class _SubgraphState:
                 self.io[t] = keep       # allocate_tensors keeps inputs already set, as LiteRT does
             else:
                 self.io[t] = np.zeros(spec.shape, dtype=spec.dtype)
+        self.reset_variables()          # as LiteRT's AllocateTensors
         self.values = {}
         self.invoked = False
         self.timings = {}
+
+    def reset_variables(self):
+        """Variable tensors (an LSTM's state) back to their values in the model (or zeros)."""
+        self.variables = {t: np.array(v) for t, v in (self.prepared.variables or {}).items()}
 
     def _run_schedule(self, feeds: dict) -> dict:
         values = {**self.prepared.constants, **feeds}
@@ -206,25 +248,48 @@ class _SubgraphState:
                 compiled.run(values)
             else:
                 inputs = [values[t] if t != -1 else None for t in item.op.inputs]
-                for t, v in zip(item.op.outputs, graph_mod.run_step(item, inputs, self.runtime)):
+                for t, v in zip(item.op.outputs, graph_mod.run_step(item, inputs, self.runtime,
+                                                                     self.variables)):
                     values[t] = v
             if profile:
                 self.timings.setdefault(position, []).append(time.perf_counter() - start)
         return values
 
-    def invoke(self):
+    def require_allocated(self, what: str) -> None:
         if self.prepared is None:
-            raise InterpreterStateError("invoke() called before allocate_tensors()")
+            again = (" again: resize_tensor_input() changed the input shapes"
+                     if self._good is not None else "")
+            raise InterpreterStateError(f"{what} called before allocate_tensors(){again}")
+
+    def invoke(self):
+        """Run the graph on the inputs set. If it raises, no output has a value until the next
+        successful invoke (read() says why); inputs, shapes and compiled kernels stay as they
+        were, so the interpreter is usable at once (resource variables an ASSIGN_VARIABLE wrote
+        before the failure keep what it wrote, as in LiteRT)."""
+        self.require_allocated("invoke()")
+        self.failed = None
+        try:
+            # NaN and Inf in the data are values, not errors (LiteRT neither warns nor stops):
+            # numpy's floating-point warnings are off while the graph runs
+            with np.errstate(all="ignore"):
+                self._invoke()
+        except BaseException as e:
+            self.values, self.invoked = {}, False
+            self.failed = f"{type(e).__name__}: {e}"
+            raise
+
+    def _invoke(self):
         feeds = {}
         for t in self.subgraph.inputs:
             tensor = self.subgraph.tensors[t]
             data = self.io[t]
             feeds[t] = (dequantize(data, tensor.quantization)
                         if is_float_view(tensor.dtype, tensor.quantization) else data)
+        feeds.update(self.variables)    # the state the last invoke left (steps overwrite it)
         self.values = {}
         self.invoked = False
         if self.schedule is None:
-            values = graph_mod.run_reference(self.prepared, feeds, self.runtime)
+            values = graph_mod.run_reference(self.prepared, feeds, self.runtime, self.variables)
         else:
             values = self._run_schedule(feeds)
         for t in self.subgraph.outputs:
@@ -247,13 +312,20 @@ class _SubgraphState:
         if self.subgraph.tensors[t].dtype is None:
             raise InterpreterStateError(f"tensor {t} ('{self.subgraph.tensors[t].name}') is a "
                                         "resource handle; it has no data to read")
+        name = self.subgraph.tensors[t].name
+        if self.failed is not None and t not in self.subgraph.inputs and not (
+                self.prepared is not None and t in self.prepared.constants):
+            raise InterpreterStateError(
+                f"tensor {t} ('{name}') has no value: the last invoke() failed ({self.failed}); "
+                "fix the inputs and invoke() again")
         if t in self.io:
             return self.io[t].copy()
+        if t in self.variables:     # the state now, as LiteRT's get_tensor of a variable tensor
+            return np.array(self._to_model_dtype(t, self.variables[t]))
         if self.prepared is not None and t in self.prepared.constants:
-            return self._to_model_dtype(t, self.prepared.constants[t]).copy()
-        if t in self.values:
-            return self._to_model_dtype(t, self.values[t])
-        name = self.subgraph.tensors[t].name
+            return np.array(self._to_model_dtype(t, self.prepared.constants[t]))
+        if t in self.values:        # a copy: the caller's array is never the runtime's
+            return np.array(self._to_model_dtype(t, self.values[t]))
         if self.invoked and self.schedule is not None:
             raise InterpreterStateError(
                 f"tensor {t} ('{name}') lives inside a delegated partition: create the Interpreter "
@@ -273,15 +345,53 @@ def _init_subgraphs(model, resolved) -> list:
     return found
 
 
+def _as_shape(value) -> Optional[tuple]:
+    """A shape from what resize_tensor_input was given: integers, or floats with integer values
+    (LiteRT truncates 1.5 to 1; we refuse it); None if it is not one."""
+    try:
+        dims = np.asarray(value).reshape(-1).tolist()
+    except (TypeError, ValueError, OverflowError):
+        return None
+    shape = []
+    for d in dims:
+        if isinstance(d, float) and d.is_integer():
+            d = int(d)
+        if not isinstance(d, int) or isinstance(d, bool):
+            return None
+        shape.append(d)
+    return tuple(shape)
+
+
+def _serialised(method):
+    """Holds the interpreter's lock for the call: calls from several threads run one at a time,
+    each whole (README, "Threads and processes")."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
+# resize_tensor_input: dimensions are int32 in TFLite (LiteRT refuses larger ones with an
+# OverflowError), and numpy arrays have at most 64 dimensions
+MAX_DIM = 2**31 - 1
+MAX_RANK = 64
+
+
 class Interpreter:
-    """Runs a .tflite model. See the README for the backends and the float view of 8-bit models."""
+    """Runs a .tflite model. See the README for the backends and the float view of 8-bit models.
+
+    Thread-safe: every method takes the interpreter's lock, so calls from several threads run
+    one at a time, each as if alone (a SignatureRunner call, inputs to outputs, is one such
+    call). The live views `tensor(i)()` returns are not locked."""
 
     def __init__(self, model_path=None, model_content=None, backend: str = "auto",
                  precision: str = "fp32", num_threads: Optional[int] = None, *,
                  max_delegated_partitions: int = 1, profile: bool = False,
                  experimental_delegates=None, experimental_op_resolver_type=None,
                  experimental_preserve_all_tensors: bool = False,
-                 cache_dir=None, model_token: Optional[str] = None):
+                 cache_dir=None, model_token: Optional[str] = None,
+                 max_tensor_bytes: Optional[int] = None):
         """backend: 'auto' (the best hardware GPU backend, else Taichi's CPU), 'reference'
         (numpy), or a Taichi arch: 'cuda', 'vulkan', 'metal', 'opengl', 'gles', 'cpu'.
         precision: 'fp32', or 'fp16' (f16 storage on cuda, vulkan, cpu).
@@ -292,7 +402,10 @@ class Interpreter:
         cache_dir: a private folder (created 0700) for Taichi's and the GPU drivers' kernel
         caches, checked before use and shared safely between processes; model_token names this
         model's record in it (default: a fingerprint of the model bytes, backend, precision and
-        versions). See tflite_taichi.cache."""
+        versions). See tflite_taichi.cache.
+        max_tensor_bytes: the most bytes one tensor may take (default: 4x the model file's
+        size + 256 MiB; all of a subgraph's tensors together: 16x that); a larger one is refused
+        with errors.TensorTooLargeError naming it, before anything is allocated."""
         if (model_path is None) == (model_content is None):
             raise InputError("pass exactly one of model_path or model_content")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
@@ -304,7 +417,8 @@ class Interpreter:
         if cache_dir is not None or model_token is not None:
             from tflite_taichi import cache
             cache.check_arguments(cache_dir, model_token)
-        self._model = read_model(model_path if model_path is not None else model_content)
+        self._model = read_model(model_path if model_path is not None else model_content,
+                                 max_tensor_bytes=max_tensor_bytes)
         self._resolved = graph_mod.resolve_ops(self._model)
         self._backend = _resolve_backend(backend, precision, cache_dir)
         self._requested_backend = backend
@@ -317,6 +431,7 @@ class Interpreter:
         if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
             from tflite_taichi.backend import CPU_REFERENCE_OPS
             self._options["reference_ops"] = CPU_REFERENCE_OPS
+        self._lock = threading.RLock()   # see _serialised
         self._runtime = _Runtime(self)
         self._states = {}
         self._main = self._state(0)
@@ -372,31 +487,42 @@ class Interpreter:
         }
 
     # -- the tf.lite API -------------------------------------------------------------------
+    @_serialised
     def allocate_tensors(self):
         for state in self._states.values():
             state.allocate()
         if self._cache is not None:
             self._cache.note_built()
 
+    @_serialised
     def get_input_details(self):
         return [self._details(t, self._main) for t in self._main.subgraph.inputs]
 
+    @_serialised
     def get_output_details(self):
         return [self._details(t, self._main) for t in self._main.subgraph.outputs]
 
+    @_serialised
     def get_tensor_details(self):
         return [self._details(t.index, self._main) for t in self._main.subgraph.tensors]
 
+    @_serialised
     def set_tensor(self, tensor_index, value, subgraph_index=0):
         state = self._state(subgraph_index)
         tensor = self._tensor(tensor_index, subgraph_index)
         if tensor.index not in state.subgraph.inputs:
             raise InputError(f"tensor {tensor.index} ('{tensor.name}') is not an input of the model; "
                              "only inputs can be set")
-        if state.prepared is None:
-            raise InterpreterStateError("set_tensor() called before allocate_tensors()")
-        value = np.asarray(value)
-        if value.dtype != tensor.dtype:
+        state.require_allocated("set_tensor()")
+        try:
+            value = np.asarray(value)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InputError(f"cannot set tensor {tensor.index} ('{tensor.name}'): the value is not "
+                             f"an array ({e})") from None
+        # the data is copied in (the caller's array is never kept or written), so any layout
+        # does: non-contiguous, read-only, broadcast views, the other byte order (its values
+        # are converted; LiteRT reads such bytes as if native)
+        if value.dtype.newbyteorder("=") != tensor.dtype:
             raise InputError(f"cannot set tensor {tensor.index} ('{tensor.name}'): got {value.dtype} "
                              f"data, the input is {tensor.dtype}")
         expected = state.io[tensor.index].shape
@@ -406,11 +532,11 @@ class Interpreter:
                              "(call resize_tensor_input first to change it)")
         np.copyto(state.io[tensor.index], value)
 
+    @_serialised
     def get_tensor(self, tensor_index, subgraph_index=0):
         tensor = self._tensor(tensor_index, subgraph_index)
         state = self._state(subgraph_index)
-        if state.prepared is None:
-            raise InterpreterStateError("get_tensor() called before allocate_tensors()")
+        state.require_allocated("get_tensor()")
         return state.read(tensor.index)
 
     def tensor(self, tensor_index):
@@ -420,32 +546,46 @@ class Interpreter:
         state = self._main
 
         def view():
-            if state.prepared is None:
-                raise InterpreterStateError("tensor() read before allocate_tensors()")
+            state.require_allocated("tensor()()")
             return state.io[tensor.index] if tensor.index in state.io else state.read(tensor.index)
         return view
 
+    @_serialised
     def invoke(self):
         start = time.perf_counter()
         self._main.invoke()
         self._last_invoke_s = time.perf_counter() - start
 
+    @_serialised
     def reset_all_variables(self):
         """As LiteRT: resets variable tensors; resource variables (VAR_HANDLE) keep their values
         for the interpreter's lifetime, and CALL_ONCE does not run again."""
         self._require_prepared("reset_all_variables()")
+        for state in self._states.values():
+            if state.prepared is not None:
+                state.reset_variables()
 
+    @_serialised
     def resize_tensor_input(self, input_index, tensor_size, strict=False):
         state = self._main
         tensor = self._tensor(input_index)
         if tensor.index not in state.subgraph.inputs:
             raise InputError(f"tensor {tensor.index} ('{tensor.name}') is not an input; only inputs can be resized")
-        try:
-            shape = tuple(int(d) for d in np.asarray(tensor_size).reshape(-1))
-        except (TypeError, ValueError):
-            raise InputError(f"resize of '{tensor.name}': {tensor_size!r} is not a shape") from None
+        shape = _as_shape(tensor_size)
+        what = f"resize of input {tensor.index} ('{tensor.name}')"
+        if shape is None:
+            raise InputError(f"{what}: {tensor_size!r} is not a shape (a sequence of integers)")
         if any(d < 0 for d in shape):
-            raise InputError(f"resize of '{tensor.name}': negative dimension in {list(shape)}")
+            raise InputError(f"{what}: negative dimension in {list(shape)}")
+        if len(shape) > MAX_RANK:
+            raise InputError(f"{what}: rank {len(shape)} is more than {MAX_RANK} dimensions")
+        if any(d > MAX_DIM for d in shape):
+            raise InputError(f"{what}: dimension {max(shape)} in {list(shape)} does not fit in "
+                             f"int32 (at most {MAX_DIM}), as in TFLite")
+        nbytes = int(np.prod(shape, dtype=object)) * np.dtype(tensor.dtype or np.float32).itemsize
+        if nbytes > sys.maxsize:
+            raise InputError(f"{what}: {list(shape)} would need {nbytes} bytes, more than an "
+                             "array can address")
         if strict:
             sig = tensor.shape_signature
             if len(shape) != len(sig) or any(s != -1 and s != d for s, d in zip(sig, shape)):
@@ -483,6 +623,7 @@ class Interpreter:
     def model(self):
         return self._model
 
+    @_serialised
     def op_table(self) -> list:
         """Per op of the main graph: index, name, version, output shapes, whether it was folded
         at prepare, and `delegate`: None if the delegate takes it, else the reason it cannot."""
@@ -508,10 +649,10 @@ class Interpreter:
         return rows
 
     def _require_prepared(self, what: str) -> "_SubgraphState":
-        if self._main.prepared is None:
-            raise InterpreterStateError(f"{what} needs allocate_tensors() first")
+        self._main.require_allocated(what)
         return self._main
 
+    @_serialised
     def summary(self) -> dict:
         """How the model runs: backend, op counts, delegated partitions and their kernels, the
         ops left on the CPU and why, the ops folded at prepare, and whether it is a float view."""
@@ -549,6 +690,7 @@ class Interpreter:
             "cache": self._cache.info() if self._cache is not None else None,
         }
 
+    @_serialised
     def profile(self) -> dict:
         """Times of the invokes since allocate_tensors() (needs profile=True): per partition and
         per CPU op, median milliseconds and kernel launches per invoke."""
@@ -586,6 +728,12 @@ class SignatureRunner:
         return {name: self._it._details(t, self._state) for name, t in self._sig.outputs.items()}
 
     def __call__(self, **inputs):
+        """Inputs in, outputs out: one call under the interpreter's lock, so concurrent calls
+        from several threads each get their own inputs' outputs."""
+        with self._it._lock:
+            return self._call(inputs)
+
+    def _call(self, inputs: dict) -> dict:
         unknown = set(inputs) - set(self._sig.inputs)
         missing = set(self._sig.inputs) - set(inputs)
         if unknown or missing:

@@ -8,6 +8,7 @@ Constant buffers are numpy views on the model bytes (an mmap for files), never c
 from __future__ import annotations
 
 import importlib
+import math
 import mmap
 import os
 import struct
@@ -18,7 +19,7 @@ import numpy as np
 import tflite
 from tflite.utils import BUILTIN_OPCODE2NAME
 
-from tflite_taichi.errors import ModelError
+from tflite_taichi.errors import InputError, ModelError, TensorTooLargeError
 from tflite_taichi.ops.base import Quantization
 from tflite_taichi.ops.sparse import DENSE, SPARSE_CSR, DimMetadata, Sparsity, densify
 
@@ -35,6 +36,41 @@ TENSOR_TYPE_NAMES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT
 RESOURCE_TYPE = 13
 CUSTOM_CODE = 32
 MAX_RANK = 16
+
+# Memory: no tensor may take more than `max_tensor_bytes` (Interpreter keyword), by default
+# 4x the model file's size (the float views of int8 constants are 4x their bytes) plus
+# MEMORY_ALLOWANCE for the activations; and one subgraph's tensors together (constants' float
+# views and everything an invoke computes: the reference path keeps every intermediate) no
+# more than TOTAL_FACTOR times that. Checked on the declared shapes when the file is read, and
+# on every shape inferred at allocate_tensors (after resizes and constant folding) and at invoke
+# (data-dependent shapes), always before the memory is allocated.
+MEMORY_ALLOWANCE = 256 << 20
+TOTAL_FACTOR = 16
+
+
+def default_max_tensor_bytes(file_size: int) -> int:
+    return 4 * int(file_size) + MEMORY_ALLOWANCE
+
+
+def tensor_bytes(shape, dtype, quantization=None) -> int:
+    """Bytes a tensor of `shape` takes as this runtime holds it: its float view (float32) if
+    it is quantized, else its dtype (1 byte per element for types without a numpy form).
+    Exact for any shape (Python integers: no int64 overflow)."""
+    count = math.prod(int(d) for d in shape)
+    size = 1 if dtype is None else np.dtype(dtype).itemsize
+    if quantization is not None and dtype is not None and np.dtype(dtype).kind in "iu":
+        size = max(size, 4)
+    return count * size
+
+
+def check_tensor_bytes(limit: Optional[int], what: str, shape, dtype, quantization=None) -> int:
+    """The tensor's bytes; a ModelError naming it (`what`) if they exceed `limit`."""
+    nbytes = tensor_bytes(shape, dtype, quantization)
+    if limit is not None and nbytes > limit:
+        raise TensorTooLargeError(f"{what}: shape {list(shape)} would take {nbytes} bytes, above the limit of "
+                         f"{limit} bytes per tensor (Interpreter(max_tensor_bytes=...); the default "
+                         "is 4x the model file's size + 256 MiB)")
+    return nbytes
 
 
 @dataclass
@@ -83,6 +119,7 @@ class Subgraph:
     operators: list
     inputs: tuple
     outputs: tuple
+    max_tensor_bytes: Optional[int] = None  # the memory limit per tensor (see tensor_bytes)
 
 
 @dataclass
@@ -100,6 +137,7 @@ class Model:
     subgraphs: list
     signatures: list
     size: int = 0
+    max_tensor_bytes: Optional[int] = None  # the memory limit per tensor (see tensor_bytes)
     _keepalive: object = field(default=None, repr=False)   # the mmap behind the constant views
 
     @property
@@ -114,9 +152,11 @@ def _mod(name):
 class _Reader:
     """Walks the flatbuffer with every length and index checked against the file."""
 
-    def __init__(self, buf):
+    def __init__(self, buf, max_tensor_bytes=None):
         self.buf = buf
         self.size = len(buf)
+        self.max_tensor_bytes = (default_max_tensor_bytes(self.size) if max_tensor_bytes is None
+                                 else max_tensor_bytes)
 
     def length(self, n: int, what: str, elem_size: int = 4) -> int:
         if n < 0 or n * elem_size > self.size:
@@ -138,8 +178,14 @@ class _Reader:
         return tuple(int(v) for v in getattr(obj, field_name + "AsNumpy")().tolist())
 
 
-def read_model(source) -> Model:
-    """Parse and validate a model from a path, bytes, bytearray or memoryview."""
+def read_model(source, max_tensor_bytes: Optional[int] = None) -> Model:
+    """Parse and validate a model from a path, bytes, bytearray or memoryview.
+
+    max_tensor_bytes: the most bytes one tensor may take (default: 4x the file's size + 256 MiB);
+    a tensor declared larger is a ModelError naming it, before anything is allocated."""
+    if max_tensor_bytes is not None and (isinstance(max_tensor_bytes, bool) or not isinstance(
+            max_tensor_bytes, (int, np.integer)) or max_tensor_bytes <= 0):
+        raise InputError(f"max_tensor_bytes must be a positive int (or None), got {max_tensor_bytes!r}")
     keepalive = None
     if isinstance(source, (str, os.PathLike)):
         try:
@@ -156,10 +202,11 @@ def read_model(source) -> Model:
     else:
         raise ModelError(f"model must be a path or bytes, got {type(source).__name__}")
     try:
-        model = _parse(_Reader(buf))
+        model = _parse(_Reader(buf, None if max_tensor_bytes is None else int(max_tensor_bytes)))
     except ModelError:
         raise
-    except (IndexError, struct.error, ValueError, OverflowError, TypeError, UnicodeDecodeError) as e:
+    except (IndexError, struct.error, ValueError, OverflowError, TypeError, UnicodeDecodeError,
+            AttributeError, RecursionError) as e:
         raise ModelError(f"malformed model file (flatbuffer decode failed: {e})") from None
     model._keepalive = keepalive
     return model
@@ -192,11 +239,30 @@ def _parse(r: _Reader) -> Model:
         raise ModelError("model has no subgraphs")
     signatures = [_parse_signature(r, m.SignatureDefs(i), i, subgraphs)
                   for i in range(r.length(m.SignatureDefsLength(), "signature_defs"))]
+    _check_entry_points(subgraphs, signatures)
+    for sg in subgraphs:
+        sg.max_tensor_bytes = r.max_tensor_bytes
     return Model(version=int(m.Version()), description=r.string(m.Description(), "description"),
-                 subgraphs=subgraphs, signatures=signatures, size=r.size)
+                 subgraphs=subgraphs, signatures=signatures, size=r.size,
+                 max_tensor_bytes=r.max_tensor_bytes)
 
 
-def _quantization(r: _Reader, q, what: str, rank: int) -> Optional[Quantization]:
+def _check_entry_points(subgraphs, signatures):
+    """The inputs and outputs of the subgraphs a user calls (the main one, and those of the
+    signatures) must be tensors with data: a resource handle or a string there cannot be set
+    or read. (Subgraphs called by IF/WHILE may pass resources.)"""
+    for index in sorted({0} | {s.subgraph_index for s in signatures}):
+        sg = subgraphs[index]
+        for kind, indices in (("input", sg.inputs), ("output", sg.outputs)):
+            for t in indices:
+                tensor = sg.tensors[t]
+                if tensor.dtype is None:
+                    raise ModelError(f"subgraph {index} {kind} tensor {t} ('{tensor.name}') is of "
+                                     f"type {tensor.type_name}, which cannot be set or read as a "
+                                     "model input or output")
+
+
+def _quantization(r: _Reader, q, what: str, rank: int, shape=None) -> Optional[Quantization]:
     if q is None:
         return None
     n_scale = r.length(q.ScaleLength(), f"{what} quantization scale")
@@ -213,6 +279,9 @@ def _quantization(r: _Reader, q, what: str, rank: int) -> Optional[Quantization]
     dim = int(q.QuantizedDimension())
     if scale.size > 1 and not 0 <= dim < max(rank, 1):
         raise ModelError(f"{what}: quantized_dimension {dim} out of range for rank {rank}")
+    if scale.size > 1 and shape is not None and rank and shape[dim] != scale.size:
+        raise ModelError(f"{what}: {scale.size} per-channel quantization scales, but dimension "
+                         f"{dim} of shape {list(shape)} has {shape[dim]} channels")
     if not np.all(np.isfinite(scale)) or np.any(scale <= 0):
         raise ModelError(f"{what}: quantization scales must be finite and positive")
     return Quantization(scale=scale, zero_point=zp, quantized_dimension=dim)
@@ -260,15 +329,18 @@ def _parse_tensor(r, t, i, sg_index, buffers) -> Tensor:
         raise ModelError(f"{what}: buffer index {b} out of range ({len(buffers)} buffers)")
     tensor = Tensor(index=i, name=name, shape=shape, shape_signature=signature,
                     type_code=type_code, dtype=dtype, buffer=b,
-                    quantization=_quantization(r, t.Quantization(), what, len(shape)),
+                    quantization=_quantization(r, t.Quantization(), what, len(shape), shape),
                     is_variable=bool(t.IsVariable()), has_sparsity=t.Sparsity() is not None)
+    if not tensor.has_sparsity:     # (a sparse one: in _read_sparse_constant, before densifying)
+        check_tensor_bytes(r.max_tensor_bytes, f"subgraph {sg_index} {what}", shape, dtype,
+                           tensor.quantization)
     raw = _buffer_data(r, buffers[b], f"{what} buffer {b}") if buffers else None
     if tensor.has_sparsity:
         _read_sparse_constant(r, t.Sparsity(), tensor, raw, what)
     elif raw is not None:
         if dtype is None:
             raise ModelError(f"{what}: constant data of type {tensor.type_name} is not supported")
-        expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        expected = math.prod(shape) * dtype.itemsize
         if raw.size != expected:
             raise ModelError(f"{what}: buffer {b} holds {raw.size} bytes, but shape {list(shape)} "
                              f"of {tensor.type_name} needs {expected}")
@@ -277,7 +349,6 @@ def _parse_tensor(r, t, i, sg_index, buffers) -> Tensor:
 
 
 # SparseIndexVector union type -> (table class, element size)
-MAX_DENSIFIED_BYTES = 1 << 30       # a sparse constant may densify to this, or 64x the file
 _INDEX_VECTORS = {1: ("Int32Vector", 4), 2: ("Uint16Vector", 2), 3: ("Uint8Vector", 1)}
 
 
@@ -315,14 +386,20 @@ def _read_sparse_constant(r: _Reader, sp, tensor: Tensor, raw, what: str):
                         dim_metadata=tuple(dims))
     tensor.sparsity = sparsity
     if raw is None:             # no stored values: not a constant (as LiteRT: an empty buffer
+        check_tensor_bytes(r.max_tensor_bytes, what, tensor.shape, tensor.dtype, tensor.quantization)
         return                  # is no read-only data); its readers fail as for any unset tensor
     if raw.size % tensor.dtype.itemsize:
         raise ModelError(f"{what}: sparse buffer {tensor.buffer} holds {raw.size} bytes, not a whole "
                          f"number of {tensor.type_name} values")
-    dense_bytes = int(np.prod(tensor.shape, dtype=np.int64)) * tensor.dtype.itemsize
-    if dense_bytes > max(MAX_DENSIFIED_BYTES, 64 * r.size):   # a mutated shape, not a model
-        raise ModelError(f"{what}: a sparse tensor of shape {list(tensor.shape)} would densify to "
-                         f"{dense_bytes} bytes from a {r.size}-byte file")
+    dense_bytes = math.prod(tensor.shape) * tensor.dtype.itemsize
+    held = tensor_bytes(tensor.shape, tensor.dtype, tensor.quantization)   # its float view
+    if held > r.max_tensor_bytes:                       # a mutated shape, not a model
+        view = f" ({held} as its float view)" if held != dense_bytes else ""
+        raise TensorTooLargeError(
+            f"{what}: a sparse tensor of shape {list(tensor.shape)} would densify to {dense_bytes} "
+            f"bytes{view} from a {r.size}-byte file, above the limit of {r.max_tensor_bytes} bytes "
+            "per tensor (Interpreter(max_tensor_bytes=...); the default is 4x the model file's "
+            "size + 256 MiB)")
     tensor.data = densify(tensor.shape, sparsity, raw.view(tensor.dtype), what)
     tensor.data.setflags(write=False)       # read-only, as the other constants' views
 

@@ -67,6 +67,9 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
                 "cpu kernel for this op (BLAS, vectorised taps: bench/results/cpu_2core.md)")
     if opdef.stateful:
         return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
+    if step.updates_state:
+        return ("it overwrites variable tensors (its state across invokes, e.g. an LSTM's): "
+                "that stays on the CPU")
     if step.dynamic:
         return "its output shape depends on values known only at invoke (a data-dependent shape)"
     runtime_inputs = [s for s in node.inputs if s is not None and s.value is None]
