@@ -423,7 +423,9 @@ def taichi_results():
     """All scenarios on each Taichi backend, the backends' subprocesses running at once."""
     env = dict(os.environ, ENABLE_TAICHI_HEADER_PRINT="False")
     procs = {b: subprocess.Popen([sys.executable, "-c", _CHILD, os.path.dirname(__file__), b],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                 # not the checkout's root: its tflite_taichi/ lacks ops/
+                                 cwd=os.path.dirname(__file__))
              for b in TAICHI_BACKENDS}
     results = {}
     for backend, proc in procs.items():

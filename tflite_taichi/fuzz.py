@@ -1159,7 +1159,9 @@ class _Worker:
                 [sys.executable, "-m", "tflite_taichi.fuzz", "--worker", backend,
                  "--fds", str(req_r), str(resp_w)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                pass_fds=(req_r, resp_w), env=env, close_fds=True)
+                pass_fds=(req_r, resp_w), env=env, close_fds=True,
+                cwd=log_dir)    # `-m` puts the cwd first on sys.path: never a source checkout's
+                                # tflite_taichi/ (it lacks ops/, which only the installed one has)
         os.close(req_r)
         os.close(resp_w)
         self.fd_req, self.fd_resp = req_w, resp_r
