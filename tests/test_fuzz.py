@@ -1,9 +1,12 @@
 """Hostile model files (tflite_taichi.fuzz): a mutated model loads and runs, or raises a
-ModelError with a message, within 5 s - never a crash, a hang or another exception type; and
+ModelError with a message, within 5 s of CPU time - never a crash, a hang or another
+exception type; and
 the memory limit refuses oversized tensors before allocating them.
 
-- test_fuzz_run: >= 300 mutated models per CI run (TFLITE_TAICHI_FUZZ_CASES), each in a worker
-  process, seeded from the clock (printed) or TFLITE_TAICHI_FUZZ_SEED; failures are minimised
+- test_fuzz_run: 1200 mutated models per CI run (TFLITE_TAICHI_FUZZ_CASES; the issue asks for
+  at least 300; about 25 s with 2 workers on a busy 2-core machine), 3% of them on Taichi's cpu
+  backend (TFLITE_TAICHI_FUZZ_CPU_SHARE), each in a worker process, seeded from the clock
+  (printed) or TFLITE_TAICHI_FUZZ_SEED; failures are minimised
   and saved under TFLITE_TAICHI_FUZZ_OUT (default: pytest's tmp folder) and listed with the
   command that reproduces each;
 - one test per mutation class, on hand-picked mutations with the error they must give;

@@ -84,7 +84,7 @@ def _q(scale, zp=0, dim=0):
     return (np.atleast_1d(np.asarray(scale, np.float32)), np.atleast_1d(np.asarray(zp, np.int64)), dim)
 
 
-def _seed_cnn(force_defaults=False):
+def _seed_cnn():
     from tflite_taichi.builder import ModelBuilder
     rng = np.random.default_rng(1)
     b = ModelBuilder()
@@ -1029,7 +1029,9 @@ def check_model(data: bytes, backend: str = "reference", input_seed: int = 0,
     previous = None
     if time_limit:
         previous = signal.signal(signal.SIGPROF, _on_alarm)
-        signal.setitimer(signal.ITIMER_PROF, time_limit)        # CPU time of this process
+        # CPU time of this process; then again every 10 ms of CPU: a CaseTimeout raised where
+        # Python ignores exceptions (a __del__, a weakref callback) must not let the case run on
+        signal.setitimer(signal.ITIMER_PROF, time_limit, 0.01)
     try:
         try:
             it = Interpreter(model_content=data, backend=backend)
@@ -1139,7 +1141,11 @@ def worker_main(fd_in: int, fd_out: int, backend: str):
         req = _recv(fd_in)
         if req is None:
             return
-        result = check_model(req["data"], req["backend"], req["input_seed"], req["limit"])
+        try:
+            result = check_model(req["data"], req["backend"], req["input_seed"], req["limit"])
+        except CaseTimeout:     # the alarm landed just as the case ended: it was at the limit
+            result = {"outcome": "timeout", "exc_type": "CaseTimeout", "stage": "?",
+                      "message": f"over {req['limit']} s of CPU time", "seconds": req["limit"]}
         _send(fd_out, result)
 
 
