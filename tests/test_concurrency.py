@@ -7,10 +7,7 @@
 - One interpreter invoked from several threads: its lock runs the calls one at a time (each as
   if alone), and a SignatureRunner call (inputs in, outputs out) is one such call.
 Processes sharing a cache_dir: tests/test_cache.py."""
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -18,6 +15,8 @@ import warnings
 
 import numpy as np
 import pytest
+
+from scenarios import in_subprocesses, run_scenarios
 
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import ModelBuilder
@@ -154,34 +153,14 @@ def test_the_lock_is_what_serialises(monkeypatch):
 
 
 def run_all(backend: str) -> dict:
-    out = {}
-    for name, fn in (("two_interpreters", two_interpreters), ("one_interpreter", one_interpreter)):
-        try:
-            fn(backend)
-            out[name] = "ok"
-        except BaseException:
-            out[name] = traceback.format_exc()
-    return out
-
-
-_CHILD = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_concurrency as t; "
-          "print('RESULT ' + json.dumps(t.run_all(sys.argv[2])), flush=True)")
+    return run_scenarios({"two_interpreters": two_interpreters, "one_interpreter": one_interpreter},
+                         backend)
 
 
 @pytest.fixture(scope="module")
 def taichi_results():
-    env = dict(os.environ, ENABLE_TAICHI_HEADER_PRINT="False")
-    procs = {b: subprocess.Popen([sys.executable, "-c", _CHILD, os.path.dirname(__file__), b],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                 # not the checkout's root: its tflite_taichi/ lacks ops/
-                                 cwd=os.path.dirname(__file__))
-             for b in TAICHI_BACKENDS}
-    results = {}
-    for backend, proc in procs.items():
-        out, _ = proc.communicate(timeout=300)
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        results[backend] = json.loads(lines[-1][7:]) if lines and proc.returncode == 0 else out[-3000:]
-    return results
+    """All scenarios on each Taichi backend, the backends' subprocesses running at once."""
+    return in_subprocesses("test_concurrency", TAICHI_BACKENDS)
 
 
 @pytest.mark.parametrize("backend", TAICHI_BACKENDS)

@@ -6,15 +6,13 @@ Inf pass through as LiteRT passes them.
 
 Every scenario runs on the reference path in this process, and on Taichi cpu and vulkan
 (lavapipe) in one subprocess per backend (Taichi is one runtime per process)."""
-import json
 import os
-import subprocess
-import sys
-import traceback
 import warnings
 
 import numpy as np
 import pytest
+
+from scenarios import in_subprocesses, run_scenarios
 
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import ModelBuilder
@@ -403,36 +401,14 @@ def _nan_case_on(backend, name):
 
 def run_all(backend) -> dict:
     """Every scenario on `backend`: {name: "ok" or the traceback} (for the subprocess)."""
-    out = {}
-    cases = {**SCENARIOS, **{f"nan:{n}": (lambda b, n=n: _nan_case_on(b, n)) for n in NAN_CASES}}
-    for name, fn in cases.items():
-        try:
-            fn(backend)
-            out[name] = "ok"
-        except BaseException:
-            out[name] = traceback.format_exc()
-    return out
-
-
-_CHILD = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_inputs; "
-          "print('RESULT ' + json.dumps(test_inputs.run_all(sys.argv[2])), flush=True)")
+    return run_scenarios({**SCENARIOS, **{f"nan:{n}": (lambda b, n=n: _nan_case_on(b, n))
+                                          for n in NAN_CASES}}, backend)
 
 
 @pytest.fixture(scope="module")
 def taichi_results():
     """All scenarios on each Taichi backend, the backends' subprocesses running at once."""
-    env = dict(os.environ, ENABLE_TAICHI_HEADER_PRINT="False")
-    procs = {b: subprocess.Popen([sys.executable, "-c", _CHILD, os.path.dirname(__file__), b],
-                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                 # not the checkout's root: its tflite_taichi/ lacks ops/
-                                 cwd=os.path.dirname(__file__))
-             for b in TAICHI_BACKENDS}
-    results = {}
-    for backend, proc in procs.items():
-        out, _ = proc.communicate(timeout=300)
-        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        results[backend] = json.loads(lines[-1][7:]) if lines and proc.returncode == 0 else out[-3000:]
-    return results
+    return in_subprocesses("test_inputs", TAICHI_BACKENDS)
 
 
 @pytest.mark.parametrize("backend", TAICHI_BACKENDS)
