@@ -1,14 +1,18 @@
-"""LiteRT and every backend of ours on a set of models, side by side, in one run (issue #5).
+"""LiteRT (CPU and GPU) and every backend of ours on a set of models, side by side (issues #5, #12).
 
     python bench/bench.py MODEL... [--models DIR] [--backends B ...] [--threads N] [--runs 100]
                           [--warmup 10] [--out bench/results/NAME] [--note TEXT]
 
 MODEL is a .tflite path or a name in --models (default $TFLITE_TAICHI_MODELS or ../shared/models).
-Each backend runs in fresh subprocesses (see tflite_taichi/bench.py for what is measured and how):
-cold start, warm start, median/p10/p90/min invoke latency, launches per invoke, and the outputs'
-largest difference from LiteRT's. Writes NAME.md (machine, versions, command, table), NAME.json
-(every number, every timed invoke) and NAME.png (median latency with p10-p90 bars; needs
-matplotlib: pip install '.[bench]').
+Backends: litert (LiteRT CPU, XNNPACK), litert_gpu / litert_gpu_fp16 (LiteRT's GPU path, ML Drift,
+fp32 / fp16), reference, auto and the Taichi backends. Default: litert, litert_gpu (only where a
+hardware GPU backend of ours starts: never on a CPU-only machine), reference, those GPU backends
+and cpu. Each backend runs in fresh subprocesses (see tflite_taichi/bench.py for what is measured
+and how): cold start, warm start and warm as a % of cold, median/p10/p90/min latency of a step (set
+every input, invoke, get every output), launches and waits per invoke, device kind and cache state
+(ours), and the outputs' largest difference from LiteRT CPU's. Writes NAME.md (machine, versions,
+command, table), NAME.json (every number, every timed step) and NAME.png (median step latency with
+p10-p90 bars; needs matplotlib: pip install '.[bench]').
 
     python bench/bench.py mobilenet_v1_fp32 selfie_segmentation --backends litert reference cpu vulkan \\
         --out bench/results/cpu_lavapipe_2core

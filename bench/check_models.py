@@ -58,6 +58,7 @@ def check(backend, precision, models_dir, expected_dir, names, runs):
         for i, d in enumerate(it.get_input_details()):
             it.set_tensor(d["index"], exp[f"input_{i}"])
         it.invoke()
+        it.get_tensor(it.get_output_details()[0]["index"])
         first = time.perf_counter() - start
         times = []
         for _ in range(runs):
@@ -80,6 +81,11 @@ def check(backend, precision, models_dir, expected_dir, names, runs):
                "p10_ms": round(float(np.percentile(times, 10)) * 1e3, 3),
                "p90_ms": round(float(np.percentile(times, 90)) * 1e3, 3),
                "pass": passed}
+        if s["cache"] is not None:
+            row["cache"] = s["cache"]["state"]
+        if s["runtime"] is not None:
+            row.update(device=s["runtime"]["device"], waits=s["runtime"]["waits_per_invoke"],
+                       build_s=s["runtime"]["build_s"])
         if s["fallback"]:
             row["fallback"] = s["fallback"][:5]
         results.append(row)

@@ -1,5 +1,5 @@
 """Host<->device transfer costs through Taichi 1.7's Python API, per backend (issue #5 design
-input): ndarray.from_numpy / to_numpy at a model input's size and an output's size, and a numpy
+input; the C API's candidates are measured by bench/capi_io.py): ndarray.from_numpy / to_numpy at a model input's size and an output's size, and a numpy
 array passed straight to a kernel. Also checks a tuple of ndarrays as one ti.template argument.
 
     python bench/transfer_micro.py --backend cuda
@@ -27,7 +27,7 @@ def main():
     p.add_argument("--backend", default="cpu")
     a = p.parse_args()
     from tflite_taichi import backend
-    backend.ensure_runtime(a.backend)
+    backend.ensure_python_taichi(a.backend)
     import taichi as ti
     big, small = 224 * 224 * 3, 1000
     nd_big, nd_small = ti.ndarray(ti.f32, big), ti.ndarray(ti.f32, small)

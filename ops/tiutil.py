@@ -6,21 +6,23 @@ constants, so `ref.load(arena, weights, io, i)` compiles to one indexed read at 
 Kernels take four 1-D buffers; ops see three names, passed to every load and store:
 - `arena`   the partition's intermediates, offsets reused by lifetime (planner.py);
 - `weights` the partition's constants, dequantized (and laid out for their op) once at prepare;
-- `io`      a triple (io_in, io_out, scratch): the partition's inputs and outputs, host numpy
-            arrays handed to the kernel as arguments, so Taichi copies them in and out with the
-            launch (measured: far cheaper than Ndarray.from_numpy/to_numpy on every backend, see
-            bench/results/transfers.md), and a float32 device buffer for the partial results of
-            ops that split their reductions (float32 even with precision='fp16'; every op's
-            scratch starts at 0: ops run one after another). Ops pass `io` on untouched; only
-            load/store look inside.
+- `io`      a triple (io_in, io_out, scratch): the partition's inputs and outputs, which live
+            in the program's io buffer on the device (delegate.py: the generated kernels pass
+            the same buffer as io_in and io_out), and a float32 device buffer for the partial
+            results of ops that split their reductions (float32 even with precision='fp16';
+            every op's scratch starts at 0: ops run one after another). Ops pass `io` on
+            untouched; only load/store look inside.
 """
 
 import os
 from dataclasses import dataclass
 from typing import Optional
 
-os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "False")
-import taichi as ti  # noqa: E402
+from .lazy_taichi import LazyTaichi, realize  # noqa: F401  (realize: for what compiles)
+
+# Taichi itself is imported only when something is compiled (lazy_taichi.py): a warm start,
+# which loads its kernels through Taichi's C API, and backend='reference' never import it
+ti = LazyTaichi()
 
 ARENA, WEIGHTS, IO_IN, IO_OUT, SCRATCH = 0, 1, 2, 3, 4
 
@@ -31,9 +33,9 @@ class TensorRef:
     op output whose tensor is quantized in the model, the grid to snap values to."""
 
     def __init__(self, buffer: int, offset: int, shape: tuple, quant: Optional[tuple] = None,
-                 storage=ti.f32):
+                 storage: str = "f32"):
         self.buffer = buffer
-        self.storage = storage          # the buffers' element type: f32, or f16 for fp16 precision
+        self.storage = storage          # the buffers' element type: "f32", or "f16" for fp16 precision
         self.offset = int(offset)
         self.shape = tuple(int(d) for d in shape)
         strides, acc = [], 1
@@ -80,8 +82,10 @@ class TensorRef:
             q = ti.select(ti.math.isnan(q), ti.cast(self.q_zero, ti.f32),
                           ti.min(ti.max(q, self.q_min), self.q_max))
             v = (q - self.q_zero) * self.q_scale
-        if ti.static(self.buffer == ARENA):
-            arena[self.offset + flat] = ti.cast(v, self.storage)
+        if ti.static(self.buffer == ARENA and self.storage == "f16"):
+            arena[self.offset + flat] = ti.cast(v, ti.f16)
+        elif ti.static(self.buffer == ARENA):
+            arena[self.offset + flat] = v
         elif ti.static(self.buffer == IO_OUT):
             io[1][self.offset + flat] = v
         else:
@@ -180,20 +184,6 @@ class StepIO:
     inputs: tuple
     outputs: tuple
     scratch: Optional[TensorRef] = None     # float32 scratch the op asked for (OpDef.scratch)
-
-
-@ti.data_oriented
-class CopyTensorStep:
-    """src -> dst element by element: the planner's staging of partition inputs into the arena
-    and of outputs out of it, where a chunked partition's kernels cannot all see io."""
-
-    def __init__(self, src, dst):
-        self.src, self.dst = src, dst
-
-    @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for i in range(self.dst.size):
-            self.dst.store(arena, io, i, self.src.load(arena, weights, io, i))
 
 
 @ti.data_oriented

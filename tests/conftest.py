@@ -15,6 +15,24 @@ settings.register_profile("debug", max_examples=50, deadline=None, print_blob=Tr
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+def pytest_configure(config):
+    """The kernel cache of a test run is its own (a temporary folder, removed at the end), set
+    before any worker or subprocess starts so that they all inherit it: tests never write the
+    user's ~/.cache/tflite_taichi. A given TFLITE_TAICHI_CACHE_DIR is used as it is."""
+    if not os.environ.get("TFLITE_TAICHI_CACHE_DIR"):
+        import tempfile
+        folder = tempfile.mkdtemp(prefix="tflite-taichi-test-cache-")
+        os.environ["TFLITE_TAICHI_CACHE_DIR"] = folder
+        config._tflite_taichi_cache = folder
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_tflite_taichi_cache", None)
+    if folder:
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 SHARED_MODELS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models"))
 
 

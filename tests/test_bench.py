@@ -1,7 +1,9 @@
-"""The benchmark harness (issue #5): structure of what it measures and writes, never speed.
+"""The benchmark harness (issues #5, #12): structure of what it measures and writes, never speed.
 
-A builder-made model through tflite_taichi.bench on reference, LiteRT and Taichi's cpu (each in
-its own subprocesses, --runs 3), through bench/bench.py and through `tflite-taichi bench`.
+A builder-made model through tflite_taichi.bench on LiteRT CPU, reference and Taichi's cpu (each
+in its own subprocesses, --runs 3), through bench/bench.py and through `tflite-taichi bench`;
+LiteRT's GPU path where it cannot start (a row that says why, not a crash) and, on LiteRT's CPU
+accelerator, the CompiledModel driving it uses; the child's input/output matching.
 """
 import json
 import os
@@ -11,12 +13,14 @@ import sys
 import numpy as np
 import pytest
 
+from tflite_taichi import _bench_child as child
 from tflite_taichi import bench
 from tflite_taichi.cli import main
 from tflite_taichi.testing import Const, Input, Output, one_op_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = (["litert"] if bench.litert_available() else []) + ["reference", "cpu"]
+needs_litert = pytest.mark.skipif(not bench.litert_available(), reason="ai_edge_litert not installed")
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +47,16 @@ def check_row(row, runs=3):
         parts = start["construct_s"] + start["allocate_s"] + start["first_invoke_s"]
         assert parts <= start["start_s"] + 1e-9, start
     assert row["cold"]["cache_files_before"] == 0          # a new, empty cache folder
+    assert row["warm_pct"] == pytest.approx(100 * row["warm"]["start_s"] / row["cold"]["start_s"])
     lat = row["latency_ms"]
     assert lat["runs"] == runs and len(row["times_ms"]) == runs
     assert 0 < lat["min"] <= lat["p10"] <= lat["median"] <= lat["p90"] <= lat["max"], lat
-    assert row["second_invoke_ms"] > 0
+    assert row["second_step_ms"] > 0
+    # the invoke alone is timed inside each step: never longer than its step
+    inv = row["invoke_ms"]
+    assert inv["runs"] == runs and row["invoke_median_ms"] == inv["median"]
+    assert 0 < inv["min"] <= lat["min"] and inv["max"] <= lat["max"]
+    assert row["matched"] == {"inputs": ["name"], "outputs": ["name"]}
 
 
 def test_every_backend_measured_and_checked_against_the_oracle(result):
@@ -58,11 +68,36 @@ def test_every_backend_measured_and_checked_against_the_oracle(result):
         check_row(row)
         assert row["max_rel_diff"] is not None and row["max_rel_diff"] <= 1e-6, row
     assert result["oracle"] == BACKENDS[0]
-    assert rows["cpu"]["launches_per_invoke"] == 1 and rows["cpu"]["ops_delegated"] == 1
+    assert rows["cpu"]["ops_delegated"] == 1
     assert rows["cpu"]["ops_cpu"] == 0 and rows["cpu"]["partitions"] == 1
     assert rows["reference"]["ops_cpu"] == 1 and rows["reference"]["launches_per_invoke"] == 0
     if "litert" in rows:
         assert rows["litert"]["threads"] == 1 and "launches_per_invoke" not in rows["litert"]
+        assert "waits_per_invoke" not in rows["litert"] and "device_kind" not in rows["litert"]
+
+
+def test_ours_report_launches_waits_device_kind_and_a_warm_cache(result):
+    rows = {r["backend"]: r for r in result["rows"]}
+    cpu = rows["cpu"]
+    assert cpu["launches_per_invoke"] >= 1
+    assert isinstance(cpu["waits_per_invoke"], int) and cpu["waits_per_invoke"] >= 1
+    assert cpu["device_kind"] in ("capi", "python")
+    # the cold process got a new, empty folder as cache_dir; the warm one the same folder, warm
+    assert cpu["cold"]["cache_state"] == "cold" and cpu["cold"]["cache_reason"]
+    assert cpu["warm"]["cache_state"] == "warm" == cpu["cache_state"]
+    assert cpu["cold"]["cache_dir"] == cpu["warm"]["cache_dir"]
+    assert os.path.basename(cpu["cold"]["cache_dir"]).startswith("cache-cpu-")
+    assert cpu["warm"]["cache_files_before"] > 0
+    assert cpu["cold"]["build_s"] > 0 and cpu["warm"]["build_s"] == 0
+    # nothing delegated: no launches, no waits, no device, no cache
+    ref = rows["reference"]
+    assert ref["waits_per_invoke"] == 0 and ref["device_kind"] is None and ref["cache_state"] is None
+    line = next(l for l in bench.table_rows([result]) if l[1] == "cpu")
+    head = bench.TABLE_HEAD
+    assert line[head.index("waits / invoke")] == str(cpu["waits_per_invoke"])
+    assert line[head.index("device kind")] == cpu["device_kind"]
+    assert line[head.index("warm-run cache")] == "warm"
+    assert line[head.index("warm / cold")] == f"{cpu['warm_pct']:.0f}%"
 
 
 def test_report_files(result, tmp_path):
@@ -71,7 +106,11 @@ def test_report_files(result, tmp_path):
     written = bench.write_report(report, str(tmp_path / "r"))
     md = (tmp_path / "r.md").read_text()
     assert "**Note:** a test run" in md and "python bench/bench.py add_relu --runs 3" in md
-    assert "| model | backend | device | cold start s | warm start s | median ms | p10-p90 ms |" in md
+    assert ("| model | backend | device | cold start s | warm start s | warm / cold | warm-run cache "
+            "| median ms (step) | p10-p90 ms | min ms | launches / invoke | waits / invoke "
+            "| device kind | ops GPU / CPU | max rel. diff |") in md
+    assert "| first step s | second step ms | invoke-only median ms |" in md
+    assert "set every input, invoke, get every output" in md
     for b in BACKENDS:
         assert f"| add_relu | {b}" in md, md
     for name in ("python", "numpy", "taichi", "tflite-taichi"):
@@ -81,7 +120,7 @@ def test_report_files(result, tmp_path):
     try:
         import matplotlib  # noqa: F401
         assert str(tmp_path / "r.png") in written and (tmp_path / "r.png").stat().st_size > 0
-        assert "![median latency" in md
+        assert "![median step latency" in md
     except ImportError:
         assert not (tmp_path / "r.png").exists() and "No plot: matplotlib" in md
 
@@ -123,9 +162,100 @@ def test_a_backend_that_does_not_start_is_a_row_not_a_crash(model_path, capsys):
     assert "Metal needs macOS" in captured.err
 
 
-def test_unknown_backend_and_relative_diff():
+@needs_litert
+def test_litert_gpu_without_a_hardware_gpu_is_a_row_with_the_reason(model_path):
+    """LiteRT GPU cannot start without a hardware GPU (lavapipe: 'No adapters found'): its rows
+    say so, the other rows are measured, and the defaults leave it out (it would only cost CI)."""
+    defaults = bench.default_backends()
+    if "litert_gpu" in defaults:
+        pytest.skip("a hardware GPU backend of ours starts here: LiteRT GPU may too")
+    assert defaults[:2] == ["litert", "reference"] and defaults[-1] == "cpu"
+    res = bench.bench_model(model_path, ["litert", "litert_gpu", "litert_gpu_fp16", "reference"],
+                            runs=2, warmup=1, threads=1)
+    rows = {r["backend"]: r for r in res["rows"]}
+    assert rows["litert"]["ok"] and rows["reference"]["ok"] and res["oracle"] == "litert"
+    for name, precision in (("litert_gpu", "fp32"), ("litert_gpu_fp16", "fp16")):
+        row = rows[name]
+        assert row["ok"] is False and row["precision"] == precision
+        assert row["device"] == f"GPU, LiteRT ML Drift (WebGPU/Vulkan), {precision}"
+        error = row["error"]
+        assert error.startswith("cold run: "), error
+        # the reason from LiteRT's log, not only its exception's source line, nor a dead process
+        assert "LiteRT's log" in error and "adapter" in error.lower(), error
+        assert "process died" not in error and "killed after" not in error
+        assert "cold" not in row and "latency_ms" not in row
+    md = bench.render_table([res])
+    assert "| add_relu | litert_gpu | GPU, LiteRT ML Drift (WebGPU/Vulkan), fp32 | error: cold run: " in md
+    text = bench.render_text([res]).splitlines()
+    assert any(l.startswith("add_relu") and "litert_gpu_fp16" in l and "error:" in l for l in text)
+
+
+@needs_litert
+def test_litert_gpu_path_driven_on_litert_cpu_accelerator(model_path, tmp_path):
+    """What the litert_gpu row runs (CompiledModel: write / run_by_index / read, inputs and
+    outputs matched to the model's), here on LiteRT's CPU accelerator so that it runs anywhere."""
+    inputs = bench.make_inputs(model_path)
+    npz = str(tmp_path / "inputs.npz")
+    np.savez(npz, **{f"input_{i}": x for i, x in enumerate(inputs)})
+    cache = str(tmp_path / "cache")
+    os.mkdir(cache, 0o700)
+    spec = {"model": model_path, "backend": "litert_gpu", "precision": "fp32", "threads": 1,
+            "runs": 3, "warmup": 1, "profile": False, "inputs": npz,
+            "outputs": str(tmp_path / "out.npz"), "io": bench.model_io(model_path),
+            "cache_dir": cache, "accelerator": "cpu", "stage": "warm"}
+    result = bench._run_child(spec, str(tmp_path), bench._child_env("litert_gpu", cache), 120, None)
+    assert result["ok"], result.get("error")
+    assert result["matched"] == {"inputs": ["name"], "outputs": ["name"]}
+    assert isinstance(result["fully_accelerated"], bool)
+    assert len(result["times_ms"]) == 3 and len(result["invoke_times_ms"]) == 3
+    (y,) = bench._load_outputs(spec["outputs"])
+    expected = np.maximum(inputs[0] + np.linspace(-1, 1, 4).astype(np.float32), 0)
+    assert y.shape == (1, 8, 8, 4) and bench.relative_diff([y], [expected]) <= 1e-6
+
+
+def test_inputs_and_outputs_matched_by_name_then_shape_then_size():
+    model = [{"name": "a", "shape": [1, 4]}, {"name": "b", "shape": [1, 2]},
+             {"name": "c", "shape": [2, 3]}]
+    # names agree, in another order
+    runtime = [{"name": "c", "shape": [2, 3]}, {"name": "a", "shape": [1, 4]},
+               {"name": "b", "shape": [1, 2]}]
+    assert child.match(model, runtime) == ([1, 2, 0], ["name", "name", "name"])
+    # signature names that are not the tensors': by shape, else by size (a flat read)
+    runtime = [{"name": "out1", "shape": [6]}, {"name": "out0", "shape": [1, 2]},
+               {"name": "a", "shape": [1, 4]}]
+    assert child.match(model, runtime) == ([2, 1, 0], ["name", "shape", "size"])
+    with pytest.raises(ValueError, match="cannot match"):
+        child.match(model, [{"name": "x", "shape": [5]}] * 3)
+    with pytest.raises(ValueError, match="3 tensor"):
+        child.match(model, runtime[:2])
+
+
+def test_litert_log_errors(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_text(
+        "INFO: [compiled_model.cc:829] Flatbuffer model initialized\n"
+        "WARNING: [compiler_plugin.cc:312] Failed to load plugin at: x.so with error: "
+        "ERROR: [litert/compiler/plugin/compiler_plugin.cc:259]\n"
+        "ERROR: [delegate_webgpu.cc:359] Failed to initialize WebGPU environment: INTERNAL: No adapters found\n"
+        "E0000 00:00:1796118282.264178    6544 delegate_webgpu.cc:736] Failed to get or create delegate\n"
+        "ERROR: [delegate_webgpu.cc:359] Failed to initialize WebGPU environment: INTERNAL: No adapters found\n"
+        "something: Failed to modify graph with delegate\n")
+    assert bench.log_errors(str(log)) == (
+        "Failed to initialize WebGPU environment: INTERNAL: No adapters found; "
+        "Failed to get or create delegate; Failed to modify graph with delegate")
+    assert bench.log_errors(str(tmp_path / "absent.log")) == ""
+
+
+def test_backends_names_devices_and_relative_diff():
     with pytest.raises(ValueError, match="unknown backend"):
         bench.check_backends(["reference", "tpu"])
+    assert bench.check_backends(["litert,litert_gpu", "litert_gpu_fp16", "cpu", "litert"]) == [
+        "litert", "litert_gpu", "litert_gpu_fp16", "cpu"]
+    assert bench.precision_of("litert_gpu", "fp16") == "fp32"
+    assert bench.precision_of("litert_gpu_fp16") == "fp16" and bench.precision_of("cpu", "fp16") == "fp16"
+    if bench.litert_available():
+        assert bench.device_of("litert_gpu")["device"] == "GPU, LiteRT ML Drift (WebGPU/Vulkan), fp32"
+        assert bench.device_of("litert_gpu_fp16")["device"] == "GPU, LiteRT ML Drift (WebGPU/Vulkan), fp16"
     e = np.array([[1.0, -4.0]], np.float32)
     assert bench.relative_diff([e], [e]) == 0.0
     assert bench.relative_diff([e + np.float32(0.5)], [e]) == pytest.approx(0.125)

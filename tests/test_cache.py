@@ -1,6 +1,6 @@
-"""cache_dir / model_token (tflite_taichi.cache): issue #5's serialization with issue #7's
-robustness. Every Taichi run is its own subprocess: Taichi is one arch per process, and the
-cache is written when the process exits."""
+"""The kernel cache (tflite_taichi.cache): AOT modules compiled once and loaded through Taichi's
+C API by later processes, with issue #7's robustness. Every Taichi run is its own subprocess:
+a warm start is a new process."""
 import json
 import os
 import shutil
@@ -21,34 +21,29 @@ RUN = r'''
 import json, sys, warnings
 import numpy as np
 args = json.loads(sys.argv[1])
-from tflite_taichi import Interpreter
+from tflite_taichi import Interpreter, backend
 from tflite_taichi.cache import CacheError, CacheWarning
+kwargs = {"cache_dir": args["cache_dir"]} if "cache_dir" in args else {}
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    it = Interpreter(model_path=args["model"], backend=args["backend"], cache_dir=args["cache_dir"],
-                     model_token=args.get("token"))
+    it = Interpreter(model_path=args["model"], backend=args["backend"], model_token=args.get("token"),
+                     **kwargs)
     it.allocate_tensors()
 it.set_tensor(it.get_input_details()[0]["index"], np.load(args["input"]))
 it.invoke()
 np.save(args["output"], it.get_tensor(it.get_output_details()[0]["index"]))
-result = {"info": it._cache.info(),
+result = {"info": it.summary()["cache"], "runtime": it.summary()["runtime"],
+          "python_taichi": backend._python_started,
           "warnings": [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]}
-if args.get("other_dir"):          # one cache_dir per process: another is refused, the same is fine
-    try:
-        Interpreter(model_path=args["model"], backend=args["backend"], cache_dir=args["other_dir"])
-    except CacheError as e:
-        result["other_dir"] = str(e)
-    again = Interpreter(model_path=args["model"], backend=args["backend"], cache_dir=args["cache_dir"])
-    result["same_dir"] = again._cache.info()["token"]
-    reused = Interpreter(model_path=args["other_model"], backend=args["backend"],   # a token names
-                         cache_dir=args["cache_dir"], model_token=result["same_dir"])  # a record only
-    result["reused_token"] = reused._cache.info()
-if args.get("rebuilt_meanwhile"):    # as if another process had wiped and rebuilt the cache
-    import os
-    path = os.path.join(args["cache_dir"], "manifest.json")
-    manifest = json.load(open(path))
-    manifest["generation"] = "0" * 32
-    json.dump(manifest, open(path, "w"))
+if args.get("other_model"):        # a token names a record only: another model under it is cold
+    reused = Interpreter(model_path=args["other_model"], backend=args["backend"],
+                         cache_dir=args["cache_dir"], model_token=result["info"]["token"])
+    reused.allocate_tensors()
+    result["reused_token"] = reused.summary()["cache"]
+    other = Interpreter(model_path=args["model"], backend=args["backend"],     # another folder in
+                        cache_dir=args["cache_dir"] + "-second")               # the same process
+    other.allocate_tensors()
+    result["second_dir"] = other.summary()["cache"]
 print("RESULT " + json.dumps(result), flush=True)
 if args.get("hang"):                 # for a test that kills the process before it exits
     import time
@@ -72,23 +67,23 @@ print("RESULT " + json.dumps(out), flush=True)
 '''
 
 
-def _env():
-    env = dict(os.environ, ENABLE_TAICHI_HEADER_PRINT="False", PYTHONUNBUFFERED="1")
-    for var in ("TI_OFFLINE_CACHE_FILE_PATH", *cache.DRIVER_ENV):
+def _env(**extra):
+    env = dict(os.environ, ENABLE_TAICHI_HEADER_PRINT="False", PYTHONUNBUFFERED="1", **extra)
+    for var in cache.DRIVER_ENV:
         env.pop(var, None)           # the cache must not need them
     return env
 
 
-def _spawn(script, args, cwd):
-    return subprocess.Popen([sys.executable, "-c", script, json.dumps(args)], cwd=cwd, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def _spawn(script, args, cwd, **env):
+    return subprocess.Popen([sys.executable, "-c", script, json.dumps(args)], cwd=cwd,
+                            env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
 
 
 def _result(proc, timeout=240):
     out, _ = proc.communicate(timeout=timeout)
     lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, out[-3000:]
-    assert "could not record the kernel cache" not in out, out[-3000:]
     return dict(json.loads(lines[-1][len("RESULT "):]), log=out)
 
 
@@ -109,15 +104,17 @@ class Setup:
         self.expected = it.get_tensor(it.get_output_details()[0]["index"])
         self.runs = 0
 
-    def start(self, cache_dir, backend="cpu", **extra):
+    def start(self, cache_dir, backend="cpu", env=None, **extra):
         self.runs += 1
         output = str(self.tmp / f"out{self.runs}.npy")
         args = {"model": self.model, "input": self.input, "output": output, "backend": backend,
-                "cache_dir": str(cache_dir), **extra}
-        return _spawn(RUN, args, self.tmp), output
+                **extra}
+        if cache_dir is not None:
+            args["cache_dir"] = cache_dir if cache_dir is False else str(cache_dir)
+        return _spawn(RUN, args, self.tmp, **(env or {})), output
 
-    def run(self, cache_dir, backend="cpu", **extra):
-        proc, output = self.start(cache_dir, backend, **extra)
+    def run(self, cache_dir, backend="cpu", env=None, **extra):
+        proc, output = self.start(cache_dir, backend, env, **extra)
         result = _result(proc)
         result["y"] = np.load(output)
         np.testing.assert_allclose(result["y"], self.expected, rtol=1e-5, atol=1e-6)
@@ -134,9 +131,7 @@ def warm(setup):
     """A cache built by one process (cold) and used by a second (warm), on cpu."""
     root = setup.tmp / "new" / "cache"           # neither exists yet
     cold = setup.run(root)
-    other_model = setup.tmp / "other.tflite"
-    other_model.write_bytes(build_demo_model(seed=1))
-    warm = setup.run(root, other_dir=str(setup.tmp / "other"), other_model=str(other_model))
+    warm = setup.run(root)
     return root, cold, warm
 
 
@@ -144,15 +139,23 @@ def _mode(path):
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-def test_cold_then_warm_same_outputs(warm, setup):
+def _modules(root):
+    return sorted(p for p in (root / cache.MODULES).iterdir() if not p.name.startswith("."))
+
+
+def test_cold_then_warm_same_outputs_without_taichis_frontend(warm, setup):
     root, cold, hot = warm
-    assert cold["info"]["state"] == "cold" and "never built" in cold["info"]["reason"]
+    assert cold["info"]["state"] == "cold" and "never built" in cold["info"]["reason"], cold["info"]
     assert hot["info"]["state"] == "warm", hot["info"]
     assert not cold["warnings"] and not hot["warnings"]
     np.testing.assert_array_equal(cold["y"], hot["y"])
     covers = cache.token_covers(setup.model, "cpu", "fp32")
     assert cold["info"]["token"] == hot["info"]["token"] == cache.default_token(covers)
     assert cold["info"]["token_source"] == "fingerprint"
+    # the cold process compiled with Taichi's Python frontend; the warm one never started it
+    assert cold["python_taichi"] == "cpu" and hot["python_taichi"] is None
+    assert cold["runtime"]["device"] == hot["runtime"]["device"] == "capi"
+    assert cold["runtime"]["build_s"] > 0 and hot["runtime"]["build_s"] == 0
 
 
 def test_cache_dir_is_private_and_consistent(warm):
@@ -160,27 +163,42 @@ def test_cache_dir_is_private_and_consistent(warm):
     assert _mode(root) == 0o700
     for sub in cache.SUBDIRS:
         assert _mode(root / sub) == 0o700, sub
-    assert _mode(root / cache.MANIFEST) == 0o600
     records = list((root / cache.MODELS).iterdir())
     assert len(records) == 1 and _mode(records[0]) == 0o600
-    manifest, problem = cache.check(str(root))
-    assert problem is None
-    assert any(f.startswith("taichi/") and f.endswith(".tic") for f in manifest["files"])
-    assert not [p for p in root.rglob(".tmp-*")]           # atomic writes leave no temp files
+    [module] = _modules(root)
+    assert _mode(module) == 0o700 and _mode(module / cache.META) == 0o600
+    meta = json.loads((module / cache.META).read_text())
+    assert meta["key"] == module.name and meta["arch"] in ("x64", "arm64") and meta["files"]
+    for rel, digest in meta["files"].items():
+        assert _mode(module / rel) == 0o600
+        assert cache._file_digest(str(module / rel)) == digest
+    assert cache.ModuleStore(str(root))._check(str(module), module.name, meta["arch"]) is None
+    assert not list(root.rglob(".tmp-*"))           # atomic writes leave no temp files
 
 
-def test_one_cache_dir_per_process(warm):
-    hot = warm[2]
-    assert "already uses the cache in" in hot["other_dir"]
-    assert hot["same_dir"] == hot["info"]["token"]
+@pytest.fixture(scope="module")
+def reused(warm, setup):
+    root = setup.tmp / "reused" / "cache"
+    shutil.copytree(warm[0], root)
+    other_model = setup.tmp / "other.tflite"
+    other_model.write_bytes(build_demo_model(seed=1))
+    return setup.run(root, other_model=str(other_model))
 
 
-def test_a_token_reused_for_another_model_is_cold(warm):
-    """Taichi keys kernels by their IR: a token only names a record, and the record says what
-    it covers, so another model under the same token starts cold and is told why."""
-    reused = warm[2]["reused_token"]
-    assert reused["state"] == "cold" and reused["token_source"] == "given"
-    assert "recorded for something else" in reused["reason"] and "model_sha256" in reused["reason"]
+def test_a_token_reused_for_another_model_is_cold(reused):
+    """A token only names a record: the module key covers the model bytes, so another model
+    under the same token compiles its own kernels, and is told why."""
+    assert reused["info"]["state"] == "warm"
+    other = reused["reused_token"]
+    assert other["state"] == "cold" and other["token_source"] == "given"
+    assert "recorded for something else" in other["reason"] and "model_sha256" in other["reason"]
+
+
+def test_interpreters_of_one_process_may_use_different_cache_dirs(reused):
+    """Each interpreter names its folder; a module the process has loaded already is shared
+    (warm) whichever folder a later interpreter of the same program names."""
+    second = reused["second_dir"]
+    assert second["dir"].endswith("cache-second") and second["state"] == "warm", second
 
 
 def test_unsafe_cache_dirs_and_tokens_are_refused(setup):
@@ -205,7 +223,8 @@ def test_unsafe_cache_dirs_and_tokens_are_refused(setup):
              ("token_unicode", {"cache_dir": str(tmp / "ok"), "model_token": "mod\u00e8le"}),
              ("token_empty", {"cache_dir": str(tmp / "ok"), "model_token": ""}),
              ("token_not_str", {"cache_dir": str(tmp / "ok"), "model_token": 7}),
-             ("token_no_dir", {"model_token": "fine"})]
+             ("token_no_cache", {"cache_dir": False, "model_token": "fine"}),
+             ("dir_not_path", {"cache_dir": 3})]
     if hasattr(os, "geteuid") and os.geteuid() == 0:      # root can make a folder someone else's
         (tmp / "theirs").mkdir(mode=0o700)
         os.chown(tmp / "theirs", 65534, 65534)
@@ -222,76 +241,93 @@ def test_unsafe_cache_dirs_and_tokens_are_refused(setup):
                  "token_dotdot", "token_nul", "token_backslash", "token_unicode", "token_empty",
                  "token_not_str"):
         assert out[name].startswith("InputError") and "model_token" in out[name], out[name]
-    assert out["token_no_dir"].startswith("InputError") and "needs cache_dir" in out["token_no_dir"]
+    assert out["token_no_cache"].startswith("InputError") and "cache_dir=False" in out["token_no_cache"]
+    assert out["dir_not_path"].startswith("InputError") and "cache_dir must be" in out["dir_not_path"]
     assert not (tmp / "ok").exists() and not (setup.tmp / "evil").exists()
 
 
-def _largest_tic(root):
-    return max((root / "taichi").glob("*.tic"), key=lambda p: p.stat().st_size)
+def _module_file(root):
+    """The largest file of the one module in the cache."""
+    [module] = _modules(root)
+    return max((p for p in module.rglob("*") if p.is_file() and p.name != cache.META),
+               key=lambda p: p.stat().st_size)
 
 
 def _truncate(root):
-    path = _largest_tic(root)
-    data = path.read_bytes()
-    path.write_bytes(data[:len(data) // 2])
+    path = _module_file(root)
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
 
 
 def _bitflip(root):
-    path = _largest_tic(root)
+    path = _module_file(root)
     data = bytearray(path.read_bytes())
     data[len(data) * 3 // 4] ^= 0x08
     path.write_bytes(bytes(data))
 
 
-def _foreign_version(root):
-    manifest = json.loads((root / cache.MANIFEST).read_text())
-    manifest["versions"]["taichi"] = "1.6.0"
-    (root / cache.MANIFEST).write_text(json.dumps(manifest))
-
-
 def _unlisted_file(root):
-    path = _largest_tic(root)
-    shutil.copy(path, path.with_name("T" + "0" * 64 + ".tic"))
+    path = _module_file(root)
+    shutil.copy(path, path.with_name("extra" + path.suffix))
 
 
-def _garbage_manifest(root):
-    (root / cache.MANIFEST).write_bytes(b'{"format": 1, "files": {"taichi/')
+def _missing_file(root):
+    _module_file(root).unlink()
+
+
+def _garbage_meta(root):
+    [module] = _modules(root)
+    (module / cache.META).write_bytes(b'{"format": 2, "files": {"module')
+
+
+def _foreign_arch(root):
+    [module] = _modules(root)
+    meta = json.loads((module / cache.META).read_text())
+    meta["arch"] = "cuda"
+    (module / cache.META).write_text(json.dumps(meta))
 
 
 def _planted_symlink(root):
-    os.symlink("/etc/passwd", root / "taichi" / ("T" + "1" * 64 + ".tic"))
+    path = _module_file(root)
+    os.symlink("/etc/passwd", path.with_name("planted" + path.suffix))
 
 
 @pytest.mark.parametrize("damage, says", [
-    (_truncate, "truncated"), (_bitflip, "sha256 (corrupt)"),
-    (_foreign_version, "taichi '1.6.0' != '1.7.4'"), (_unlisted_file, "is not in manifest.json"),
-    (_garbage_manifest, "manifest.json is unreadable"), (_planted_symlink, "is not a regular file"),
-], ids=["truncated", "bitflip", "foreign-version", "unlisted-file", "garbage-manifest", "symlink"])
-def test_damaged_cache_is_detected_and_rebuilt(warm, setup, damage, says):
+    (_truncate, "truncated"), (_bitflip, "sha256 (corrupt)"), (_unlisted_file, "is not in its meta.json"),
+    (_missing_file, "is missing"), (_garbage_meta, "meta.json is unreadable"),
+    (_foreign_arch, "built for 'cuda'"), (_planted_symlink, "is not a regular file"),
+], ids=["truncated", "bitflip", "unlisted-file", "missing-file", "garbage-meta", "foreign-arch",
+        "symlink"])
+def test_damaged_module_is_detected_and_rebuilt(warm, setup, damage, says):
     root = setup.tmp / f"damaged-{damage.__name__}"
-    shutil.copytree(warm[0], root)
-    generation = json.loads((root / cache.MANIFEST).read_text())["generation"]
+    shutil.copytree(warm[0], root, symlinks=True)
     damage(root)
     result = setup.run(root)
-    assert len(result["warnings"]) == 1 and "not trusted" in result["warnings"][0], result["warnings"]
+    assert len(result["warnings"]) == 1 and "are not used" in result["warnings"][0], result["warnings"]
     assert says in result["warnings"][0], result["warnings"][0]
-    assert result["info"]["state"] == "cold" and result["info"]["rebuilt"], result["info"]
+    assert result["info"]["state"] == "cold" and says in result["info"]["reason"], result["info"]
     np.testing.assert_array_equal(result["y"], warm[1]["y"])
-    manifest, problem = cache.check(str(root))                  # rebuilt, consistent again
-    assert problem is None and manifest["generation"] != generation
-    assert any(f.endswith(".tic") for f in manifest["files"])
+    [module] = _modules(root)                                   # rebuilt, consistent again
+    meta = json.loads((module / cache.META).read_text())
+    assert cache.ModuleStore(str(root))._check(str(module), module.name, meta["arch"]) is None
+    again = setup.run(root)
+    assert again["info"]["state"] == "warm" and not again["warnings"], again["info"]
 
 
-def test_a_cache_rebuilt_while_a_process_ran_is_not_extended(warm, setup):
-    """Taichi's dump would list kernels whose files the rebuild removed: the exit clears it."""
-    root = setup.tmp / "rebuilt-meanwhile"
-    shutil.copytree(warm[0], root)
-    result = setup.run(root, rebuilt_meanwhile=True)
-    assert result["info"]["state"] == "warm" and "another process rebuilt it" in result["log"]
-    manifest, problem = cache.check(str(root))
-    assert problem is None and manifest["files"] == {}
-    for record in (root / cache.MODELS).iterdir():          # the next start of the model is cold
-        assert json.loads(record.read_text())["generation"] != manifest["generation"]
+@pytest.mark.skipif("vulkan" not in TAICHI_BACKENDS, reason="vulkan not in TFLITE_TAICHI_TEST_BACKENDS")
+def test_a_module_the_c_api_refuses_is_rebuilt(setup):
+    """A module whose files match its meta.json but that does not load (here: not a zip at
+    all; in life: another driver or device) is rebuilt with a CacheWarning."""
+    root = setup.tmp / "refused"
+    setup.run(root, backend="vulkan")
+    [module] = _modules(root)
+    meta = json.loads((module / cache.META).read_text())
+    (module / meta["module"]).write_bytes(b"this is not a Taichi module")
+    meta["files"][meta["module"]] = cache._file_digest(str(module / meta["module"]))
+    (module / cache.META).write_text(json.dumps(meta))
+    result = setup.run(root, backend="vulkan")
+    assert len(result["warnings"]) == 1 and "the C API refused it" in result["warnings"][0], result
+    assert result["info"]["state"] == "cold"
+    assert setup.run(root, backend="vulkan")["info"]["state"] == "warm"
 
 
 def test_two_processes_at_once_share_a_cache(setup):
@@ -301,23 +337,39 @@ def test_two_processes_at_once_share_a_cache(setup):
         result = _result(proc)
         assert not result["warnings"], result["warnings"]
         np.testing.assert_allclose(np.load(output), setup.expected, rtol=1e-5, atol=1e-6)
-    manifest, problem = cache.check(str(root))
-    assert problem is None and any(f.endswith(".tic") for f in manifest["files"])
+    [module] = _modules(root)
+    assert not list((root / cache.MODULES).glob(".tmp-*"))
+    assert setup.run(root)["info"]["state"] == "warm"
 
 
 @pytest.mark.skipif("vulkan" not in TAICHI_BACKENDS, reason="vulkan not in TFLITE_TAICHI_TEST_BACKENDS")
 def test_vulkan_cold_then_warm_with_a_given_token(setup):
-    """lavapipe on CI: Mesa's shader cache and Taichi's Vulkan pipeline cache land in DIR too."""
+    """lavapipe on CI: the module is a .tcm archive, Mesa's shader cache lands in DIR too."""
     root = setup.tmp / "vulkan"
     cold = setup.run(root, backend="vulkan", token="demo-v1")
     hot = setup.run(root, backend="vulkan", token="demo-v1")
     assert (cold["info"]["state"], hot["info"]["state"]) == ("cold", "warm"), hot["info"]
     assert hot["info"]["token"] == "demo-v1" and hot["info"]["token_source"] == "given"
+    assert hot["python_taichi"] is None
     np.testing.assert_array_equal(cold["y"], hot["y"])
     assert (root / cache.MODELS / "demo-v1.json").is_file()
-    manifest, problem = cache.check(str(root))
-    assert problem is None and (root / "xdg" / "taichi" / "rhi_cache.bin").is_file()
+    [module] = _modules(root)
+    assert (module / "module.tcm").is_file()
     assert any(files for _, _, files in os.walk(root / "mesa")), "Mesa's shader cache is not in DIR"
+
+
+def test_default_cache_is_per_user_and_cache_dir_false_writes_nothing(setup):
+    """cache_dir=None: $TFLITE_TAICHI_CACHE_DIR (else ~/.cache/tflite_taichi), so a second run
+    of a script is warm; cache_dir=False: no cache, nothing written there."""
+    home = setup.tmp / "user-cache"
+    env = {"TFLITE_TAICHI_CACHE_DIR": str(home)}
+    off = setup.run(False, env=env)
+    assert off["info"]["state"] == "cold" and off["info"]["dir"] is None
+    assert "cache is off" in off["info"]["reason"] and not home.exists()
+    first, second = setup.run(None, env=env), setup.run(None, env=env)
+    assert (first["info"]["state"], second["info"]["state"]) == ("cold", "warm")
+    assert first["info"]["dir"] == str(home.resolve()) and _mode(home) == 0o700
+    assert setup.run(False, env=env)["info"]["state"] == "cold"
 
 
 def test_default_token_is_a_fingerprint(setup):
@@ -330,34 +382,34 @@ def test_default_token_is_a_fingerprint(setup):
     others = {cache.default_token(cache.token_covers(bytes(flipped), "cpu", "fp32")),
               cache.default_token(cache.token_covers(data, "cpu", "fp16")),
               cache.default_token(cache.token_covers(data, "vulkan", "fp32")),
-              cache.default_token(cache.token_covers(data, "cpu", "fp32", max_delegated_partitions=2))}
-    assert token not in others and len(others) == 4
+              cache.default_token(cache.token_covers(data, "cpu", "fp32", max_delegated_partitions=2)),
+              cache.default_token(cache.token_covers(data, "cpu", "fp32", reference_ops={"CONV_2D"}))}
+    assert token not in others and len(others) == 5
     assert len(token) == 64 and cache.TOKEN_PATTERN.fullmatch(token)
 
 
-# -- more of issue #7 (robust): records, killed processes, atomic writes, modes, stale locks --
-def test_a_corrupt_model_record_is_cold_and_rewritten(warm, setup):
-    """models/TOKEN.json unreadable: that model starts cold (no warning: its kernels are checked
-    by the manifest, the record only says warm or cold) and the exit writes a sound record."""
+# -- more of issue #7 (robust): records, killed processes, atomic writes, modes, eviction ------
+def test_a_corrupt_model_record_is_rewritten(warm, setup):
+    """models/TOKEN.json unreadable: the record only says what the token covered (the module
+    key does not depend on it), so the kernels still load, and a sound record is written."""
     root = setup.tmp / "bad-record"
     shutil.copytree(warm[0], root)
+    setup.run(root, token="rec")
     record = root / cache.MODELS / "rec.json"
     record.write_bytes(b"\x00garbage")
     result = setup.run(root, token="rec")
-    assert result["info"]["state"] == "cold" and "unreadable" in result["info"]["reason"], result["info"]
-    assert not result["warnings"] and not result["info"]["rebuilt"]
+    assert result["info"]["state"] == "warm" and not result["warnings"], result["info"]
     rewritten = json.loads(record.read_text())
-    assert rewritten["built"] is True and rewritten["token"] == "rec"
+    assert rewritten["token"] == "rec" and rewritten["covers"]["backend"] == "cpu"
 
 
 def test_a_process_killed_mid_run_leaves_a_sound_cache(warm, setup):
-    """SIGKILL after an invoke (Taichi never dumps, no manifest is half-written): the next
-    process finds the cache consistent and warns about nothing; the killed process's model
-    has no record (its kernels were never dumped), so it starts cold."""
+    """SIGKILL after an invoke: the module was committed whole when it was built, so the next
+    process loads it without a warning; a temporary folder a killed build left behind is
+    ignored, and removed once it is old."""
     import signal
     root = setup.tmp / "killed"
     shutil.copytree(warm[0], root)
-    before = (root / cache.MANIFEST).read_bytes()
     proc, _ = setup.start(root, hang=True, token="killed")
     for line in proc.stdout:
         if line.startswith("RESULT "):
@@ -367,25 +419,28 @@ def test_a_process_killed_mid_run_leaves_a_sound_cache(warm, setup):
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    manifest, problem = cache.check(str(root))
-    assert problem is None and (root / cache.MANIFEST).read_bytes() == before
-    assert not list(root.rglob(".tmp-*"))
+    half = root / cache.MODULES / ".tmp-0123456789abcdef"       # as a build killed mid-way leaves it
+    half.mkdir()
+    (half / "module").write_bytes(b"half")
     after = setup.run(root, token="killed")
-    assert not after["warnings"] and not after["info"]["rebuilt"], after
-    assert after["info"]["state"] == "cold" and "no record" in after["info"]["reason"], after["info"]
-    assert (root / cache.MODELS / "killed.json").is_file()
+    assert not after["warnings"] and after["info"]["state"] == "warm", after
+    old = time.time() - cache.STALE_TEMP_S - 5
+    os.utime(half, (old, old))
+    store = cache.ModuleStore(str(root))
+    store._evict(keep="")
+    assert not half.exists() and len(_modules(root)) == 1
 
 
 def test_json_writes_are_atomic(tmp_path):
     """A write that fails half-way leaves the old file and no temp file; readers racing
     writers only ever see a whole file (os.replace of an fsync'ed temp file)."""
     import threading
-    path = str(tmp_path / "manifest.json")
+    path = str(tmp_path / "record.json")
     cache._write_json(path, {"n": 0, "pad": "x" * 100000})
     with pytest.raises(TypeError):
         cache._write_json(path, {"n": 1, "bad": object()})          # json fails mid-dump
     assert json.loads(open(path).read())["n"] == 0
-    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     stop, seen, bad = threading.Event(), [], []
 
@@ -407,34 +462,74 @@ def test_json_writes_are_atomic(tmp_path):
     for t in readers:
         t.join()
     assert not bad and seen, bad[:3]
-    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["record.json"]
 
 
 def test_modes_are_private_whatever_the_umask(tmp_path):
     old = os.umask(0)
     try:
         root = cache.prepare_dir(tmp_path / "a" / "cache")
-        cache._write_json(os.path.join(root, cache.MANIFEST), {})
+        store = cache.ModuleStore(root)
+        key = "a" * 64
+        with store.building() as folder:
+            with open(os.path.join(folder, "module.tcm"), "wb") as f:
+                f.write(b"x" * 10)
+            path = store.commit(key, folder, "module.tcm", "vulkan", {})
     finally:
         os.umask(old)
     assert _mode(root) == 0o700
     for sub in cache.SUBDIRS:
         assert _mode(os.path.join(root, sub)) == 0o700, sub
-    assert _mode(os.path.join(root, cache.MANIFEST)) == 0o600
+    assert _mode(path) == 0o600 and _mode(os.path.dirname(path)) == 0o700
+    assert _mode(os.path.join(os.path.dirname(path), cache.META)) == 0o600
     os.chmod(os.path.join(root, cache.MODELS), 0o777)               # loosened later: refused
     with pytest.raises(cache.CacheError, match="writable"):
         cache.prepare_dir(root)
 
 
-def test_a_stale_taichi_lock_is_cleared(tmp_path):
-    """Taichi skips its whole offline cache while its lock file exists; one left by a killed
-    process (older than a minute) is removed at start, a fresh one is left alone."""
+def test_least_recently_used_modules_are_evicted(tmp_path, monkeypatch):
+    """The folder stays under TFLITE_TAICHI_CACHE_MAX_MB: the modules used longest ago go
+    (loading a module marks it used)."""
+    monkeypatch.setenv("TFLITE_TAICHI_CACHE_MAX_MB", str(250_000 / (1 << 20)))
+    monkeypatch.setattr(cache, "EVICT_EVERY", 1)       # a scan at every commit (default: every 64th)
+    store = cache.ModuleStore(cache.prepare_dir(tmp_path / "cache"))
+    a, b, c, d = (ch * 64 for ch in "abcd")
+
+    def commit(key, age):
+        with store.building() as folder:
+            with open(os.path.join(folder, "module.tcm"), "wb") as f:
+                f.write(bytes(100_000))
+            store.commit(key, folder, "module.tcm", "vulkan", {})
+        stamp = time.time() - age
+        os.utime(os.path.join(store.path(key), cache.META), (stamp, stamp))
+
+    commit(a, 1000)
+    commit(b, 999)
+    commit(c, 998)                      # three do not fit: the oldest, a, goes
+    assert [os.path.isdir(store.path(k)) for k in (a, b, c)] == [False, True, True]
+    path, problem = store.find(b, "vulkan")     # b used now: c is the least recently used
+    assert path is not None and problem is None
+    commit(d, 0)
+    assert [os.path.isdir(store.path(k)) for k in (b, c, d)] == [True, False, True]
+
+
+def test_eviction_scans_only_every_so_many_commits(tmp_path, monkeypatch):
+    """A scan of every module folder at each commit made a test run's thousands of commits
+    quadratic: a process scans at its first commit, then every EVICT_EVERY-th or after a minute."""
     root = cache.prepare_dir(tmp_path / "cache")
-    lock = os.path.join(root, cache.TAICHI, cache.TAICHI_LOCK)
-    open(lock, "w").close()
-    cache._clear_stale_taichi_lock(root)
-    assert os.path.exists(lock)
-    old = time.time() - cache.STALE_TAICHI_LOCK_S - 5
-    os.utime(lock, (old, old))
-    cache._clear_stale_taichi_lock(root)
-    assert not os.path.exists(lock)
+    monkeypatch.setattr(cache, "_evictions", {})
+    scans = []
+    monkeypatch.setattr(cache.ModuleStore, "_evict", lambda self, keep: scans.append(keep))
+    store = cache.ModuleStore(root)
+    for n in range(cache.EVICT_EVERY * 2 + 1):
+        with store.building() as folder:
+            with open(os.path.join(folder, "module.tcm"), "wb") as f:
+                f.write(b"x")
+            store.commit(f"{n:064x}", folder, "module.tcm", "vulkan", {})
+    assert len(scans) == 3, scans                    # the first, the 64th after it, the 128th
+    monkeypatch.setitem(cache._evictions, root, (0, time.time() - cache.EVICT_AFTER_S - 1))
+    with store.building() as folder:
+        with open(os.path.join(folder, "module.tcm"), "wb") as f:
+            f.write(b"x")
+        store.commit("f" * 64, folder, "module.tcm", "vulkan", {})
+    assert len(scans) == 4                           # a minute since the last scan

@@ -166,7 +166,9 @@ def test_auto_without_a_gpu_runs_convolutions_on_numpy(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     import json
-    result = json.loads([l for l in out.stdout.splitlines() if l.startswith("RESULT")][0][7:])
+    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
+    assert lines, out.stdout[-2000:] + out.stderr[-3000:]
+    result = json.loads(lines[0][7:])
     if result is None:
         pytest.skip("this machine has a hardware GPU: auto does not pick the CPU")
     assert result["backend"] == "cpu" and result["delegated"] >= 1, result

@@ -482,9 +482,12 @@ def basic_inputs(B, I, O, seed):
        seed=S.seeds())
 def test_basic_matches_litert(B, I, O, act, cell_clip, proj_clip, seed):
     """All four outputs. LiteRT's float BASIC kernel ignores the activation and the clips
-    (always tanh, never clipped), and so do we."""
+    (always tanh, never clipped), and so do we. Scale floor 1: the new state is f*c + i*g with
+    c in [-2, 2] and gates in [0, 1], and the output o*tanh(state); both can cancel to far below
+    their terms (seen: a 0.00174 output of B=1, O=1 off by 2.1e-8, 1e-8 of its terms), and
+    float32 rounds relative to the terms."""
     check_against_litert(basic_model(B, I, O, seed, act, cell_clip, proj_clip),
-                         basic_inputs(B, I, O, seed + 1))
+                         basic_inputs(B, I, O, seed + 1), floor=1.0)
 
 
 def test_basic_matches_the_plain_equations():

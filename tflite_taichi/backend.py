@@ -27,6 +27,7 @@ FP16_BACKENDS = ("cuda", "vulkan", "cpu")            # no u16 in Taichi's GL SPI
 
 _lock = threading.Lock()
 _current: Optional[str] = None
+_python_started: Optional[str] = None   # Taichi's Python runtime
 _cache_root: Optional[str] = None     # cache_dir Taichi was started with (resolved)
 _probe_cache: dict = {}
 
@@ -40,10 +41,18 @@ def _env_for(name: str) -> dict:
     return env
 
 
-def probe(name: str, timeout: float = 120.0) -> tuple:
-    """(ok, software, detail) for a Taichi arch, tested in a subprocess (cached per process)."""
+def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -> tuple:
+    """(ok, software, detail) for a Taichi arch, tested in a subprocess (a crash in a driver
+    cannot take the caller down). Remembered per process, and in the cache folder `cache_root`
+    for this driver stack (cache.driver_fingerprint), so a later process does not pay the
+    subprocess (0.3-0.8 s) again."""
     if name in _probe_cache:
         return _probe_cache[name]
+    from tflite_taichi import cache
+    stored = cache.stored_probe(cache_root, name)
+    if stored is not None:
+        _probe_cache[name] = stored
+        return stored
     try:
         proc = subprocess.run([sys.executable, PROBE_SCRIPT, name], capture_output=True,
                               text=True, timeout=timeout, env=_env_for(name))
@@ -64,6 +73,8 @@ def probe(name: str, timeout: float = 120.0) -> tuple:
             device = _device_name(out) or ok_line[0].split(" ", 2)[-1]
             result = (True, software, device)
     _probe_cache[name] = result
+    if not result[2].startswith("probe timed out"):
+        cache.store_probe(cache_root, name, result)
     return result
 
 
@@ -82,68 +93,88 @@ CPU_REFERENCE_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"
                                "MAX_POOL_2D", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"})
 
 
-def choose_auto() -> str:
+def choose_auto(cache_root: Optional[str] = None) -> str:
     """The first hardware GPU backend that really works, else 'cpu' (Taichi's LLVM CPU)."""
     for name in AUTO_ORDER:
         if name == "metal" and sys.platform != "darwin":
             continue
-        ok, software, _ = probe(name)
+        ok, software, _ = probe(name, cache_root=cache_root)
         if ok and not software:
             return name
     return "cpu"
 
 
-def ensure_runtime(name: str, cache_dir=None) -> str:
-    """Initialise Taichi on `name` for this process (once), or raise BackendUnavailable.
-
-    cache_dir (see cache.py): the first Taichi start of the process fixes it. Its Taichi cache
-    is checked (or wiped) and the driver cache variables point into it while Taichi starts; a
-    later call may pass the same folder or none, another one raises cache.CacheError."""
+def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
+    """Claim Taichi backend `name` for this process and start its device (device.py: Taichi's
+    C API runtime, or Taichi's Python runtime where the C API is missing), or raise
+    BackendUnavailable. The first claim fixes the process's backend (Taichi's Python frontend,
+    which compiles kernels that are not cached, runs one arch per process); a later claim of
+    another backend is an error. `cache_root`: the GPU drivers' caches point into that cache
+    folder while the device starts (cache.driver_env)."""
     global _current, _cache_root
     if name not in TAICHI_BACKENDS:
         raise BackendUnavailable(f"unknown Taichi backend {name!r}")
     with _lock:
-        if _current == name:
-            if cache_dir is not None:
-                from tflite_taichi import cache
-                cache.check_same(cache_dir, _cache_root)
-            return name
-        if _current is not None:
+        if _current is not None and _current != name:
             raise BackendUnavailable(
                 f"Taichi already runs on {_current!r} in this process and cannot switch to {name!r} "
                 "without destroying the other interpreters' memory; use one Taichi backend per "
                 "process (or backend='reference')")
-        if name in ("opengl", "gles"):
-            ok, _software, detail = probe(name)
-            if not ok:
-                raise BackendUnavailable(f"{name} does not work here: {detail}")
-            os.environ.update({k: v for k, v in _env_for(name).items() if k == "EGL_PLATFORM"})
-        import taichi as ti
+        if _current is None:
+            if name in ("opengl", "gles"):
+                ok, _software, detail = probe(name, cache_root=cache_root)
+                if not ok:
+                    raise BackendUnavailable(f"{name} does not work here: {detail}")
+                os.environ.update({k: v for k, v in _env_for(name).items() if k == "EGL_PLATFORM"})
+            _current, _cache_root = name, cache_root
+    from tflite_taichi import cache, device
+    try:
+        device.get(name, lambda: cache.driver_env(_cache_root))
+    except BackendUnavailable:
+        with _lock:
+            if device.current(name) is None:
+                _current = None
+        raise
+    return name
+
+
+def ensure_python_taichi(name: str) -> None:
+    """Taichi's Python runtime started on `name` (once per process): it compiles kernels that
+    are not in the cache, and runs them where the C API cannot (device.PythonDevice).
+
+    Taichi's LLVM backends (cpu, cuda) build their struct module at the first kernel compile and
+    assert that it happens in the thread that ran ti.init (measured, Taichi 1.7.4: "Assertion
+    failure: std::this_thread::get_id() == main_thread_id_"), so it is materialized right here,
+    in the starting thread. Taichi's own offline cache is off: compiled programs are cached as
+    AOT modules (cache.py), and Taichi's cache would only grow a second copy in ~/.cache/taichi."""
+    global _python_started
+    with _lock:
+        if _python_started == name:
+            return
+        if _python_started is not None:
+            raise BackendUnavailable(f"Taichi's Python runtime already runs on {_python_started!r} "
+                                     f"in this process, not {name!r}")
+        from tflite_taichi import cache
+        from tflite_taichi.device import TAICHI_LOCK
+        from tflite_taichi.ops.tiutil import realize
+        ti = realize()                  # Taichi imported, the ops' decorators applied
         arch = ti.cpu if name == "cpu" else getattr(ti, name)
-        kwargs, env, disk = {}, contextlib.nullcontext(), None
-        if cache_dir is not None:       # before the driver loads: it reads the variables once
-            from tflite_taichi import cache
-            disk = cache.start(cache_dir)
-            kwargs, env = {"offline_cache_file_path": disk.taichi_dir}, disk.starting()
         try:
-            with env:
-                ti.init(arch=arch, enable_fallback=False, offline_cache=True,
-                        advanced_optimization=False, cfg_optimization=False,
-                        log_level=ti.WARN, **kwargs)
+            with TAICHI_LOCK, cache.driver_env(_cache_root):
+                ti.init(arch=arch, enable_fallback=False, offline_cache=False,
+                        advanced_optimization=False, cfg_optimization=False, log_level=ti.WARN)
         except Exception as e:  # taichi raises RuntimeError for a missing arch
             raise BackendUnavailable(f"{name} is not available: {e}") from None
         got = ti.lang.impl.current_cfg().arch.name
         expected = {"cpu": ("x64", "arm64")}.get(name, (name,))
         if got not in expected:
-            if disk is not None:
-                disk.finish()           # ti.reset() under the cache's lock, files re-hashed
-            else:
-                ti.reset()
+            ti.reset()
             raise BackendUnavailable(f"asked for {name}, but Taichi started on {got}")
-        if disk is not None:
-            disk.activate()             # at exit: Taichi dumps its cache, the manifest follows
-        _current, _cache_root = name, (disk.root if disk is not None else None)
-        return name
+        runtime = ti.lang.impl.get_runtime()
+        if not runtime.materialized:
+            with TAICHI_LOCK:
+                runtime.materialize()
+        _python_started = name
 
 
 def current() -> Optional[str]:

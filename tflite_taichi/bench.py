@@ -1,26 +1,49 @@
-"""Benchmarks (issue #5): LiteRT and every backend of ours, side by side, in one run.
+"""Benchmarks (issues #5, #12): LiteRT (CPU and GPU) and every backend of ours, side by side.
 
 For one model and a list of backends, each backend is measured in fresh subprocesses (Taichi
 runs one arch per process; LiteRT gets its own process too, so that every runtime starts from
-the same state):
+the same state). The runtimes:
 
+- `litert`: LiteRT's Interpreter, its default resolver (XNNPACK on the CPU), `threads` threads;
+- `litert_gpu` / `litert_gpu_fp16`: LiteRT's GPU path, `CompiledModel` with
+  `HardwareAccelerator.GPU` (ML Drift over WebGPU/Vulkan), `GpuOptions(enforce_f32=True)` /
+  the default `GpuOptions()` (fp16). Where it does not start (no hardware GPU: "No adapters
+  found" on lavapipe; a model it refuses: "Failed to modify graph with delegate") the row says
+  so (ok False, the reason from the exception and LiteRT's log), the run goes on;
+- `reference` (ours, numpy) and the Taichi backends of ours (`cpu`, `vulkan`, `cuda`, ...).
+
+What is measured:
+
+- a *step* is what a user's loop does: set every input, invoke, get every output (LiteRT CPU
+  and ours: set_tensor / invoke / get_tensor; LiteRT GPU: TensorBuffer.write / run_by_index /
+  TensorBuffer.read). The latency is that step, so that a runtime that leaves its outputs on
+  the device until they are read is not timed short;
 - cold start: a fresh process with a brand-new, empty cache folder; the seconds from
-  `Interpreter(...)` to the end of the first invoke (construct + allocate_tensors + set_tensor +
-  the first invoke, which is where Taichi compiles). Importing the runtime is measured apart
-  (`import_s`), before the clock starts.
-- warm start: a second fresh process, with the cache folder as the cold run left it.
-- latency: in that second process, W warm-up invokes, then N timed invokes (garbage collector
-  off): median, p10, p90, min, max in milliseconds. Only `invoke()` is timed: the inputs are set
-  once, the outputs stay in the runtime's buffers (ours: copied back to the host inside invoke).
-- launches per invoke, partitions and ops delegated / on the CPU, for our backends;
-- the outputs of the last invoke compared with LiteRT's (or, without LiteRT, the reference's):
+  constructing the runtime to the end of the first result (construct + allocate + the first
+  step, which is where Taichi compiles or loads its kernels). Importing the runtime is measured
+  apart (`import_s`), before the clock starts;
+- warm start: a second fresh process, with the cache folder as the cold run left it; the same
+  seconds. `warm_pct` is warm as a percentage of cold;
+- latency: in that second process, one step (`second_step_ms`), W warm-up steps, then N timed
+  steps (garbage collector off): median, p10, p90, min, max in milliseconds (`latency_ms`;
+  every step in `times_ms`). `invoke()` / `run_by_index()` alone, inside those same steps, is
+  kept apart (`invoke_ms`, `invoke_median_ms`);
+- ours, per row, from `Interpreter.summary()`: kernel launches and host waits per invoke
+  (`launches_per_invoke`, `waits_per_invoke`), where the kernels run (`device_kind`: Taichi's
+  C API 'capi' or its Python runtime 'python'; None when nothing is delegated), the cache state
+  of each process (`cold.cache_state`, `warm.cache_state`: the warm process should say 'warm',
+  and `cache_state` is that), partitions and ops delegated / on the CPU;
+- LiteRT GPU, per row: `fully_accelerated` (CompiledModel.is_fully_accelerated());
+- the outputs of the last step compared with LiteRT CPU's (or, without it, the reference's),
+  output by output in the model's order (matched by name, else by shape or size, in the child):
   max |ours - oracle| / max |oracle| over every output, so that a fast wrong answer shows.
 
-Every backend gets the same seeded random input. The caches: `cache_dir=None` gives each
-(model, backend) a new empty folder under the work folder, and points the caches we know of at
-it through the environment (Taichi's offline cache, Mesa's and NVIDIA's shader caches, CUDA's
-JIT cache, XDG_CACHE_HOME); a given `cache_dir` is used as it is. When the Interpreter takes a
-`cache_dir` argument, the child passes it on as well (see _bench_child.py).
+Every backend gets the same seeded random input, set by name (else by shape). The caches:
+`cache_dir=None` gives each (model, backend) a new empty folder under the work folder; a given
+`cache_dir` is used as it is. The child's Interpreter gets `cache_dir=<that folder>` (cold and
+warm alike), $TFLITE_TAICHI_CACHE_DIR points there too, and so do the GPU drivers' own caches
+(Mesa's and NVIDIA's shader caches, CUDA's JIT cache, XDG_CACHE_HOME), so that cold is cold for
+LiteRT too. (Taichi's own offline cache is off in tflite_taichi: the kernel cache is ours.)
 
     from tflite_taichi.bench import bench_model, default_backends, render_markdown
     result = bench_model("model.tflite", default_backends(), runs=100, warmup=10)
@@ -35,6 +58,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -46,16 +70,20 @@ from typing import Optional, Sequence
 import numpy as np
 
 LITERT = "litert"
+LITERT_GPU = "litert_gpu"
+LITERT_GPU_FP16 = "litert_gpu_fp16"
+LITERT_GPUS = (LITERT_GPU, LITERT_GPU_FP16)
+LITERTS = (LITERT,) + LITERT_GPUS
 REFERENCE = "reference"
 TAICHI_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles", "cpu")
 AUTO = "auto"
-KNOWN_BACKENDS = (LITERT, REFERENCE, AUTO) + TAICHI_BACKENDS
+KNOWN_BACKENDS = LITERTS + (REFERENCE, AUTO) + TAICHI_BACKENDS
 SEED = 0
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bench_child.py")
 
-# The caches a start can hit, each pointed at a subfolder of the run's cache folder.
+# The drivers' caches a start can hit, each pointed at a subfolder of the run's cache folder
+# (the same subfolders tflite_taichi.cache uses); TFLITE_TAICHI_CACHE_DIR is the folder itself.
 CACHE_ENV = {
-    "TI_OFFLINE_CACHE_FILE_PATH": "taichi",        # Taichi's offline cache (kernels, rhi cache)
     "MESA_SHADER_CACHE_DIR": "mesa",               # lavapipe / llvmpipe / Mesa GPU drivers
     "__GL_SHADER_DISK_CACHE_PATH": "nvidia-gl",    # NVIDIA's GL/Vulkan shader cache
     "CUDA_CACHE_PATH": "cuda",                     # CUDA's PTX JIT cache
@@ -73,29 +101,39 @@ def litert_available() -> bool:
 
 
 def default_backends(litert: bool = True) -> list:
-    """LiteRT (when installed), `reference`, then every Taichi backend `auto` would consider that
-    runs a kernel here: hardware GPUs (software devices such as lavapipe/llvmpipe are skipped
-    unless named) and Taichi's `cpu`. Probing starts a subprocess per GPU backend."""
+    """LiteRT CPU (when installed), LiteRT GPU fp32 (when installed and a hardware GPU backend of
+    ours was found: never on a CPU-only machine, where it cannot start), `reference`, then every
+    Taichi backend `auto` would consider that runs a kernel here: hardware GPUs (software devices
+    such as lavapipe/llvmpipe are skipped unless named) and Taichi's `cpu`. Probing starts a
+    subprocess per GPU backend."""
     from tflite_taichi import backend as ti_backend
-    names = [LITERT] if litert and litert_available() else []
-    names.append(REFERENCE)
+    gpus_found = []
     for name in TAICHI_BACKENDS:
         if name == "cpu" or (name == "metal" and sys.platform != "darwin"):
             continue
         ok, software, _ = ti_backend.probe(name)
         if ok and not software:
-            names.append(name)
-    names.append("cpu")
-    return names
+            gpus_found.append(name)
+    names = []
+    if litert and litert_available():
+        names.append(LITERT)
+        if gpus_found:
+            names.append(LITERT_GPU)
+    names.append(REFERENCE)
+    return names + gpus_found + ["cpu"]
 
 
 def device_of(backend: str, threads: Optional[int] = None) -> dict:
     """What a backend runs on: {'device': text, 'software': bool or None, 'ok', 'detail'}.
-    GPU backends are probed (a subprocess each, cached per process); a named backend that does
-    not start is reported, not raised."""
-    if backend == LITERT:
+    GPU backends of ours are probed (a subprocess each, cached per process); a named backend
+    that does not start is reported, not raised. LiteRT GPU is not probed: where it does not
+    start, its row says why."""
+    if backend in LITERTS:
         ok = litert_available()
-        return {"ok": ok, "device": f"CPU, XNNPACK, {threads} thread(s)", "software": None,
+        device = (f"CPU, XNNPACK, {threads} thread(s)" if backend == LITERT else
+                  "GPU, LiteRT ML Drift (WebGPU/Vulkan), "
+                  + ("fp32" if backend == LITERT_GPU else "fp16"))
+        return {"ok": ok, "device": device, "software": None,
                 "detail": "" if ok else "ai_edge_litert is not installed"}
     if backend == REFERENCE:
         return {"ok": True, "device": "CPU, numpy", "software": None, "detail": ""}
@@ -141,6 +179,17 @@ def make_inputs(model_path: str, seed: int = SEED) -> list:
     return [random_input(d, rng, 0.0, 1.0) for d in it.get_input_details()]
 
 
+def model_io(model_path: str) -> dict:
+    """The model's inputs and outputs, in its order: {'inputs': [{'name', 'shape'}], 'outputs':
+    [...]} (from our reader). The child matches each runtime's tensors to these (by name, else by
+    shape or size), so that inputs are set and outputs compared tensor for tensor."""
+    from tflite_taichi.interpreter import Interpreter
+    it = Interpreter(model_path=model_path, backend=REFERENCE)
+    return {kind: [{"name": d["name"], "shape": [int(n) for n in d["shape"]]} for d in details]
+            for kind, details in (("inputs", it.get_input_details()),
+                                  ("outputs", it.get_output_details()))}
+
+
 def relative_diff(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> float:
     """max over outputs of max|y - e| / max|e| (float64; inf on a shape mismatch or a NaN where
     the oracle has none)."""
@@ -172,8 +221,11 @@ def _load_outputs(path: str) -> list:
 
 # -- one backend, one stage: a subprocess ------------------------------------------------------
 def cache_env(cache_dir: str) -> dict:
-    """Environment variables that point every cache we know of into `cache_dir`."""
-    return {var: os.path.join(cache_dir, sub) for var, sub in CACHE_ENV.items()}
+    """Environment variables that point every cache we know of into `cache_dir`: the drivers'
+    (CACHE_ENV) and ours (TFLITE_TAICHI_CACHE_DIR, though the child also passes cache_dir)."""
+    env = {var: os.path.join(cache_dir, sub) for var, sub in CACHE_ENV.items()}
+    env["TFLITE_TAICHI_CACHE_DIR"] = cache_dir
+    return env
 
 
 def _child_env(backend: str, cache_dir: str) -> dict:
@@ -227,11 +279,47 @@ def _run_child(spec: dict, workdir: str, env: dict, timeout: float, progress) ->
                 proc.wait()
     if os.path.exists(spec["result"]):
         with open(spec["result"]) as f:
-            return json.load(f)
+            result = json.load(f)
+        if not result.get("ok") and spec["backend"] in LITERTS:
+            # LiteRT's exceptions name a source line; what went wrong is in its log
+            said = log_errors(log_path)
+            if said:
+                raised = str(result.get("error"))
+                result["raised"] = raised
+                result["error"] = f"{said} (LiteRT's log; it raised {raised.split(':')[0]})"
+        return result
     with open(log_path) as f:
         tail = [l for l in f.read().splitlines() + other if l.strip()][-3:]
     why = f"killed after {timeout:.0f} s" if killed else f"the process died (exit code {code})"
     return {"ok": False, "error": f"{why}: {' | '.join(tail)[-400:]}"}
+
+
+_LOG_ERROR = (re.compile(r"ERROR:\s*(?:\[[^\]]*\]\s*)?(.*)$"),       # LiteRT: ERROR: [file:line] what
+              re.compile(r"E\d{4} [^\]]*\]\s*(.*)$"))                   # glog: E0000 time pid file:line] what
+_LOG_ALWAYS = ("Failed to modify graph with delegate", "No adapters found")
+_LOG_NOISE = ("compiler_plugin", "Could not load shared library", "Source Location Trace")
+
+
+def log_errors(log_path: str, limit: int = 400) -> str:
+    """What a LiteRT log says went wrong: its error lines ('ERROR: [file:line] what', glog's
+    'E0000 ... file:line] what') without the prefixes, and any line naming a known failure
+    (a refused model, no GPU adapter); not the vendor-plugin noise; '; '-joined, once each."""
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    said = []
+    for line in lines:
+        line = line.strip()
+        if any(n in line for n in _LOG_NOISE):
+            continue
+        what = next((m.group(1).strip() for m in (p.match(line) for p in _LOG_ERROR) if m), "")
+        if not what:
+            what = next((line[line.index(k):] for k in _LOG_ALWAYS if k in line), "")
+        if what and what not in said:
+            said.append(what)
+    return "; ".join(said)[:limit]
 
 
 def _stats(times_ms: Sequence[float]) -> dict:
@@ -242,17 +330,27 @@ def _stats(times_ms: Sequence[float]) -> dict:
 
 
 def units_per_backend(runs: int, warmup: int) -> int:
-    """Progress units one backend takes: cold start, warm start, warm-up and timed invokes."""
+    """Progress units one backend takes: cold start, warm start, warm-up and timed steps."""
     return 2 + max(warmup, 1) + runs
+
+
+def precision_of(backend: str, precision: str = "fp32") -> str:
+    """The precision a row runs at: LiteRT CPU and the reference fp32, LiteRT GPU by its name,
+    ours as asked."""
+    if backend in (LITERT, LITERT_GPU, REFERENCE):
+        return "fp32"
+    if backend == LITERT_GPU_FP16:
+        return "fp16"
+    return precision
 
 
 def bench_backend(model_path: str, backend: str, inputs_npz: str, workdir: str, *,
                   threads: int, runs: int, warmup: int, precision: str = "fp32",
                   cache_dir: Optional[str] = None, profile: bool = False,
-                  timeout: float = 1800.0, progress=None) -> dict:
+                  timeout: float = 1800.0, progress=None, io: Optional[dict] = None) -> dict:
     """One backend on one model: cold start, warm start, latency; a row of the table (without the
-    comparison with the oracle: bench_model adds it)."""
-    row = {"backend": backend, "precision": precision if backend not in (LITERT, REFERENCE) else "fp32",
+    comparison with the oracle: bench_model adds it). io: model_io(model_path), if known."""
+    row = {"backend": backend, "precision": precision_of(backend, precision),
            "ok": False, "error": None}
     if backend == LITERT:
         row["threads"] = threads
@@ -264,30 +362,51 @@ def bench_backend(model_path: str, backend: str, inputs_npz: str, workdir: str, 
     spec = {"model": os.path.abspath(model_path), "backend": backend, "precision": row["precision"],
             "threads": threads, "runs": runs, "warmup": max(warmup, 1), "profile": profile,
             "inputs": inputs_npz, "outputs": os.path.join(workdir, f"{backend}.outputs.npz"),
-            "cache_dir": cache}
+            "io": io or model_io(model_path), "cache_dir": cache}
     env = _child_env(backend, cache)
     counter = _Counter(progress)
+    ours = backend not in LITERTS
     try:
         for stage in ("cold", "warm"):
             counter.describe(f"{backend}: {stage} start")
             result = _run_child(dict(spec, stage=stage), workdir, env, timeout, counter)
             if not result.get("ok"):
                 row["error"] = f"{stage} run: {result.get('error')}"
+                if result.get("raised"):
+                    row["raised"] = result["raised"]
                 return row
-            row[stage] = result["start"]
+            row[stage] = dict(result["start"])
+            summary = result.get("summary") or {}
+            cache_info = summary.get("cache") or {}
+            row[stage]["cache_state"] = cache_info.get("state")
+            row[stage]["cache_reason"] = cache_info.get("reason")
+            row[stage]["cache_dir"] = cache_info.get("dir")
+            row[stage]["build_s"] = (summary.get("runtime") or {}).get("build_s")
     finally:                  # keep the bar's total honest whatever happened
         counter.update(max(units_per_backend(runs, warmup) - counter.n, 0))
-    row["second_invoke_ms"] = result["second_invoke_ms"]
+    row["warm_pct"] = (100.0 * row["warm"]["start_s"] / row["cold"]["start_s"]
+                       if row["cold"]["start_s"] > 0 else None)
+    row["second_step_ms"] = result["second_step_ms"]
     row["latency_ms"] = _stats(result["times_ms"])
     row["times_ms"] = result["times_ms"]
-    if "summary" in result:
+    row["invoke_ms"] = _stats(result["invoke_times_ms"])
+    row["invoke_median_ms"] = row["invoke_ms"]["median"]
+    row["matched"] = result.get("matched")
+    if "fully_accelerated" in result:
+        row["fully_accelerated"] = result["fully_accelerated"]
+    if ours:
         s = result["summary"]
+        runtime = s.get("runtime")
         row.update({"ops_total": s["ops_total"], "ops_delegated": s["ops_delegated"],
                     "ops_folded": s["ops_folded"], "ops_cpu": s["ops_cpu"],
-                    "partitions": s["partitions"], "launches_per_invoke": s["kernels"]})
+                    "partitions": s["partitions"],
+                    # nothing delegated (the reference): no launches, no waits, no device
+                    "launches_per_invoke": runtime["launches_per_invoke"] if runtime else 0,
+                    "waits_per_invoke": runtime["waits_per_invoke"] if runtime else 0,
+                    "device_kind": runtime["device"] if runtime else None,
+                    "cache_state": row["warm"]["cache_state"]})
     if "profile" in result:
         row["profile"] = result["profile"]
-        row["launches_per_invoke"] = result["profile"]["launches_per_invoke"]
     row["outputs"] = spec["outputs"]
     row["ok"] = True
     return row
@@ -316,7 +435,7 @@ def bench_model(model_path: str, backends: Optional[Sequence[str]] = None, *,
                 devices: Optional[dict] = None, workdir: Optional[str] = None) -> dict:
     """Benchmark one model on each backend in turn (never two at once). Returns
     {'model', 'path', 'inputs', 'oracle', 'rows'}: one row per backend (see bench_backend), each
-    with 'max_rel_diff' against the oracle (LiteRT if it ran, else the reference).
+    with 'max_rel_diff' against the oracle (LiteRT CPU if it ran, else the reference).
     progress: a tqdm-like object (update(n), set_postfix_str(s, refresh)) or None.
     devices: backend -> device_of(...) already computed (bench/bench.py probes once)."""
     if runs < 1:
@@ -331,6 +450,7 @@ def bench_model(model_path: str, backends: Optional[Sequence[str]] = None, *,
         model_dir = os.path.join(workdir, name)
         os.makedirs(model_dir, exist_ok=True)
         inputs = make_inputs(model_path, seed)
+        io = model_io(model_path)
         inputs_npz = os.path.join(model_dir, "inputs.npz")
         np.savez(inputs_npz, **{f"input_{i}": x for i, x in enumerate(inputs)})
         rows = []
@@ -345,7 +465,7 @@ def bench_model(model_path: str, backends: Optional[Sequence[str]] = None, *,
                 row = bench_backend(model_path, backend, inputs_npz, model_dir, threads=threads,
                                     runs=runs, warmup=warmup, precision=precision,
                                     cache_dir=cache_dir, profile=profile, timeout=timeout,
-                                    progress=progress)
+                                    progress=progress, io=io)
             row["device"] = device.get("device", "")
             row["software"] = device.get("software")
             rows.append(row)
@@ -448,31 +568,48 @@ def _label(row) -> str:
     b = row["backend"]
     if b == LITERT:
         return f"litert ({row.get('threads')} thr)"
+    if b in LITERT_GPUS:
+        return b
     return b + (" fp16" if row.get("precision") == "fp16" else "")
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.0f}%"
+
+
+TABLE_HEAD = ["model", "backend", "device", "cold start s", "warm start s", "warm / cold",
+              "warm-run cache", "median ms (step)", "p10-p90 ms", "min ms", "launches / invoke",
+              "waits / invoke", "device kind", "ops GPU / CPU", "max rel. diff"]
 
 
 def table_rows(results: Sequence[dict]) -> list:
     """The table as a list of rows of strings (header first)."""
-    head = ["model", "backend", "device", "cold start s", "warm start s", "median ms",
-            "p10-p90 ms", "min ms", "launches / invoke", "ops GPU / CPU", "max rel. diff"]
-    lines = [head]
+    lines = [list(TABLE_HEAD)]
     for res in results:
         for r in res["rows"]:
             if not r["ok"]:
                 lines.append([res["model"], _label(r), r.get("device") or "-",
-                              f"error: {r['error']}"[:200].replace("|", "/")] + ["-"] * 7)
+                              f"error: {r['error']}"[:300].replace("|", "/").replace("\n", " ")]
+                             + ["-"] * (len(TABLE_HEAD) - 4))
                 continue
             lat = r["latency_ms"]
-            ours = r["backend"] != LITERT
-            taichi = r["backend"] in TAICHI_BACKENDS + (AUTO,)
+            ours = r["backend"] not in LITERTS
+            if r["backend"] in LITERT_GPUS:
+                ops = {True: "all (fully accelerated)", False: "partly"}.get(r.get("fully_accelerated"), "-")
+            elif ours:
+                ops = f"{r.get('ops_delegated', 0)} / {r.get('ops_cpu', '-')}"
+            else:
+                ops = "-"
             diff = ("(oracle)" if r["backend"] == res["oracle"] else _f(r.get("max_rel_diff"), ".1e"))
             lines.append([
                 res["model"], _label(r), r.get("device") or "-",
-                _n(r["cold"]["start_s"]), _n(r["warm"]["start_s"]),
+                _n(r["cold"]["start_s"]), _n(r["warm"]["start_s"]), _pct(r.get("warm_pct")),
+                (r.get("cache_state") or "-") if ours else "-",
                 _n(lat["median"]), f"{_n(lat['p10'])}-{_n(lat['p90'])}", _n(lat["min"]),
-                str(r.get("launches_per_invoke", "-")) if taichi else "-",
-                f"{r.get('ops_delegated', 0)} / {r.get('ops_cpu', '-')}" if ours else "-",
-                diff])
+                str(r.get("launches_per_invoke", "-")) if ours else "-",
+                str(r.get("waits_per_invoke", "-")) if ours else "-",
+                (r.get("device_kind") or "-") if ours else "-",
+                ops, diff])
     return lines
 
 
@@ -486,40 +623,59 @@ def render_table(results: Sequence[dict]) -> str:
 def render_text(results: Sequence[dict]) -> str:
     """The table for a terminal: aligned columns."""
     lines = table_rows(results)
-    widths = [max(len(l[i]) for l in lines) for i in range(len(lines[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(l, widths)).rstrip() for l in lines)
+    failed = [l[3].startswith("error: ") for l in lines]
+    widths = [max(len(l[i]) for l, bad in zip(lines, failed) if not bad or i < 3)
+              for i in range(len(lines[0]))]
+    out = []
+    for l, bad in zip(lines, failed):      # a row that failed: its reason runs on, unaligned
+        cells = l[:4] if bad else l
+        out.append("  ".join(c.ljust(w) for c, w in zip(cells, widths[:len(cells) - 1] + [0])).rstrip())
+    return "\n".join(out)
 
 
 def phases_table(results: Sequence[dict]) -> str:
-    """Where the starts go: import, construct, allocate, first invoke (cold / warm), second invoke."""
-    out = ["| model | backend | import s | construct s | allocate s | first invoke s | "
-           "second invoke ms | cache files before warm run |", "|" + " --- |" * 8]
+    """Where the starts go: import, construct, allocate, first step (cold / warm), then the
+    second step and the invoke alone (median of the timed steps), the cache."""
+    out = ["| model | backend | import s | construct s | allocate s | first step s | "
+           "second step ms | invoke-only median ms | cache files before warm run | "
+           "cache state | kernel build s |", "|" + " --- |" * 11]
     for res in results:
         for r in res["rows"]:
             if not r["ok"]:
                 continue
             c, w = r["cold"], r["warm"]
             pair = "{} / {}".format
+            state = "-" if c.get("cache_state") is None else pair(c["cache_state"], w.get("cache_state"))
+            build = "-" if c.get("build_s") is None else pair(_n(c["build_s"]), _n(w.get("build_s")))
             out.append(f"| {res['model']} | {_label(r)} | {pair(_n(c['import_s']), _n(w['import_s']))} | "
                        f"{pair(_n(c['construct_s']), _n(w['construct_s']))} | "
                        f"{pair(_n(c['allocate_s']), _n(w['allocate_s']))} | "
                        f"{pair(_n(c['first_invoke_s']), _n(w['first_invoke_s']))} | "
-                       f"{_n(r['second_invoke_ms'])} | {w['cache_files_before']} |")
+                       f"{_n(r['second_step_ms'])} | {_n(r.get('invoke_median_ms'))} | "
+                       f"{w['cache_files_before']} | {state} | {build} |")
     return "\n".join(out)
 
 
 METHOD = """\
 How (tflite_taichi/bench.py): every backend runs in fresh subprocesses, one after the other.
-*Cold start*: a new process with a new, empty cache folder (Taichi's offline cache, Mesa's, NVIDIA's and
-CUDA's caches and XDG_CACHE_HOME pointed into it), seconds from `Interpreter(...)` to the end of the
-first invoke (construct, allocate_tensors, set_tensor, first invoke: where Taichi compiles); importing
-the runtime is not in it (see the phases table). *Warm start*: a second new process with the cache folder
-as the cold run left it. *Latency*: in that second process, {warmup} warm-up invokes then {runs} timed
-`invoke()` calls with the garbage collector off: median, p10-p90, min. *Launches*: kernel launches per
-invoke (Taichi backends). *ops GPU / CPU*: ops run by the delegate / on the numpy path (folded ones in
-neither). *max rel. diff*: max |output - {oracle}| / max |{oracle} output| over every output, for the
-same seeded input (uniform [0, 1)). LiteRT: its default resolver (XNNPACK) with {threads} thread(s);
-`reference` is numpy (its BLAS picks its own threads); Taichi `cpu` uses every core."""
+A *step* is what a user's loop does: set every input, invoke, get every output (LiteRT CPU and ours:
+`set_tensor` / `invoke` / `get_tensor`; LiteRT GPU: `TensorBuffer.write` / `run_by_index` / `read`).
+*Cold start*: a new process with a new, empty cache folder (passed as `cache_dir` to our Interpreter,
+and Mesa's, NVIDIA's and CUDA's caches and XDG_CACHE_HOME pointed into it), seconds from constructing
+the runtime to the end of the first result (construct, allocate, the first step: where Taichi compiles
+or loads its kernels); importing the runtime is not in it (see the phases table). *Warm start*: a
+second new process with the cache folder as the cold run left it; *warm / cold*: warm as a percentage
+of cold; *warm-run cache*: our cache's state in that process (`summary()["cache"]`). *Latency*: in that
+second process, {warmup} warm-up steps then {runs} timed steps with the garbage collector off: median,
+p10-p90, min (the invoke alone, inside the same steps, is in the phases table). *Launches / waits*:
+kernel launches and host waits per invoke, *device kind*: `capi` (Taichi's C API) or `python` (its
+Python runtime), from `summary()["runtime"]` (ours). *ops GPU / CPU*: ops run by the delegate / on
+the numpy path (folded ones in neither); for LiteRT GPU whether it is fully accelerated. *max rel.
+diff*: max |output - {oracle}| / max |{oracle} output| over every output (matched by name), for the
+same seeded input (uniform [0, 1)). LiteRT CPU: its default resolver (XNNPACK) with {threads}
+thread(s); LiteRT GPU: CompiledModel on the GPU accelerator (ML Drift), `GpuOptions(enforce_f32=True)`
+for litert_gpu, the default (fp16) for litert_gpu_fp16; `reference` is numpy (its BLAS picks its own
+threads); Taichi `cpu` uses every core."""
 
 
 def render_markdown(report: dict) -> str:
@@ -546,17 +702,17 @@ def render_markdown(report: dict) -> str:
         "    " + report["command"],
         "",
         METHOD.format(warmup=first["warmup"], runs=first["runs"], threads=first["threads"],
-                      oracle="LiteRT" if first.get("oracle") == LITERT else (first.get("oracle") or "oracle")),
+                      oracle="LiteRT CPU" if first.get("oracle") == LITERT else (first.get("oracle") or "oracle")),
         "",
         render_table(results),
         "",
-        "Where the starts go (cold / warm):",
+        "Where the starts go (cold / warm), and the invoke alone:",
         "",
         phases_table(results),
         "",
     ]
     if report.get("plot"):
-        lines += [f"![median latency, p10-p90]({report['plot']})", ""]
+        lines += [f"![median step latency, p10-p90]({report['plot']})", ""]
     elif report.get("plot_note"):
         lines += [report["plot_note"], ""]
     return "\n".join(lines)
@@ -592,7 +748,7 @@ def plot(results: Sequence[dict], path: str) -> Optional[str]:
     ax.set_xticks(range(len(models)))
     ax.set_xticklabels(models)
     ax.set_yscale("log")
-    ax.set_ylabel("invoke latency, ms (median; bars p10-p90)")
+    ax.set_ylabel("step latency (set, invoke, get), ms\n(median; bars p10-p90)")
     ax.legend(fontsize="small")
     ax.grid(axis="y", which="both", alpha=0.3)
     fig.tight_layout()
@@ -635,14 +791,17 @@ def write_report(report: dict, out: str) -> list:
 def add_arguments(p, many: bool = False) -> None:
     """The options `tflite-taichi bench` and bench/bench.py share."""
     p.add_argument("--backends", nargs="+", metavar="B", default=None,
-                   help="space- or comma-separated, from " + ", ".join(KNOWN_BACKENDS) + " (default: litert, reference and every "
-                   "Taichi backend auto would consider: hardware GPUs that start, and cpu; a software "
-                   "Vulkan/OpenGL device runs when named)")
+                   help="space- or comma-separated, from " + ", ".join(KNOWN_BACKENDS) + " (default: litert, "
+                   "litert_gpu when a hardware GPU backend of ours starts, reference and every Taichi "
+                   "backend auto would consider: hardware GPUs that start, and cpu; a software "
+                   "Vulkan/OpenGL device runs when named). litert: LiteRT CPU (XNNPACK); litert_gpu, "
+                   "litert_gpu_fp16: LiteRT's GPU path (CompiledModel, ML Drift) fp32 / fp16")
     p.add_argument("--threads", type=int, default=None, help="LiteRT's threads (default: every core)")
-    p.add_argument("--runs", type=int, default=100, help="timed invokes (default 100)")
-    p.add_argument("--warmup", type=int, default=10, help="warm-up invokes before them (default 10)")
+    p.add_argument("--runs", type=int, default=100,
+                   help="timed steps (set inputs, invoke, get outputs; default 100)")
+    p.add_argument("--warmup", type=int, default=10, help="warm-up steps before them (default 10)")
     p.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
-                   help="for the Taichi backends (default fp32)")
+                   help="for the Taichi backends (default fp32; LiteRT GPU: pick litert_gpu_fp16)")
     p.add_argument("--seed", type=int, default=SEED, help="of the random input (default 0)")
     p.add_argument("--profile", action="store_true",
                    help="run ours with profile=True and keep it.profile() in the JSON")
@@ -652,7 +811,7 @@ def add_arguments(p, many: bool = False) -> None:
 def progress_bar(total: int, desc: str):
     """A tqdm bar on stderr (the table goes to stdout)."""
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="invoke", file=sys.stderr, dynamic_ncols=True,
+    return tqdm(total=total, desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True,
                 mininterval=0.5)
 
 

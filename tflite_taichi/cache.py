@@ -1,49 +1,51 @@
-"""Kernel caches on disk: `Interpreter(..., cache_dir=DIR, model_token=None)`.
+"""The kernel cache: compiled AOT modules on disk, so a model compiles once per machine.
 
-Serialization as the official GPU delegate has it (issue #5: its `serialization_dir` and
-`model_token`), with issue #7's robustness: processes may share DIR, and nothing found in it is
-trusted before it is checked.
+`Interpreter(..., cache_dir=None, model_token=None)`: the official GPU delegate's
+serialization (its `serialization_dir` and `model_token`), done for every backend. A program's
+kernels (delegate.py) are compiled once by Taichi's Python frontend and saved as a Taichi AOT
+module here; a later process loads the module through Taichi's C API in milliseconds and never
+runs the frontend for that model (device.py).
 
-DIR (created 0700; an existing DIR must be owned by the user and not group/world-writable):
+- `cache_dir=None` (default): the per-user cache, `$TFLITE_TAICHI_CACHE_DIR`, else
+  `$XDG_CACHE_HOME/tflite_taichi`, else `~/.cache/tflite_taichi`: the second run of a script
+  is warm without asking. `cache_dir=False`: no cache (modules are built in a temporary folder
+  and removed once loaded). A path: that folder.
+- `model_token`: names the model's record (default: the sha256 fingerprint of everything the
+  kernels depend on, `token_covers`).
 
-    lock                 flock'ed around every check, wipe, Taichi dump and manifest write
-    manifest.json        versions, a generation id, and the size and sha256 of every file under
-                         taichi/ (written atomically: temp file + os.replace)
-    taichi/              Taichi's offline cache (ti.init(offline_cache_file_path=...))
-    xdg/                 XDG_CACHE_HOME while Taichi starts and stops: Taichi's Vulkan pipeline
-                         cache (xdg/taichi/rhi_cache.bin)
-    mesa/                MESA_SHADER_CACHE_DIR (lavapipe, llvmpipe, Mesa's GPU drivers)
-    nvidia-gl/           __GL_SHADER_DISK_CACHE_PATH (NVIDIA's GL/Vulkan shader cache)
-    cuda/                CUDA_CACHE_PATH (CUDA's PTX JIT cache)
-    models/TOKEN.json    one record per model token: what the token covers, and whether the
-                         kernels were built into the current generation of taichi/
+DIR (created 0700, files 0600; an existing DIR must be owned by the user and not group- or
+world-writable; nothing found in it is trusted before it is checked):
 
-What is trusted, and why (facts measured on Taichi 1.7.4):
-- Taichi keys each kernel in its offline cache by a hash of the kernel's IR and compile
-  config, so a token never selects code: it names a record that says warm or cold. A token
-  reused for another model gives a cold start, never another model's kernels.
-- Taichi checks a .tic when it loads it, but a damaged one is only logged at debug level
-  ("The file was corrupted", "IO error"), compiled again and never rewritten: every later start
-  pays that compile, unseen. So before ti.init the files under taichi/ are
-  checked against manifest.json: a missing manifest, other versions, a missing, extra,
-  truncated or altered file -> a CacheWarning, taichi/ and xdg/taichi/ wiped, a new generation
-  (rebuild). xdg/taichi/ (the Vulkan pipeline cache) is not hashed: see WIPED.
-- Taichi writes its cache only when its program is finalized (ti.reset() or interpreter
-  teardown). The first Taichi start with a cache_dir registers an atexit handler that, under
-  the lock, checks the files again, calls ti.reset() (Taichi dumps), and hashes the result into
-  manifest.json, then writes the records of this process's models that built their kernels.
-  A process killed before that leaves no new files behind (Taichi did not dump either).
-- Driver caches (Mesa, NVIDIA, CUDA) check their own entries (checksums, keys holding the
-  driver's build id) and do their own locking: they are pointed into DIR, not hashed.
-- The environment variables are set only while Taichi starts (and around the dump at exit),
-  then restored, so child processes and other libraries keep their own caches.
-- backend='reference' compiles nothing: its cache_dir and model_token are validated, not used.
+    lock                 flock'ed around every module write, removal and eviction
+    modules/KEY/         one AOT module: module.tcm (Vulkan, OpenGL/GLES, Metal) or module/
+                         (a saved folder: the LLVM archs, cuda and cpu, load only those), and
+                         meta.json: what it was built for, and the size and sha256 of every file
+    models/TOKEN.json    one record per model token: what the token covers
+    xdg/ mesa/ nvidia-gl/ cuda/   the GPU drivers' own caches (pipelines, shaders, PTX), pointed
+                         here while a runtime starts (they check their own entries)
+
+What is trusted, and why:
+- KEY is the sha256 of the token's covers (the model bytes, backend, precision, options,
+  package and Taichi versions), the subgraph, its input shapes and a digest of the programs'
+  plans (every offset the kernels bake in). A module is loaded only for exactly that program: a
+  token reused for another model gives a cold start, never another model's kernels.
+- Before a module is loaded, every file under modules/KEY is checked against meta.json: a
+  missing, extra, truncated or altered file, a symbolic link or other non-regular file, or a
+  malformed meta.json -> a CacheWarning, the module removed and built again. A module that
+  passes but that the C API refuses (another driver, device or Taichi build: Taichi checks the
+  device capabilities a module needs) is rebuilt the same way.
+- Modules are written into a temporary folder under modules/, hashed, then renamed into place
+  under the lock: a process killed at any point leaves a complete module or none (stale
+  temporary folders are removed). Processes may share DIR.
+- The folder is capped (`max_bytes`, default 2 GiB, `$TFLITE_TAICHI_CACHE_MAX_MB`): the least
+  recently used modules go first.
+- backend='reference' compiles nothing: its cache arguments are validated, not used.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -56,7 +58,6 @@ import threading
 import time
 import uuid
 import warnings
-import weakref
 from typing import Optional
 
 from tflite_taichi.errors import BackendUnavailable, InputError
@@ -66,32 +67,26 @@ try:
 except ImportError:          # Windows: no flock; a cache_dir is then for one process at a time
     fcntl = None
 
-FORMAT = 1
+FORMAT = 2
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-MANIFEST = "manifest.json"
+KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
 LOCK = "lock"
-TAICHI = "taichi"
+MODULES = "modules"
 MODELS = "models"
-VERIFIED = ("taichi",)                      # the tree manifest.json covers
-# Wiped with it: Taichi's Vulkan pipeline cache and its version file. Not hashed: Taichi writes
-# xdg/taichi/version_info while the device starts, after our scan (a second process found it
-# grown from 0 to 54 bytes and distrusted a sound cache), and the Vulkan driver validates
-# rhi_cache.bin's header itself (vendor, device, pipeline-cache UUID), as Mesa's caches.
-WIPED = ("taichi", "xdg/taichi")
+META = "meta.json"
 DRIVER_ENV = {                               # variable -> folder under DIR
     "XDG_CACHE_HOME": "xdg",
     "MESA_SHADER_CACHE_DIR": "mesa",
     "__GL_SHADER_DISK_CACHE_PATH": "nvidia-gl",
     "CUDA_CACHE_PATH": "cuda",
 }
-SUBDIRS = (TAICHI, "xdg", "mesa", "nvidia-gl", "cuda", MODELS)
-TAICHI_LOCK = "ticache.lock"                 # Taichi's own lock file: transient, not hashed
-STALE_TAICHI_LOCK_S = 60.0                   # Taichi holds it for milliseconds; older = left by a crash
+SUBDIRS = (MODULES, MODELS, "xdg", "mesa", "nvidia-gl", "cuda")
+DEFAULT_MAX_BYTES = 2 << 30
+STALE_TEMP_S = 3600.0            # a temporary module folder older than this was left by a crash
 
 
 class CacheError(BackendUnavailable):
-    """cache_dir cannot be used: not private, not ours, or another cache_dir already serves
-    this process's Taichi runtime."""
+    """cache_dir cannot be used: not private, not ours, or not a folder."""
 
 
 class CacheWarning(UserWarning):
@@ -101,13 +96,16 @@ class CacheWarning(UserWarning):
 # -- arguments --------------------------------------------------------------------------------
 def check_arguments(cache_dir, model_token) -> None:
     """Validate Interpreter(cache_dir=, model_token=) before anything starts (InputError)."""
-    if cache_dir is None:
+    if cache_dir is False:
         if model_token is not None:
-            raise InputError("model_token needs cache_dir: the token names a record in the cache")
+            raise InputError("model_token needs a cache: it names a record in cache_dir, and "
+                             "cache_dir=False turns the cache off")
         return
-    if not isinstance(cache_dir, (str, os.PathLike)) or isinstance(os.fspath(cache_dir), bytes) \
-            or not os.fspath(cache_dir):
-        raise InputError(f"cache_dir must be a non-empty str or os.PathLike, got {cache_dir!r}")
+    if cache_dir is not None and (not isinstance(cache_dir, (str, os.PathLike))
+                                  or isinstance(os.fspath(cache_dir), bytes)
+                                  or not os.fspath(cache_dir)):
+        raise InputError(f"cache_dir must be None (the per-user cache), False (no cache) or a "
+                         f"non-empty str or os.PathLike, got {cache_dir!r}")
     if model_token is not None:
         check_token(model_token)
 
@@ -121,8 +119,28 @@ def check_token(token) -> str:
     return token
 
 
+def default_dir() -> str:
+    """The per-user cache: $TFLITE_TAICHI_CACHE_DIR, $XDG_CACHE_HOME/tflite_taichi or
+    ~/.cache/tflite_taichi."""
+    given = os.environ.get("TFLITE_TAICHI_CACHE_DIR")
+    if given:
+        return given
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tflite_taichi")
+
+
 def resolve_path(cache_dir) -> str:
     return os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(cache_dir))))
+
+
+def max_bytes() -> int:
+    given = os.environ.get("TFLITE_TAICHI_CACHE_MAX_MB")
+    if given:
+        try:
+            return max(int(float(given) * (1 << 20)), 0)
+        except ValueError:
+            raise InputError(f"TFLITE_TAICHI_CACHE_MAX_MB={given!r} is not a number") from None
+    return DEFAULT_MAX_BYTES
 
 
 # -- versions and fingerprints ----------------------------------------------------------------
@@ -130,35 +148,42 @@ _source_digest: Optional[str] = None
 
 
 def _package_source_digest() -> str:
-    """sha256 of this package's Python sources (kernels are generated from them): a checkout
-    edited without a version bump still gets new default tokens."""
+    """sha256 of this package's installed Python sources (kernels are generated from them): a
+    checkout edited without a version bump still gets new default tokens. The files are read
+    from the package's folders, not imported."""
     global _source_digest
     if _source_digest is None:
-        import tflite_taichi
-        import tflite_taichi.ops
-        import tflite_taichi.quant
         h = hashlib.sha256()
-        for package in (tflite_taichi, tflite_taichi.ops, tflite_taichi.quant):
-            for top in package.__path__:
-                for dirpath, dirnames, filenames in os.walk(top):
-                    dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-                    for name in sorted(filenames):
-                        if name.endswith(".py"):
-                            path = os.path.join(dirpath, name)
-                            h.update(os.path.relpath(path, top).encode() + b"\0")
-                            with open(path, "rb") as f:
-                                h.update(f.read())
+        here = os.path.dirname(os.path.abspath(__file__))
+        import tflite_taichi.ops as ops_pkg
+        import tflite_taichi.quant as quant_pkg
+        tops = [here] + list(ops_pkg.__path__) + list(quant_pkg.__path__)
+        for top in dict.fromkeys(os.path.realpath(t) for t in tops):
+            for name in sorted(os.listdir(top)):
+                if name.endswith(".py"):
+                    path = os.path.join(top, name)
+                    h.update(os.path.basename(top).encode() + b"/" + name.encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(f.read())
         _source_digest = h.hexdigest()[:16]
     return _source_digest
 
 
-def taichi_versions() -> dict:
-    """What the Taichi cache files depend on; a manifest with other values is not trusted."""
-    import taichi
-    import tflite_taichi
-    return {"format": FORMAT, "taichi": ".".join(map(str, taichi.__version__)),
-            "tflite_taichi": tflite_taichi.__version__,
-            "machine": platform.machine(), "system": platform.system()}
+def taichi_version() -> str:
+    try:
+        return importlib.metadata.version("taichi")
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def versions() -> dict:
+    """What a module depends on besides the model (a module built under others is not loaded)."""
+    import numpy
+    from tflite_taichi import __version__
+    return {"format": FORMAT, "taichi": taichi_version(), "tflite_taichi": __version__,
+            "tflite_taichi_source": _package_source_digest(), "numpy": numpy.__version__,
+            "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),
+            "system": platform.system()}
 
 
 def _digest_source(source) -> tuple:
@@ -177,15 +202,13 @@ def _digest_source(source) -> tuple:
 
 
 def token_covers(source, backend: str, precision: str, max_delegated_partitions: int = 1,
-                 preserve_all_tensors: bool = False) -> dict:
+                 preserve_all_tensors: bool = False, reference_ops=()) -> dict:
     """Everything the default token is a fingerprint of (recorded with every token)."""
-    import numpy
     sha, size = _digest_source(source)
     return {"model_sha256": sha, "model_size": size, "backend": backend, "precision": precision,
             "max_delegated_partitions": int(max_delegated_partitions),
             "preserve_all_tensors": bool(preserve_all_tensors),
-            **taichi_versions(), "tflite_taichi_source": _package_source_digest(),
-            "numpy": numpy.__version__, "python": "%d.%d" % sys.version_info[:2]}
+            "reference_ops": sorted(reference_ops), **versions()}
 
 
 def default_token(covers: dict) -> str:
@@ -289,299 +312,364 @@ def _file_digest(path: str) -> dict:
     return {"size": size, "sha256": h.hexdigest()}
 
 
-def scan(root: str) -> tuple:
-    """({relative path: {size, sha256}} of the files under VERIFIED, [what is not a plain file])."""
+def scan(folder: str) -> tuple:
+    """({relative path: {size, sha256}} of the files under `folder` but meta.json,
+    [relative paths of what is not a plain file or folder])."""
     files, odd = {}, []
-    for sub in VERIFIED:
-        top = os.path.join(root, sub)
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames.sort()
-            for name in dirnames:
-                if os.path.islink(os.path.join(dirpath, name)):
-                    odd.append(os.path.relpath(os.path.join(dirpath, name), root))
-            for name in sorted(filenames):
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root).replace(os.sep, "/")
-                if name == TAICHI_LOCK and dirpath == os.path.join(root, TAICHI):
-                    continue
-                if os.path.islink(path) or not os.path.isfile(path):
-                    odd.append(rel)
-                    continue
-                files[rel] = _file_digest(path)
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for name in list(dirnames):
+            if os.path.islink(os.path.join(dirpath, name)):
+                odd.append(os.path.relpath(os.path.join(dirpath, name), folder))
+                dirnames.remove(name)
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, folder).replace(os.sep, "/")
+            if rel == META:
+                continue
+            if os.path.islink(path) or not os.path.isfile(path):
+                odd.append(rel)
+                continue
+            files[rel] = _file_digest(path)
     return files, odd
 
 
-def check(root: str) -> tuple:
-    """(manifest or None, problem or None): problem is None when taichi/ holds
-    exactly what manifest.json lists, written by these versions (or are empty, with no manifest)."""
-    files, odd = scan(root)
-    manifest, unreadable = _read_json(os.path.join(root, MANIFEST))
-    if unreadable:
-        return None, unreadable
-    if manifest is None:
-        if files or odd:
-            return None, (f"{len(files) + len(odd)} cache files without {MANIFEST} (a cache this "
-                          "package did not write)")
-        return None, None
-    if (not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict)
-            or not isinstance(manifest.get("generation"), str)):
-        return None, f"{MANIFEST} is malformed"
-    if manifest.get("versions") != taichi_versions():
-        old, new = manifest.get("versions"), taichi_versions()
-        old = old if isinstance(old, dict) else {}
-        diff = ", ".join(f"{k} {old.get(k)!r} != {new[k]!r}" for k in new if old.get(k) != new[k])
-        return manifest, f"it was written by other versions ({diff or 'unknown'})"
-    if odd:
-        return manifest, f"{odd[0]} is not a regular file"
-    listed = manifest["files"]
-    for rel in sorted(set(listed) | set(files)):
-        if rel not in files:
-            return manifest, f"{rel} is missing"
-        if rel not in listed:
-            return manifest, f"{rel} is not in {MANIFEST} (written outside this package's lock)"
-        if files[rel] != listed[rel]:
-            got, want = files[rel], listed[rel]
-            if isinstance(want, dict) and got["size"] != want.get("size"):
-                return manifest, f"{rel} has {got['size']} bytes, {want.get('size')} recorded (truncated?)"
-            return manifest, f"{rel} does not match its recorded sha256 (corrupt)"
-    return manifest, None
+def _chmod_private(folder: str) -> None:
+    for dirpath, dirnames, filenames in os.walk(folder):
+        os.chmod(dirpath, 0o700)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o600)
 
 
-def _wipe(root: str) -> None:
-    for sub in WIPED:
-        shutil.rmtree(os.path.join(root, sub), ignore_errors=True)
-    for sub in WIPED:
-        _private_dir(os.path.join(root, sub))
-    files, odd = scan(root)
-    if files or odd:
-        raise CacheError(f"cannot clear the untrusted cache in {root}: "
-                         f"{(list(files) + odd)[0]} could not be removed")
+# -- one cache folder --------------------------------------------------------------------------
+@contextlib.contextmanager
+def driver_env(root: Optional[str]):
+    """The GPU drivers' cache variables pointed into DIR while a runtime starts (the drivers
+    read them once), restored after: child processes and other libraries keep their own."""
+    if root is None:
+        yield
+        return
+    wanted = {var: os.path.join(root, sub) for var, sub in DRIVER_ENV.items()}
+    saved = {var: os.environ.get(var) for var in wanted}
+    try:
+        os.environ.update(wanted)
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
-def _new_manifest(files=None) -> dict:
-    return {"format": FORMAT, "versions": taichi_versions(), "generation": uuid.uuid4().hex,
-            "files": files or {}}
+# Eviction scans every module folder: done at a process's first commit to a folder, then after
+# EVICT_EVERY commits or EVICT_AFTER_S seconds (a test run commits thousands of modules; a scan
+# per commit made that quadratic: 6,700 modules, minutes of stat calls)
+EVICT_EVERY, EVICT_AFTER_S = 64, 60.0
+_evictions: dict = {}             # root -> [commits since the last scan, time of the last scan]
 
 
-def _clear_stale_taichi_lock(root: str) -> None:
-    path = os.path.join(root, TAICHI, TAICHI_LOCK)
-    with contextlib.suppress(OSError):
-        if time.time() - os.stat(path).st_mtime > STALE_TAICHI_LOCK_S:
-            os.unlink(path)      # left by a killed process: Taichi would skip its cache for good
+def _eviction_due(root: str) -> bool:
+    commits, last = _evictions.get(root, (EVICT_EVERY, 0.0))
+    if commits + 1 >= EVICT_EVERY or time.time() - last >= EVICT_AFTER_S:
+        _evictions[root] = (0, time.time())
+        return True
+    _evictions[root] = (commits + 1, last)
+    return False
 
 
-# -- one process's cache ----------------------------------------------------------------------
-class ProcessCache:
-    """The cache_dir this process's Taichi runtime was started with."""
+class ModuleStore:
+    """The AOT modules of one cache folder."""
 
     def __init__(self, root: str):
         self.root = root
-        self.taichi_dir = os.path.join(root, TAICHI)
-        self.generation = None              # of the Taichi cache, from manifest.json
-        self.rebuilt = None                 # why the cache was wiped at start, or None
-        self.models = []                    # ModelCache of this process's interpreters
-        self._finished = False
-        self._mutex = threading.Lock()
+        self.modules = os.path.join(root, MODULES)
+
+    def path(self, key: str) -> str:
+        if not KEY_PATTERN.fullmatch(key):
+            raise ValueError(f"not a module key: {key!r}")
+        return os.path.join(self.modules, key)
+
+    def find(self, key: str, arch: str) -> tuple:
+        """(path of the module to load, None) when modules/KEY checks out; (None, why) when it
+        does not (after removing it, with a CacheWarning); (None, None) when absent."""
+        folder = self.path(key)
+        if not os.path.lexists(folder):
+            return None, None
+        problem = self._check(folder, key, arch)
+        if problem is None:
+            with contextlib.suppress(OSError):
+                os.utime(os.path.join(folder, META))       # recently used: evicted last
+            meta, _ = _read_json(os.path.join(folder, META))
+            return os.path.join(folder, meta["module"]), None
+        self.reject(key, problem)
+        return None, problem
+
+    def _check(self, folder: str, key: str, arch: str) -> Optional[str]:
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            return "it is not a folder"
+        meta, unreadable = _read_json(os.path.join(folder, META))
+        if unreadable:
+            return unreadable
+        if (not isinstance(meta, dict) or not isinstance(meta.get("files"), dict)
+                or meta.get("format") != FORMAT or meta.get("key") != key
+                or not isinstance(meta.get("module"), str)):
+            return f"{META} is missing or malformed"
+        if meta.get("arch") != arch:
+            return f"it was built for {meta.get('arch')!r}, not {arch!r}"
+        files, odd = scan(folder)
+        if odd:
+            return f"{odd[0]} is not a regular file"
+        listed = meta["files"]
+        for rel in sorted(set(listed) | set(files)):
+            if rel not in files:
+                return f"{rel} is missing"
+            if rel not in listed:
+                return f"{rel} is not in its {META}"
+            got, want = files[rel], listed[rel]
+            if not isinstance(want, dict) or got["size"] != want.get("size"):
+                return f"{rel} has {got['size']} bytes, {want.get('size') if isinstance(want, dict) else '?'} recorded (truncated?)"
+            if got["sha256"] != want.get("sha256"):
+                return f"{rel} does not match its recorded sha256 (corrupt)"
+        return None
+
+    def reject(self, key: str, problem: str) -> None:
+        """A module that cannot be trusted or loaded: warn, remove (it is built again)."""
+        warnings.warn(CacheWarning(
+            f"tflite_taichi: the cached kernels {key[:16]} in {self.modules} are not used "
+            f"({problem}); they are compiled again"), stacklevel=4)
+        with locked(self.root):
+            self._remove(self.path(key))
+
+    def _remove(self, folder: str) -> None:
+        if os.path.islink(folder) or os.path.isfile(folder):
+            os.unlink(folder)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+        if os.path.lexists(folder):
+            raise CacheError(f"cannot remove the untrusted cache entry {folder}")
 
     @contextlib.contextmanager
-    def driver_env(self):
-        """The driver cache variables pointed into DIR (and Taichi's own cache variable out of
-        the way: the ti.init argument names the folder); restored on exit."""
-        wanted = {var: os.path.join(self.root, sub) for var, sub in DRIVER_ENV.items()}
-        wanted["TI_OFFLINE_CACHE_FILE_PATH"] = None
-        saved = {var: os.environ.get(var) for var in wanted}
+    def building(self):
+        """A private temporary folder under modules/ to build a module in (removed after)."""
+        folder = os.path.join(self.modules, f".tmp-{uuid.uuid4().hex}")
+        os.mkdir(folder, 0o700)
         try:
-            for var, value in wanted.items():
-                if value is None:
-                    os.environ.pop(var, None)
-                else:
-                    os.environ[var] = value
-            yield
+            yield folder
         finally:
-            for var, value in saved.items():
-                if value is None:
-                    os.environ.pop(var, None)
-                else:
-                    os.environ[var] = value
+            shutil.rmtree(folder, ignore_errors=True)
 
-    @contextlib.contextmanager
-    def starting(self):
-        """Around ti.init, under the lock: the Taichi cache checked (or wiped, with a
-        CacheWarning) before the driver loads, the variables set; after, what Taichi wrote under
-        taichi/ while starting hashed into the manifest."""
+    def commit(self, key: str, built: str, module: str, arch: str, info: dict) -> str:
+        """Move the module built in `built` (its file or folder `module`) into modules/KEY, with
+        its meta.json; returns the path to load. If another process committed KEY meanwhile, its
+        module is kept (both are the same program's)."""
+        _chmod_private(built)
+        files, odd = scan(built)
+        if odd:
+            raise CacheError(f"the module built in {built} holds {odd[0]}, not a regular file")
+        meta = {"format": FORMAT, "key": key, "arch": arch, "module": module, "files": files,
+                "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **info}
+        _write_json(os.path.join(built, META), meta)
+        target = self.path(key)
         with locked(self.root):
-            _clear_stale_taichi_lock(self.root)
-            manifest, problem = check(self.root)
-            if problem:
-                warnings.warn(CacheWarning(
-                    f"tflite_taichi: the kernel cache in {self.root} is not trusted ({problem}); "
-                    "clearing it: this start compiles every kernel again"), stacklevel=6)
-                _wipe(self.root)
-            if problem or manifest is None:
-                manifest = _new_manifest()
-                _write_json(os.path.join(self.root, MANIFEST), manifest)
-            self.generation, self.rebuilt = manifest["generation"], problem
-            with self.driver_env():
-                yield
-            files, odd = scan(self.root)
-            if files != manifest["files"] and not odd:
-                manifest["files"] = files
-                _write_json(os.path.join(self.root, MANIFEST), manifest)
+            if os.path.lexists(target):
+                if self._check(target, key, arch) is None:
+                    return os.path.join(target, module)
+                self._remove(target)
+            os.rename(built, target)
+            os.mkdir(built, 0o700)          # building() removes the folder it made
+            if _eviction_due(self.root):
+                self._evict(keep=key)
+        return os.path.join(target, module)
 
-    def activate(self) -> None:
-        """Taichi runs on this cache: dump, hash and record it at exit."""
-        atexit.register(self.finish)
-
-    def finish(self) -> None:
-        """Under the lock: check the files again, finalize Taichi (it dumps its cache), hash the
-        result into manifest.json, write this process's model records. Never raises."""
-        with self._mutex:
-            if self._finished:
-                return
-            self._finished = True
-        try:
-            self._finish()
-        except Exception as e:  # at exit: say it, never raise
-            print(f"tflite_taichi: could not record the kernel cache in {self.root}: "
-                  f"{type(e).__name__}: {e}", file=sys.stderr)
-
-    def _finish(self) -> None:
-        built = [m for m in self.models if m.was_built()]
-        with locked(self.root):
-            manifest, problem = check(self.root)
-            if not problem and (manifest or {}).get("generation") != self.generation:
-                # Taichi's dump lists every kernel it knows, its .tic files written only for
-                # those it compiled: over another generation, the list would name files that
-                # are gone, which Taichi then compiles again at every start, unseen.
-                problem = "another process rebuilt it meanwhile"
-            import taichi as ti
-            with self.driver_env():
-                ti.reset()                  # Taichi's Program.finalize writes its offline cache
-            if problem:
-                warnings.warn(CacheWarning(
-                    f"tflite_taichi: the kernel cache in {self.root} changed while this process "
-                    f"ran ({problem}); clearing it"), stacklevel=2)
-                _wipe(self.root)
-                _write_json(os.path.join(self.root, MANIFEST), _new_manifest())
-                return
-            if manifest is None:            # fresh folder whose manifest was never written
-                manifest = _new_manifest()
-            files, odd = scan(self.root)
-            if odd:
-                _wipe(self.root)
-                files = {}
-                manifest = _new_manifest()
-            manifest["files"] = files
-            manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            _write_json(os.path.join(self.root, MANIFEST), manifest)
-            for m in built:
-                m.write_record(manifest["generation"])
-
-
-_process: Optional[ProcessCache] = None
-
-
-def start(cache_dir) -> ProcessCache:
-    """Called by backend.ensure_runtime before ti.init: the checked folder (CacheError). Then
-    `with cache.starting(): ti.init(...)`, and activate() once Taichi runs."""
-    global _process
-    _process = ProcessCache(prepare_dir(cache_dir))
-    return _process
-
-
-def check_same(cache_dir, started_with: Optional[str]) -> None:
-    """A later interpreter in a process whose Taichi already runs: the same cache_dir or none."""
-    if cache_dir is None:
-        return
-    root = resolve_path(cache_dir)
-    if started_with is None:
-        raise CacheError(
-            f"cache_dir={os.fspath(cache_dir)!r}: Taichi already runs in this process without a "
-            "cache_dir (its own offline cache); give cache_dir to the first Taichi interpreter "
-            "of the process (Taichi's caches and the drivers' are fixed when Taichi starts)")
-    if root != started_with:
-        raise CacheError(
-            f"cache_dir={os.fspath(cache_dir)!r}: Taichi in this process already uses the cache in "
-            f"{started_with}; one cache_dir per process (Taichi's caches and the drivers' are "
-            "fixed when Taichi starts)")
-
-
-def current() -> Optional[ProcessCache]:
-    return _process
+    def _evict(self, keep: str) -> None:
+        """Least recently used modules out until the folder is under max_bytes(); temporary
+        folders of crashed builds out."""
+        limit = max_bytes()
+        entries, total = [], 0
+        now = time.time()
+        for name in os.listdir(self.modules):
+            folder = os.path.join(self.modules, name)
+            if name.startswith(".tmp-"):
+                with contextlib.suppress(OSError):
+                    if now - os.lstat(folder).st_mtime > STALE_TEMP_S:
+                        shutil.rmtree(folder, ignore_errors=True)
+                continue
+            size, used = 0, 0.0
+            for dirpath, _dirs, filenames in os.walk(folder):
+                for f in filenames:
+                    with contextlib.suppress(OSError):
+                        size += os.lstat(os.path.join(dirpath, f)).st_size
+            with contextlib.suppress(OSError):
+                used = os.lstat(os.path.join(folder, META)).st_mtime
+            entries.append((used, name, size))
+            total += size
+        for used, name, size in sorted(entries):
+            if total <= limit:
+                break
+            if name == keep:
+                continue
+            shutil.rmtree(os.path.join(self.modules, name), ignore_errors=True)
+            total -= size
 
 
 # -- one model's record -----------------------------------------------------------------------
 class ModelCache:
-    """What the cache holds for one interpreter's model: its token, warm or cold, and why."""
+    """What the cache holds for one interpreter's model: its token, where, and for each
+    program (subgraph and shapes) whether its kernels were loaded (warm) or built (cold), and
+    why."""
 
-    def __init__(self, process: ProcessCache, token: str, token_given: bool, covers: dict,
-                 interpreter=None):
-        self.process = process
+    def __init__(self, root: Optional[str], token: str, token_given: bool, covers: dict):
+        self.root = root
         self.token = token
         self.token_given = token_given
         self.covers = covers
-        self.path = os.path.join(process.root, MODELS, token + ".json")
-        self.built = False
-        self._interpreter = weakref.ref(interpreter) if interpreter is not None else None
-        self.reason = self._cold_reason()
-        self.warm = self.reason is None
+        self.store = ModuleStore(root) if root is not None else None
+        self.events = []                # (subgraph, "warm" | "cold", reason)
+        self.record_reason = self._record_reason()
 
-    def _cold_reason(self) -> Optional[str]:
-        if self.process.rebuilt:
-            return f"the cache was rebuilt at this start ({self.process.rebuilt})"
-        record, unreadable = _read_json(self.path)
+    def _record_reason(self) -> Optional[str]:
+        """Why this token's record does not match what it covers now (None: it matches)."""
+        if self.root is None:
+            return "the cache is off (cache_dir=False)"
+        record, unreadable = _read_json(self._record_path())
         if unreadable:
             return f"its record {unreadable}"
         if record is None:
             return "no record of this token: its kernels were never built here"
-        if not isinstance(record, dict) or record.get("format") != FORMAT:
+        covers = record.get("covers") if isinstance(record, dict) else None
+        if not isinstance(covers, dict):
             return "its record is malformed"
-        covers = record.get("covers")
         if covers != self.covers:
-            covers = covers if isinstance(covers, dict) else {}
             diff = sorted(k for k in set(covers) | set(self.covers) if covers.get(k) != self.covers.get(k))
             return f"the token was recorded for something else (differs in {', '.join(diff)})"
-        if record.get("generation") != self.process.generation:
-            return "the Taichi cache was rebuilt since the kernels were recorded"
-        if not record.get("built"):
-            return "its kernels were not built"
         return None
 
-    def note_built(self) -> None:
-        """The interpreter compiled its kernels (allocate_tensors): record it at exit."""
-        self.built = True
+    def _record_path(self) -> str:
+        return os.path.join(self.root, MODELS, self.token + ".json")
 
-    def was_built(self) -> bool:
-        if self.built:
-            return True
-        interpreter = self._interpreter() if self._interpreter is not None else None
-        main = getattr(interpreter, "_main", None)
-        return bool(getattr(main, "compiled", None))   # interim: allocate_tensors compiled
+    def module_key(self, subgraph: int, shapes, plan_digest: str) -> str:
+        text = json.dumps({"covers": self.covers, "subgraph": subgraph,
+                           "shapes": [[int(t), [int(d) for d in s]] for t, s in sorted(shapes.items())],
+                           "plan": plan_digest}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
 
-    def write_record(self, generation: str) -> None:
-        _write_json(self.path, {"format": FORMAT, "token": self.token,
-                                "token_given": self.token_given, "covers": self.covers,
-                                "generation": generation, "built": True,
-                                "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    def note(self, subgraph: int, state: str, reason: Optional[str]) -> None:
+        """A program of this model loaded its module (warm) or built it (cold, and why); the
+        token's record is (re)written when it did not say what the token covers now."""
+        self.events.append((subgraph, state, reason))
+        if self.record_reason is not None and self.root is not None:
+            self.record_reason = None
+            with contextlib.suppress(OSError):
+                _write_json(self._record_path(), {
+                    "format": FORMAT, "token": self.token, "token_given": self.token_given,
+                    "covers": self.covers,
+                    "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+
+    @property
+    def state(self) -> str:
+        """'warm' when every program of the last allocate loaded its kernels from the cache."""
+        if not self.events:
+            return "cold"
+        return "warm" if all(s == "warm" for _, s, _ in self.events) else "cold"
 
     def info(self) -> dict:
         """For summary() and bench: where, which token, warm or cold and why."""
-        return {"dir": self.process.root, "token": self.token,
+        reasons = [r for _, s, r in self.events if s == "cold" and r]
+        reason = reasons[0] if reasons else (None if self.events else self.record_reason)
+        return {"dir": self.root, "token": self.token,
                 "token_source": "given" if self.token_given else "fingerprint",
-                "state": "warm" if self.warm else "cold", "reason": self.reason,
-                "rebuilt": self.process.rebuilt}
+                "state": self.state, "reason": reason,
+                "programs": [{"subgraph": g, "state": s, "reason": r} for g, s, r in self.events]}
 
 
-def open_model(cache_dir, model_token, source, backend: str, precision: str,
+_prepared: dict = {}
+_prepared_lock = threading.Lock()
+
+
+def root_for(cache_dir) -> Optional[str]:
+    """The checked cache folder for Interpreter(cache_dir=...): None -> the per-user cache,
+    False -> None (no cache), a path -> that folder (created 0700; CacheError if unsafe)."""
+    if cache_dir is False:
+        return None
+    path = resolve_path(default_dir() if cache_dir is None else cache_dir)
+    with _prepared_lock:
+        if path not in _prepared:
+            _prepared[path] = prepare_dir(path)
+        return _prepared[path]
+
+
+def open_model(root: Optional[str], model_token, source, backend: str, precision: str,
                max_delegated_partitions: int = 1, preserve_all_tensors: bool = False,
-               interpreter=None) -> ModelCache:
-    """After backend.ensure_runtime(backend, cache_dir): the model's token and record."""
-    process = _process
-    if process is None or process.root != resolve_path(cache_dir):
-        raise CacheError(f"cache_dir={os.fspath(cache_dir)!r} is not the cache this process's "
-                         "Taichi runtime was started with")
-    covers = token_covers(source, backend, precision, max_delegated_partitions, preserve_all_tensors)
+               reference_ops=()) -> ModelCache:
+    """The model's token and record in the cache folder `root` (root_for; None: no cache)."""
+    covers = token_covers(source, backend, precision, max_delegated_partitions,
+                          preserve_all_tensors, reference_ops)
     token = check_token(model_token) if model_token is not None else default_token(covers)
-    model = ModelCache(process, token, model_token is not None, covers, interpreter)
-    process.models.append(model)
-    return model
+    return ModelCache(root, token, model_token is not None, covers)
+
+
+# -- probes: which backends work here, remembered per driver stack ----------------------------
+PROBES = "probes.json"
+PROBE_TTL_S = 7 * 86400.0
+_DRIVER_FILES = ("/etc/ld.so.cache", "/proc/driver/nvidia/version")
+_DRIVER_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d",
+                "/usr/share/glvnd/egl_vendor.d", "/etc/glvnd/egl_vendor.d", "/dev/dri")
+_DRIVER_ENV = ("DISPLAY", "WAYLAND_DISPLAY", "EGL_PLATFORM", "LD_LIBRARY_PATH", "VK_ICD_FILENAMES",
+               "VK_DRIVER_FILES", "__EGL_VENDOR_LIBRARY_FILENAMES", "__EGL_VENDOR_LIBRARY_DIRS",
+               "LIBGL_ALWAYS_SOFTWARE", "GALLIUM_DRIVER", "MESA_LOADER_DRIVER_OVERRIDE",
+               "CUDA_VISIBLE_DEVICES", "TFLITE_TAICHI_CAPI_LIB")
+
+
+def driver_fingerprint() -> str:
+    """A digest of what decides whether a GPU backend starts here: the library cache (any
+    driver or loader installed or removed rewrites /etc/ld.so.cache), NVIDIA's driver version,
+    the Vulkan ICD and EGL vendor manifests, the device nodes, the variables the loaders read,
+    and Taichi's version. A probe's result is reused only under the same fingerprint."""
+    parts = [sys.platform, taichi_version()]
+    for name in _DRIVER_ENV:
+        parts.append(f"{name}={os.environ.get(name)}")
+    paths = list(_DRIVER_FILES)
+    for folder in _DRIVER_DIRS:
+        with contextlib.suppress(OSError):
+            paths.extend(os.path.join(folder, f) for f in sorted(os.listdir(folder)))
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            parts.append(f"{path}:absent")
+            continue
+        parts.append(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
+        if path.startswith("/proc/"):
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                parts.append(hashlib.sha256(f.read()).hexdigest())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def stored_probe(root: Optional[str], backend: str) -> Optional[tuple]:
+    """The probe result recorded in root/probes.json for this driver stack, if recent."""
+    if root is None:
+        return None
+    record, _ = _read_json(os.path.join(root, PROBES))
+    entry = record.get(backend) if isinstance(record, dict) else None
+    if (not isinstance(entry, dict) or entry.get("fingerprint") != driver_fingerprint()
+            or not isinstance(entry.get("time"), (int, float))
+            or not 0 <= time.time() - entry["time"] <= PROBE_TTL_S):
+        return None
+    result = entry.get("result")
+    if (not isinstance(result, list) or len(result) != 3 or not isinstance(result[0], bool)
+            or not isinstance(result[1], bool) or not isinstance(result[2], str)):
+        return None
+    return tuple(result)
+
+
+def store_probe(root: Optional[str], backend: str, result: tuple) -> None:
+    if root is None:
+        return
+    path = os.path.join(root, PROBES)
+    with contextlib.suppress(OSError), locked(root):
+        record, _ = _read_json(path)
+        record = record if isinstance(record, dict) else {}
+        record[backend] = {"fingerprint": driver_fingerprint(), "time": time.time(),
+                           "result": [bool(result[0]), bool(result[1]), str(result[2])]}
+        _write_json(path, record)

@@ -1,4 +1,4 @@
-"""One generated Taichi kernel per partition (or per bounded chunk of it).
+"""Generated Taichi kernels: one per partition (or per bounded chunk of it).
 
 Each delegated op becomes a step object from its OpDef's `taichi` factory: plain Python
 holding static offsets and shapes, with a `ti.func run(arena, weights, io)` whose top-level
@@ -6,47 +6,34 @@ loop is the op. A kernel is `for step in ti.static(steps): step.run(...)`: Taich
 top-level loop as its own parallel task, in order, so the partition keeps TFLite's sequential
 semantics for the price of one launch (DESIGN.md, "Speed").
 
+Kernels take four typed 1-D ndarrays, `(arena, weights, io, scratch)`, so that Taichi can
+archive them as an AOT module (cache.py) that later processes load through the C API without
+running Taichi's frontend (device.py); the steps see `io` as the triple (io, io, scratch) of
+tiutil (a partition's inputs and outputs are both in the program's io buffer).
+
 Chunking policy, per backend (DESIGN.md's measurements on an H200: a fused chain of 30 ops
 ran faster than 30 launches on CUDA and Vulkan, slower on OpenGL, and compile time grows with
 kernel size): CUDA, Vulkan, Metal and CPU fuse up to CHUNK_STEPS ops per kernel; OpenGL/GLES
 launch one kernel per op.
 
-Threads: Taichi 1.7 is one runtime per process and its Python front end is not thread-safe
-(two threads compiling at once fail with "Kernels cannot call other kernels": compilation
-state is global), and its Vulkan/OpenGL runtimes record launches into one shared command
-list. So everything here that reaches Taichi (building steps and kernels, allocating and
-freeing ndarrays, compiling, launching) holds TAICHI_LOCK, one re-entrant lock per process:
-interpreters in several threads each get whole launches, one at a time; the numpy copies in
-and out of a partition's host arrays run outside it.
+This module is the only part of the delegate that needs Taichi's Python frontend: a program
+whose AOT module is in the cache plans its partitions (`plan`) but never builds kernels.
 """
-
-import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.ops.tiutil import CopyTensorStep, ResidualAddRef, StepIO, ti
+from tflite_taichi.ops.tiutil import ResidualAddRef, StepIO, realize, ti
 from tflite_taichi.partition import Partition
 from tflite_taichi.planner import Plan, plan_partition
 
 CHUNK_STEPS = {"cuda": 32, "vulkan": 32, "metal": 32, "cpu": 32, "opengl": 1, "gles": 1}
 
-TAICHI_LOCK = threading.RLock()     # see the module docstring: every call into Taichi holds it
-
 # Taichi indexes ndarrays with 32-bit integers: a buffer of more elements would be addressed
 # wrongly, so a partition needing one is refused (a ModelError; after resize_tensor_input the
 # interpreter reports the resize and keeps its previous shapes)
 MAX_BUFFER_ELEMENTS = 2**31 - 1
-
-
-def _make_kernel(steps: list):
-    @ti.kernel
-    def partition_kernel(arena: ti.types.ndarray(ndim=1), weights: ti.types.ndarray(ndim=1),
-                         io_in: ti.types.ndarray(ndim=1), io_out: ti.types.ndarray(ndim=1),
-                         scratch: ti.types.ndarray(ndim=1)):
-        for s in ti.static(range(len(steps))):
-            steps[s].run(arena, weights, (io_in, io_out, scratch))
-    return partition_kernel
 
 
 def chunk_ranges(n_steps: int, backend: str) -> list:
@@ -89,112 +76,102 @@ def residual_fusions(partition: Partition) -> dict:
     return fused
 
 
-class CompiledPartition:
-    """A partition ready to run: its kernels, its device buffers (arena, weights) and its host
-    io arrays, handed to the first and last kernel as arguments."""
-
-    def __init__(self, partition: Partition, graph: PreparedGraph, backend: str, fp16: bool):
-        with TAICHI_LOCK:
-            self._build(partition, graph, backend, fp16)
-
-    def _build(self, partition: Partition, graph: PreparedGraph, backend: str, fp16: bool):
-        self.partition = partition
-        chunks = chunk_ranges(len(partition.steps), backend)
-        fusions = residual_fusions(partition)
-        # the ADD's output is written when its producer runs: its lifetime starts there
-        early = {partition.steps[j].op.outputs[0]: i for i, j in fusions.items()}
-        self.plan: Plan = plan_partition(partition, graph, fp16, chunks, early_writes=early)
-        sizes = {"arena": self.plan.arena_size, "weights": self.plan.weights.size,
-                 "inputs": self.plan.io_in_size, "outputs": self.plan.io_out_size,
-                 "scratch": self.plan.scratch_size}
-        big = {k: int(v) for k, v in sizes.items() if int(v) > MAX_BUFFER_ELEMENTS}
-        if big:
-            from tflite_taichi.errors import ModelError
-            first = partition.steps[0].op
-            raise ModelError(
-                f"the delegated partition starting at op #{first.index} ({first.name}) needs "
-                + ", ".join(f"{n:,} elements of {k}" for k, n in big.items())
-                + f" in one buffer; Taichi indexes buffers with 32-bit integers (at most "
-                f"{MAX_BUFFER_ELEMENTS:,}): use backend='reference' or smaller shapes")
-        self.fused = [(partition.steps[i].op.index, partition.steps[j].op.index)
-                      for i, j in fusions.items()]
-        self.np_dtype = np.float16 if fp16 else np.float32
-        ti_dtype = ti.f16 if fp16 else ti.f32
-        refs, packed = self.plan.refs, self.plan.packed
-        steps, skipped = [], set(fusions.values())
-        for position, step in enumerate(partition.steps):
-            if position in skipped:
-                steps.append(None)                  # done by its producer's store
-                continue
-            inputs = tuple(None if t == -1 else packed.get((step.op.index, i), refs.get(t))
-                           for i, t in enumerate(step.op.inputs))
-            outputs = tuple(refs[t] for t in step.op.outputs)
-            if position in fusions:
-                add = partition.steps[fusions[position]]
-                residual = [u for u in add.op.inputs if u != step.op.outputs[0]][0]
-                outputs = (ResidualAddRef(refs[add.op.outputs[0]], refs[residual],
-                                          add.node.options.fused_activation_function),)
-            io = StepIO(inputs=inputs, outputs=outputs, scratch=self.plan.scratch.get(step.op.index))
-            steps.append(step.opdef.taichi(step.node, io))
-        groups = [[st for st in steps[a:b] if st is not None] for a, b in chunks]
-        groups[0] = [CopyTensorStep(src, dst) for src, dst in self.plan.stage_in] + groups[0]
-        groups[-1] = groups[-1] + [CopyTensorStep(src, dst) for src, dst in self.plan.stage_out]
-        self.kernels = [_make_kernel(g) for g in groups]
-        self.arena = ti.ndarray(ti_dtype, self.plan.arena_size)
-        self.weights = ti.ndarray(ti_dtype, self.plan.weights.size)
-        self.weights.from_numpy(self.plan.weights.astype(self.np_dtype))
-        self.io_in = np.zeros(self.plan.io_in_size, np.float32)
-        self.io_out = np.zeros(self.plan.io_out_size, np.float32)
-        self._unused = ti.ndarray(ti.f32, 1)        # io argument of the kernels between
-        self.scratch = ti.ndarray(ti.f32, self.plan.scratch_size)
-        # each io tensor's view into the host arrays, made once (invoke's hot path only copies)
-        def view(array, off, shape):
-            return array[off:off + int(np.prod(shape, dtype=np.int64))].reshape(shape)
-        self._in_views = [(t, view(self.io_in, off, shape)) for t, off, shape in self.plan.io_inputs]
-        self._out_views = [(t, view(self.io_out, off, shape),
-                            np.bool_ if graph.specs[t].dtype == np.bool_
-                            else np.float16 if graph.specs[t].dtype == np.float16 else np.float32)
-                           for t, off, shape in self.plan.io_outputs]
-
-    def compile(self) -> None:
-        """Compile every kernel now (Taichi compiles at the first launch): one launch on the
-        zeroed buffers, whose results nobody reads. allocate_tensors() calls it, so the cost of
-        building the delegate is paid there, as TFLite's GPU delegate does, not in invoke()."""
-        with TAICHI_LOCK:
-            self._launch()
-            ti.sync()
+@dataclass
+class PartitionCode:
+    """A partition planned for its kernels: memory plan, chunks, fusions; `kernels` is filled
+    by build_kernels (only when the program's AOT module has to be built)."""
+    partition: Partition
+    plan: Plan
+    chunks: list                      # (start, end) step ranges, one per kernel
+    fusions: dict                     # producer position -> fused ADD position
+    fp16: bool
+    kernels: list = field(default_factory=list)
 
     @property
     def launches(self) -> int:
-        return len(self.kernels)
+        return len(self.chunks)
 
-    def run(self, values: dict) -> None:
-        """Copy the partition's inputs in, launch its kernels, copy its outputs back into values."""
-        self._upload(values)
-        self._launch()
-        self._download(values)
+    @property
+    def fused(self) -> list:
+        steps = self.partition.steps
+        return [(steps[i].op.index, steps[j].op.index) for i, j in self.fusions.items()]
 
-    def _launch(self) -> None:
-        last = len(self.kernels) - 1
-        with TAICHI_LOCK:
-            for i, kernel in enumerate(self.kernels):
-                kernel(self.arena, self.weights, self.io_in if i == 0 else self._unused,
-                       self.io_out if i == last else self._unused, self.scratch)
+    def digest_parts(self) -> tuple:
+        return (tuple(s.op.index for s in self.partition.steps), tuple(self.chunks),
+                tuple(sorted(self.fusions.items())), self.fp16, self.plan.digest_parts())
 
-    def __del__(self):
-        """The device buffers are freed under TAICHI_LOCK (Taichi frees an ndarray when it is
-        collected, which may happen in any thread, e.g. while another one launches)."""
-        try:
-            with TAICHI_LOCK:
-                for name in ("arena", "weights", "_unused", "scratch", "kernels"):
-                    self.__dict__.pop(name, None)
-        except Exception:       # at interpreter shutdown the lock or Taichi may be gone
-            pass
 
-    def _upload(self, values: dict) -> None:
-        for t, view in self._in_views:
-            view[...] = np.asarray(values[t]).reshape(view.shape)
+def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
+         io_offsets: dict) -> PartitionCode:
+    """The partition's chunks, fusions and memory plan (no Taichi compile)."""
+    chunks = chunk_ranges(len(partition.steps), backend)
+    fusions = residual_fusions(partition)
+    # the ADD's output is written when its producer runs: its lifetime starts there
+    early = {partition.steps[j].op.outputs[0]: i for i, j in fusions.items()}
+    p = plan_partition(partition, graph, fp16, io_offsets, early_writes=early)
+    sizes = {"arena": p.arena_size, "weights": p.weights.size, "scratch": p.scratch_size}
+    big = {k: int(v) for k, v in sizes.items() if int(v) > MAX_BUFFER_ELEMENTS}
+    if big:
+        from tflite_taichi.errors import ModelError
+        first = partition.steps[0].op
+        raise ModelError(
+            f"the delegated partition starting at op #{first.index} ({first.name}) needs "
+            + ", ".join(f"{n:,} elements of {k}" for k, n in big.items())
+            + f" in one buffer; Taichi indexes buffers with 32-bit integers (at most "
+            f"{MAX_BUFFER_ELEMENTS:,}): use backend='reference' or smaller shapes")
+    return PartitionCode(partition, p, chunks, fusions, fp16)
 
-    def _download(self, values: dict) -> None:
-        for t, view, dtype in self._out_views:
-            values[t] = view > 0.5 if dtype == np.bool_ else view.astype(dtype)
+
+def _make_kernel(steps: list, fp16: bool):
+    storage = ti.types.ndarray(dtype=ti.f16 if fp16 else ti.f32, ndim=1)
+    f32 = ti.types.ndarray(dtype=ti.f32, ndim=1)
+
+    @ti.kernel
+    def partition_kernel(arena: storage, weights: storage, io: f32, scratch: f32):
+        for s in ti.static(range(len(steps))):
+            steps[s].run(arena, weights, (io, io, scratch))
+    return partition_kernel
+
+
+def build_kernels(code: PartitionCode) -> list:
+    """The partition's Taichi kernels, one per chunk (not yet compiled: Taichi compiles at the
+    first launch, or when an AOT module adds them). Needs Taichi's Python runtime started."""
+    realize()                       # Taichi's decorators on every op's Taichi part (lazy_taichi.py)
+    partition, plan_, fusions = code.partition, code.plan, code.fusions
+    refs, packed = plan_.refs, plan_.packed
+    steps, skipped = [], set(fusions.values())
+    for position, step in enumerate(partition.steps):
+        if position in skipped:
+            steps.append(None)                  # done by its producer's store
+            continue
+        inputs = tuple(None if t == -1 else packed.get((step.op.index, i), refs.get(t))
+                       for i, t in enumerate(step.op.inputs))
+        outputs = tuple(refs[t] for t in step.op.outputs)
+        if position in fusions:
+            add = partition.steps[fusions[position]]
+            residual = [u for u in add.op.inputs if u != step.op.outputs[0]][0]
+            outputs = (ResidualAddRef(refs[add.op.outputs[0]], refs[residual],
+                                      add.node.options.fused_activation_function),)
+        io = StepIO(inputs=inputs, outputs=outputs, scratch=plan_.scratch.get(step.op.index))
+        steps.append(step.opdef.taichi(step.node, io))
+    groups = [[st for st in steps[a:b] if st is not None] for a, b in code.chunks]
+    code.kernels = [_make_kernel(g, code.fp16) for g in groups]
+    return code.kernels
+
+
+def aot_module(caps=()):
+    """A `ti.aot.Module` for the current arch, compiled for device capabilities `caps` (Taichi's
+    names, "spirv_has_float16=1": SPIR-V archs generate code for them, and the C API loads the
+    module only on a device with exactly these). Taichi 1.7.4's constructor finalizes the root
+    FieldsBuilder and refuses a second module per process ("can only finalize the root
+    FieldsBuilder once"); we declare no fields, so every module after the first skips that step
+    and is otherwise built as the constructor does (same private calls, pinned taichi)."""
+    from taichi.lang import impl
+    fb = impl._root_fb
+    if not fb.finalized:
+        return ti.aot.Module(caps=list(caps))
+    module = ti.aot.Module.__new__(ti.aot.Module)
+    module._arch = impl.current_cfg().arch
+    module._kernels, module._fields, module._content = [], {}, []
+    module._aot_builder = impl.get_runtime().prog.make_aot_module_builder(module._arch, list(caps))
+    return module

@@ -24,9 +24,9 @@ BACKENDS = ("auto", "reference", "vulkan", "metal", "opengl", "gles", "cuda", "c
 PRECISIONS = ("fp32", "fp16")
 
 
-def _resolve_backend(backend: str, precision: str, cache_dir=None) -> str:
-    """The backend this interpreter runs on: 'reference' or a Taichi arch, initialised (with
-    cache_dir: Taichi's and the drivers' caches in it, see cache.py)."""
+def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = None) -> str:
+    """The backend this interpreter runs on: 'reference' or a Taichi arch (its device is
+    started by backend.ensure_runtime, once the cache folder is known)."""
     if backend not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if precision not in PRECISIONS:
@@ -38,32 +38,11 @@ def _resolve_backend(backend: str, precision: str, cache_dir=None) -> str:
         return "reference"
     from tflite_taichi import backend as ti_backend
     if backend == "auto":
-        backend = ti_backend.current() or ti_backend.choose_auto()
+        backend = ti_backend.current() or ti_backend.choose_auto(cache_root)
     if precision == "fp16" and backend not in ti_backend.FP16_BACKENDS:
         raise BackendUnavailable(f"precision='fp16' is not available on {backend}: Taichi's "
                                  "OpenGL/GLES path has no 16-bit storage; use cuda, vulkan or cpu")
-    with _STARTING:
-        name = ti_backend.ensure_runtime(backend, cache_dir)
-        _materialize_taichi()
-    return name
-
-
-_STARTING = threading.Lock()
-
-
-def _materialize_taichi() -> None:
-    """Taichi's LLVM backends (cpu, cuda) build their struct module at the first kernel compile
-    and assert that it happens in the thread that ran ti.init (measured, Taichi 1.7.4: a first
-    compile in another thread raises "Assertion failure: std::this_thread::get_id() ==
-    main_thread_id_"). So it is done here, right after the start, in the starting thread (under
-    _STARTING, so another thread's interpreter cannot compile first); later kernels compile in
-    any thread (we declare no fields, the only other thing that needs it)."""
-    import taichi as ti
-    from tflite_taichi.codegen import TAICHI_LOCK
-    runtime = ti.lang.impl.get_runtime()
-    if not runtime.materialized:
-        with TAICHI_LOCK:
-            runtime.materialize()
+    return backend
 
 
 class _Runtime:
@@ -153,7 +132,7 @@ class _SubgraphState:
         self.input_shapes = {}          # resized inputs: tensor index -> shape
         self.prepared = None            # PreparedGraph after allocate_tensors
         self.schedule = None            # partitions and CPU steps (Taichi backends)
-        self.compiled = {}              # id(Partition) -> CompiledPartition
+        self.program = None             # delegate.Program: the partitions on the device
         self.io = {}                    # input/output tensor index -> array in the model's dtype
         self.values = {}                # float views from the last invoke
         self.variables = {}             # variable tensor index -> float view, kept across invokes
@@ -161,10 +140,11 @@ class _SubgraphState:
         self.timings = {}               # schedule position -> list of seconds (profile=True)
         self._good = None               # the _KEPT fields after the last successful allocate
         self.failed = None              # why the last invoke() failed ("Type: message"), or None
+        self.closed = False             # close() freed the device memory
 
     # what allocate() puts back when a resize does not fit (the last invoke's values, which a
     # failed _allocate never reaches, stay as they are)
-    _KEPT = ("input_shapes", "prepared", "schedule", "compiled", "io")
+    _KEPT = ("input_shapes", "prepared", "schedule", "program", "io")
 
     def allocate(self):
         """Prepare (and on a Taichi backend plan and compile) for the current input shapes. If
@@ -178,7 +158,7 @@ class _SubgraphState:
             previous = good["input_shapes"] if good is not None else {}
             tried = {t: s for t, s in self.input_shapes.items() if previous.get(t) != s}
             if good is None:        # a first allocate: back to unallocated, resizes dropped
-                self.prepared, self.schedule, self.compiled, self.io = None, None, {}, {}
+                self.prepared, self.schedule, self.program, self.io = None, None, None, {}
                 self.values, self.invoked = {}, False
                 if not tried:
                     raise
@@ -196,9 +176,12 @@ class _SubgraphState:
                    else f"not enough memory for the tensors of those shapes ({e})")
             raise InputError(f"resizing input {what} does not fit the model: {why}. The interpreter "
                              "keeps its previous input shapes") from e
+        previous = good["program"] if good is not None else None
+        if previous is not None and previous is not self.program:
+            previous.close()            # the last allocate's device memory, now unused
         self._good = {name: getattr(self, name) for name in self._KEPT}
         self._good["input_shapes"] = dict(self.input_shapes)
-        self.failed = None
+        self.failed, self.closed = None, False
 
     def _allocate(self):
         if self.runtime is not None:        # IF/WHILE inside call subgraphs with these shapes
@@ -207,19 +190,17 @@ class _SubgraphState:
                                                   self.runtime)
         else:
             self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
-        self.schedule, self.compiled = None, {}
+        self.schedule, self.program = None, None
         if self.options["backend"] != "reference":
-            from tflite_taichi.codegen import CompiledPartition
+            from tflite_taichi.delegate import Program
             from tflite_taichi.partition import build_schedule
+            fp16 = self.options["precision"] == "fp16"
             self.schedule = build_schedule(self.prepared, self.options["max_partitions"],
                                            preserve_all=self.options["preserve_all"],
-                                           fp16=self.options["precision"] == "fp16",
-                                           reference_ops=self.options["reference_ops"])
-            for p in self.schedule.partitions:
-                compiled = CompiledPartition(p, self.prepared, self.options["backend"],
-                                             self.options["precision"] == "fp16")
-                compiled.compile()
-                self.compiled[id(p)] = compiled
+                                           fp16=fp16, reference_ops=self.options["reference_ops"])
+            if self.schedule.partitions:
+                self.program = Program(self.prepared, self.schedule, self.options["backend"], fp16,
+                                       self.options["cache"], self.options["preserve_all"])
         old = self.io
         self.io = {}
         for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):
@@ -240,25 +221,36 @@ class _SubgraphState:
 
     def _run_schedule(self, feeds: dict) -> dict:
         values = {**self.prepared.constants, **feeds}
-        profile = self.options["profile"]
+        timings = self.timings if self.options["profile"] else None
+        if self.program is not None:
+            return self.program.run(values, self._run_cpu_step, timings)
         for position, item in enumerate(self.schedule.items):
-            start = time.perf_counter() if profile else 0.0
-            compiled = self.compiled.get(id(item))
-            if compiled is not None:
-                compiled.run(values)
-            else:
-                inputs = [values[t] if t != -1 else None for t in item.op.inputs]
-                for t, v in zip(item.op.outputs, graph_mod.run_step(item, inputs, self.runtime,
-                                                                     self.variables)):
-                    values[t] = v
-            if profile:
-                self.timings.setdefault(position, []).append(time.perf_counter() - start)
+            start = time.perf_counter() if timings is not None else 0.0
+            self._run_cpu_step(item, values)
+            if timings is not None:
+                timings.setdefault(position, []).append(time.perf_counter() - start)
         return values
+
+    def _run_cpu_step(self, item, values: dict) -> None:
+        inputs = [values[t] if t != -1 else None for t in item.op.inputs]
+        for t, v in zip(item.op.outputs, graph_mod.run_step(item, inputs, self.runtime,
+                                                             self.variables)):
+            values[t] = v
+
+    def close(self) -> None:
+        """Free the device memory and kernels (the interpreter must be allocated again)."""
+        self.closed = True
+        for program in {id(p): p for p in (self.program, (self._good or {}).get("program"))
+                        if p is not None}.values():
+            program.close()
+        self.program, self.prepared, self.schedule, self._good = None, None, None, None
+        self.values, self.invoked = {}, False
 
     def require_allocated(self, what: str) -> None:
         if self.prepared is None:
             again = (" again: resize_tensor_input() changed the input shapes"
-                     if self._good is not None else "")
+                     if self._good is not None else
+                     " again: close() freed its memory" if self.closed else "")
             raise InterpreterStateError(f"{what} called before allocate_tensors(){again}")
 
     def invoke(self):
@@ -399,10 +391,11 @@ class Interpreter:
         apply here; experimental_preserve_all_tensors=True copies every tensor a delegated
         partition writes back to the host, so get_tensor can read intermediates (the reference
         path always keeps them); delegates are refused.
-        cache_dir: a private folder (created 0700) for Taichi's and the GPU drivers' kernel
-        caches, checked before use and shared safely between processes; model_token names this
-        model's record in it (default: a fingerprint of the model bytes, backend, precision and
-        versions). See tflite_taichi.cache.
+        cache_dir: where compiled kernels are kept (AOT modules, see tflite_taichi.cache):
+        None (default) the per-user cache (~/.cache/tflite_taichi, or $TFLITE_TAICHI_CACHE_DIR),
+        False none, or a private folder (created 0700), checked before use and shared safely
+        between processes; model_token names this model's record in it (default: a fingerprint
+        of the model bytes, backend, precision, options and versions).
         max_tensor_bytes: the most bytes one tensor may take (default: 4x the model file's
         size + 256 MiB; all of a subgraph's tensors together: 16x that); a larger one is refused
         with errors.TensorTooLargeError naming it, before anything is allocated."""
@@ -414,13 +407,14 @@ class Interpreter:
             raise InputError("experimental_delegates is not supported: choose backend= instead")
         if not isinstance(max_delegated_partitions, int) or max_delegated_partitions < 0:
             raise InputError(f"max_delegated_partitions must be an int >= 0, got {max_delegated_partitions!r}")
-        if cache_dir is not None or model_token is not None:
-            from tflite_taichi import cache
-            cache.check_arguments(cache_dir, model_token)
+        from tflite_taichi import cache
+        cache.check_arguments(cache_dir, model_token)
         self._model = read_model(model_path if model_path is not None else model_content,
                                  max_tensor_bytes=max_tensor_bytes)
         self._resolved = graph_mod.resolve_ops(self._model)
-        self._backend = _resolve_backend(backend, precision, cache_dir)
+        # the cache folder (CacheError if unsafe) before anything starts: it remembers probes
+        cache_root = cache.root_for(cache_dir) if backend != "reference" else None
+        self._backend = _resolve_backend(backend, precision, cache_root)
         self._requested_backend = backend
         self._precision = precision
         self._num_threads = num_threads
@@ -431,6 +425,15 @@ class Interpreter:
         if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
             from tflite_taichi.backend import CPU_REFERENCE_OPS
             self._options["reference_ops"] = CPU_REFERENCE_OPS
+        self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)
+        if self._backend != "reference":
+            from tflite_taichi.backend import ensure_runtime
+            self._cache = cache.open_model(
+                cache_root, model_token, model_path if model_path is not None else model_content,
+                self._backend, precision, max_delegated_partitions,
+                bool(experimental_preserve_all_tensors), self._options["reference_ops"])
+            ensure_runtime(self._backend, self._cache.root)
+        self._options["cache"] = self._cache
         self._lock = threading.RLock()   # see _serialised
         self._runtime = _Runtime(self)
         self._states = {}
@@ -438,12 +441,6 @@ class Interpreter:
         for index in _init_subgraphs(self._model, self._resolved):
             self._state(index)          # prepared by allocate_tensors() with the main graph
         self._last_invoke_s = None
-        self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)
-        if cache_dir is not None and self._backend != "reference":
-            self._cache = cache.open_model(
-                cache_dir, model_token, model_path if model_path is not None else model_content,
-                self._backend, precision, max_delegated_partitions,
-                bool(experimental_preserve_all_tensors), interpreter=self)
 
     # -- internals -------------------------------------------------------------------------
     def _state(self, subgraph_index: int) -> _SubgraphState:
@@ -489,10 +486,10 @@ class Interpreter:
     # -- the tf.lite API -------------------------------------------------------------------
     @_serialised
     def allocate_tensors(self):
+        if self._cache is not None:
+            self._cache.events.clear()      # warm or cold: this allocate's programs
         for state in self._states.values():
             state.allocate()
-        if self._cache is not None:
-            self._cache.note_built()
 
     @_serialised
     def get_input_details(self):
@@ -670,9 +667,10 @@ class Interpreter:
                  "reason": "backend='reference' runs every op on the numpy path"}
                 for s in state.prepared.steps]
         else:
+            program = state.program
             partitions = [{"ops": [s.op.index for s in p.steps],
-                           "kernels": state.compiled[id(p)].launches,
-                           "fused": [list(f) for f in state.compiled[id(p)].fused]}
+                           "kernels": program.code(p).launches,
+                           "fused": [list(f) for f in program.code(p).fused]}
                           for p in state.schedule.partitions]
             fallback = [{"index": i, "op": names[i], "reason": r}
                         for i, r in sorted(state.schedule.refused.items())]
@@ -688,7 +686,22 @@ class Interpreter:
             "float_view": quantized,      # quantized tensors run as float32 real values
             "quantization": model_kind(self._model),
             "cache": self._cache.info() if self._cache is not None else None,
+            "runtime": self._runtime_info(state),
         }
+
+    def _runtime_info(self, state) -> Optional[dict]:
+        """Where the delegate's kernels run: Taichi's C API ('capi') or its Python runtime
+        ('python'), and what an invoke costs the host (launches, waits)."""
+        program = state.program
+        if program is None:
+            return None
+        layout = program.layout
+        return {"device": program.device.kind, "launches_per_invoke": program.launches,
+                "waits_per_invoke": program.planned_waits(),
+                "waits_last_invoke": program.waits if state.invoked else None,
+                "tensors_in": len(layout.host_written), "tensors_out": len(layout.host_read),
+                "tensors_on_device": len(layout.offsets) - len(layout.host_written) - len(layout.host_read),
+                "build_s": round(program.build_s, 3)}
 
     @_serialised
     def profile(self) -> dict:
@@ -699,18 +712,39 @@ class Interpreter:
         state = self._require_prepared("profile()")
         rows, launches = [], 0
         items = state.schedule.items if state.schedule is not None else []
+        program = state.program
         for position, item in enumerate(items):
             times = state.timings.get(position, [])
             median_ms = float(np.median(times)) * 1e3 if times else None
-            compiled = state.compiled.get(id(item))
-            if compiled is not None:
-                launches += compiled.launches
+            if hasattr(item, "steps"):
+                count = program.code(item).launches
+                launches += count
                 rows.append({"kind": "partition", "ops": [s.op.index for s in item.steps],
-                             "launches": compiled.launches, "ms": median_ms, "invokes": len(times)})
+                             "launches": count, "ms": median_ms, "invokes": len(times)})
             else:
                 rows.append({"kind": "cpu", "ops": [item.op.index], "op": item.op.name,
                              "launches": 0, "ms": median_ms, "invokes": len(times)})
-        return {"backend": self._backend, "items": rows, "launches_per_invoke": launches}
+        # profiling waits after every partition to time it; without profile=True an invoke
+        # waits `waits_per_invoke` times
+        return {"backend": self._backend, "items": rows, "launches_per_invoke": launches,
+                "waits_per_invoke": program.planned_waits() if program is not None else 0,
+                "device": program.device.kind if program is not None else None}
+
+    # -- lifetime ----------------------------------------------------------------------------
+    @_serialised
+    def close(self) -> None:
+        """Free the interpreter's device memory and kernels now (they are also freed when it is
+        garbage-collected). A closed interpreter raises InterpreterStateError until
+        allocate_tensors() is called again."""
+        for state in self._states.values():
+            state.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
 
 class SignatureRunner:

@@ -1,15 +1,17 @@
 """Memory plan of one partition: where every tensor it touches lives.
 
-- inputs of the partition live in `io_in` and outputs in `io_out`: host float32 arrays handed
-  to the kernels as arguments (float32 even with precision='fp16', so a model's outputs keep
-  their float32 range: a sigmoid's 1e-9 is 0 in float16). Only the first kernel of a chunked
-  partition receives io_in and only the last io_out, so an input read by a later chunk is first
-  staged into the arena, and an output written by an earlier chunk is staged out of it;
+- the partition's inputs and outputs live in the program's `io` buffer (float32 even with
+  precision='fp16', so a model's outputs keep their float32 range: a sigmoid's 1e-9 is 0 in
+  float16), at offsets the program fixes for the whole subgraph (delegate.io_layout): a tensor
+  one partition writes and another reads stays there, on the device, and the host reaches it
+  through the program's host link. Every kernel of a chunked partition sees the whole io
+  buffer (buffers are bound once, not copied with each launch);
 - intermediates live in the `arena`, at offsets reused once a tensor's last reader has run
   (first-fit over lifetime intervals, in steps); partial sums of split reductions in a float32
-  `scratch` buffer (OpDef.scratch);
-- constants live in the `weights` buffer, dequantized once at prepare and, where the op's
-  Taichi part asks for it (`OpDef.pack`), laid out for the kernel that reads them.
+  `scratch` buffer (OpDef.scratch). Partitions run one after another, so the program gives them
+  one arena and one scratch buffer, each the size of the largest partition's;
+- constants live in the partition's `weights` buffer, dequantized once at prepare and, where
+  the op's Taichi part asks for it (`OpDef.pack`), laid out for the kernel that reads them.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.ops.tiutil import ARENA, IO_IN, IO_OUT, SCRATCH, WEIGHTS, TensorRef, ti
+from tflite_taichi.ops.tiutil import ARENA, IO_IN, IO_OUT, SCRATCH, WEIGHTS, TensorRef
 from tflite_taichi.partition import Partition
 from tflite_taichi.quant import is_float_view, quantized_range
 
@@ -26,17 +28,23 @@ from tflite_taichi.quant import is_float_view, quantized_range
 @dataclass
 class Plan:
     arena_size: int
-    io_in_size: int
-    io_out_size: int
+    io_size: int                             # float32 elements of io the partition addresses
     weights: np.ndarray                      # host copy of the weights buffer (float32)
     refs: dict                               # tensor index -> TensorRef (as its ops read/write it)
     packed: dict = field(default_factory=dict)       # (op index, input position) -> TensorRef
-    io_inputs: list = field(default_factory=list)    # (tensor, offset, shape) in io_in
-    io_outputs: list = field(default_factory=list)   # (tensor, offset, shape) in io_out
-    stage_in: list = field(default_factory=list)     # (io_in ref, arena ref): first kernel copies
-    stage_out: list = field(default_factory=list)    # (arena ref, io_out ref): last kernel copies
+    io_offsets: dict = field(default_factory=dict)   # tensor -> offset in io (inputs, outputs)
     scratch: dict = field(default_factory=dict)      # op index -> scratch TensorRef (OpDef.scratch)
     scratch_size: int = 1                            # float32 elements: the largest op's need
+
+    def digest_parts(self) -> tuple:
+        """What the generated kernels bake in as constants: sizes and every tensor's place."""
+        def place(ref):
+            return (getattr(ref, "buffer", None), getattr(ref, "offset", None),
+                    getattr(ref, "shape", None), getattr(ref, "quant", None))
+        return (self.arena_size, self.io_size, int(self.weights.size), self.scratch_size,
+                sorted((t, place(r)) for t, r in self.refs.items()),
+                sorted((k, place(r)) for k, r in self.packed.items()),
+                sorted((k, place(r)) for k, r in self.scratch.items()))
 
 
 def _quant_of(spec):
@@ -101,16 +109,24 @@ def _pack_weights(p: Partition, graph: PreparedGraph, storage):
     return weights, refs, packed
 
 
-def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, chunks=None,
+def local_io_layout(p: Partition, graph: PreparedGraph) -> dict:
+    """io offsets of a partition on its own (inputs, then outputs): for a plan outside a program."""
+    offsets, at = {}, 0
+    for t in list(p.inputs) + [t for t in p.outputs if t not in p.inputs]:
+        offsets[t] = at
+        at += _numel(graph.specs[t].shape)
+    return offsets
+
+
+def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_offsets=None,
                    early_writes=None) -> Plan:
-    """`chunks`: (start, end) step ranges, one per kernel (default: one kernel).
+    """`io_offsets`: tensor -> its offset in the program's io buffer, for every input and
+    output of the partition (default: a layout of this partition alone).
     `early_writes`: tensor -> the step that really writes it when earlier than its op (an ADD
     fused into its producer's store: codegen.residual_fusions)."""
     specs = graph.specs
-    storage = ti.f16 if fp16 else ti.f32
-    n = len(p.steps)
-    chunks = chunks or [(0, n)]
-    first_end, last_start = chunks[0][1], chunks[-1][0]
+    storage = "f16" if fp16 else "f32"
+    io_offsets = io_offsets if io_offsets is not None else local_io_layout(p, graph)
     weights, refs, packed = _pack_weights(p, graph, storage)
 
     readers, producer = {}, {}
@@ -122,32 +138,18 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, chunk
     for t, i in (early_writes or {}).items():
         producer[t] = min(producer[t], i)
 
-    arena, io_inputs, io_outputs, stage_in, stage_out = _Arena(), [], [], [], []
-    in_off = 0
+    arena, io_end, used = _Arena(), 0, {}
     for t in p.inputs:
         shape = specs[t].shape
-        direct = TensorRef(IO_IN, in_off, shape)
-        io_inputs.append((t, in_off, shape))
-        in_off += _numel(shape)
-        if max(readers.get(t, [0])) < first_end:
-            refs[t] = direct                       # every reader is in the first kernel
-        else:
-            at = arena.place(-1, max(readers[t]), _numel(shape))
-            refs[t] = TensorRef(ARENA, at, shape, storage=storage)
-            stage_in.append((direct, refs[t]))
-
-    out_off, outputs = 0, set(p.outputs)
+        refs[t] = TensorRef(IO_IN, io_offsets[t], shape)
+        used[t] = io_offsets[t]
+        io_end = max(io_end, io_offsets[t] + _numel(shape))
+    outputs = set(p.outputs)
     for t in p.outputs:
         shape = specs[t].shape
-        io_outputs.append((t, out_off, shape))
-        direct = TensorRef(IO_OUT, out_off, shape, _quant_of(specs[t]))
-        if producer[t] >= last_start:
-            refs[t] = direct                       # written by the last kernel: straight to io_out
-        else:
-            at = arena.place(producer[t], n, _numel(shape))
-            refs[t] = TensorRef(ARENA, at, shape, _quant_of(specs[t]), storage)
-            stage_out.append((refs[t], TensorRef(IO_OUT, out_off, shape)))
-        out_off += _numel(shape)
+        refs[t] = TensorRef(IO_OUT, io_offsets[t], shape, _quant_of(specs[t]))
+        used[t] = io_offsets[t]
+        io_end = max(io_end, io_offsets[t] + _numel(shape))
 
     for t, born in producer.items():               # intermediates, offsets reused by lifetime
         if t in outputs:
@@ -161,7 +163,5 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, chunk
         if size:
             scratch[step.op.index] = TensorRef(SCRATCH, 0, (size,))
             scratch_size = max(scratch_size, size)
-    return Plan(arena_size=max(arena.size, 1), io_in_size=max(in_off, 1), io_out_size=max(out_off, 1),
-                weights=weights, refs=refs, packed=packed, io_inputs=io_inputs,
-                io_outputs=io_outputs, stage_in=stage_in, stage_out=stage_out, scratch=scratch,
-                scratch_size=scratch_size)
+    return Plan(arena_size=max(arena.size, 1), io_size=max(io_end, 1), weights=weights, refs=refs,
+                packed=packed, io_offsets=used, scratch=scratch, scratch_size=scratch_size)

@@ -148,8 +148,12 @@ def model_inputs(model: bytes, seed: int = 0, low=-3.0, high=3.0) -> list:
     return [random_input(d, rng, low, high) for d in Interpreter(model_content=model, backend="reference").get_input_details()]
 
 
-def assert_float_close(actual, expected, rtol: float = FLOAT_RTOL, what: str = "output"):
-    """|actual - expected| <= rtol * max|expected| everywhere; NaN must match NaN."""
+def assert_float_close(actual, expected, rtol: float = FLOAT_RTOL, what: str = "output",
+                       floor: float = 0.0):
+    """|actual - expected| <= rtol * max(max|expected|, floor) everywhere; NaN must match NaN.
+    `floor`: the magnitude of the values the output was computed from, where a result can be
+    far smaller than them (cancellation: float32 rounds relative to the operands, not to the
+    result)."""
     actual, expected = np.asarray(actual), np.asarray(expected)
     assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
     assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
@@ -167,7 +171,7 @@ def assert_float_close(actual, expected, rtol: float = FLOAT_RTOL, what: str = "
     finite = ~(nan_e | inf_e)
     if not finite.any():
         return
-    scale = max(float(np.max(np.abs(e[finite]))), np.finfo(np.float32).tiny)
+    scale = max(float(np.max(np.abs(e[finite]))), floor, np.finfo(np.float32).tiny)
     err = float(np.max(np.abs(a[finite] - e[finite])))
     assert err <= rtol * scale, (f"{what}: max |diff| {err:.3g} > {rtol:g} x max|expected| "
                                  f"({scale:.3g})")
@@ -186,9 +190,11 @@ def assert_quantized_close(actual, expected, units: int = QUANT_UNITS, what: str
 
 def check_against_litert(model: bytes, inputs: Optional[Sequence[np.ndarray]] = None, *,
                          seed: int = 0, rtol: float = FLOAT_RTOL, units: int = QUANT_UNITS,
-                         kernels: str = "reference", backend: str = "reference") -> list:
+                         kernels: str = "reference", backend: str = "reference",
+                         floor: float = 0.0) -> list:
     """Run `model` on ours and on LiteRT; every output must agree (floats within `rtol` of the
-    largest magnitude, quantized integers within `units`). Returns our outputs."""
+    largest magnitude, or of `floor` if larger: see assert_float_close; quantized integers
+    within `units`). Returns our outputs."""
     if inputs is None:
         inputs = model_inputs(model, seed)
     expected = run_litert(model, inputs, kernels)
@@ -200,7 +206,7 @@ def check_against_litert(model: bytes, inputs: Optional[Sequence[np.ndarray]] = 
         if quantized:
             assert_quantized_close(a, e, units, what=f"output {i} ('{d['name']}')")
         else:
-            assert_float_close(a, e, rtol, what=f"output {i} ('{d['name']}')")
+            assert_float_close(a, e, rtol, what=f"output {i} ('{d['name']}')", floor=floor)
     return actual
 
 

@@ -1,0 +1,378 @@
+"""A subgraph's delegated partitions as one program on one device.
+
+What `allocate_tensors()` builds for a Taichi backend, and what `invoke()` runs:
+
+- **buffers, allocated once** (again only after a resize): one `io` buffer for every tensor
+  that crosses a partition's edge (model inputs, CPU ops' results the GPU reads, partition
+  outputs), one arena and one scratch buffer shared by the partitions (they run one after
+  another), and each partition's weights, uploaded once. A tensor one partition writes and
+  another reads stays in io, on the device; only what a CPU op or the caller reads comes back,
+  through the device's host link (device.py);
+- **kernels, compiled once per machine**: the partitions' kernels (codegen.py) as one Taichi
+  AOT module in the cache (cache.py), loaded through Taichi's C API; a module that is not
+  cached is compiled by Taichi's Python frontend, saved, then loaded the same way;
+- **one wait per invoke**: every launch and copy of an invoke is enqueued, and the host waits
+  once, before it reads the outputs, plus once before each CPU op that reads a partition's
+  result (not more: everything pending is read back at that wait). `profile=True` waits after
+  every partition instead, to time it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+import warnings
+import weakref
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from tflite_taichi import capi, codegen
+from tflite_taichi import device as device_mod
+from tflite_taichi.device import TAICHI_LOCK
+from tflite_taichi.errors import ModelError, TfliteTaichiError
+from tflite_taichi.graph import PreparedGraph
+from tflite_taichi.partition import Partition, Schedule
+
+
+@dataclass
+class IoLayout:
+    """Where the boundary tensors live in the io buffer (float32 elements)."""
+    offsets: dict = field(default_factory=dict)      # tensor -> offset
+    counts: dict = field(default_factory=dict)       # tensor -> elements
+    host_written: list = field(default_factory=list)  # tensors the host puts (model inputs, CPU results)
+    host_read: list = field(default_factory=list)     # partition outputs the host takes back
+    size: int = 1
+
+    def range(self, t) -> tuple:
+        return self.offsets[t], self.counts[t]
+
+
+def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = False) -> IoLayout:
+    """Host-written tensors first, then partition outputs the host reads, then those only
+    partitions read, each at its own offset (a tensor is written once per invoke)."""
+    partitions = schedule.partitions
+    on_device = {t for p in partitions for t in p.outputs}
+    read_by_host = set(graph.subgraph.outputs)
+    for item in schedule.items:
+        if not isinstance(item, Partition):
+            read_by_host.update(t for t in item.op.inputs if t != -1)
+    written, read, device_only = [], [], []
+    for p in partitions:
+        for t in p.inputs:
+            if t not in on_device and t not in written:
+                written.append(t)
+        for t in p.outputs:
+            (read if (t in read_by_host or preserve_all) else device_only).append(t)
+    layout, at = IoLayout(host_written=written, host_read=read), 0
+    for t in written + read + device_only:
+        n = int(np.prod(graph.specs[t].shape, dtype=np.int64))
+        layout.offsets[t], layout.counts[t] = at, n
+        at += max(n, 1)
+    layout.size = max(at, 1)
+    return layout
+
+
+def _host_dtype(spec):
+    if spec.dtype == np.bool_:
+        return np.bool_
+    return np.float16 if spec.dtype == np.float16 else np.float32
+
+
+class Program:
+    """The delegated partitions of one prepared subgraph, on one device."""
+
+    def __init__(self, graph: PreparedGraph, schedule: Schedule, backend: str, fp16: bool,
+                 model_cache=None, preserve_all: bool = False):
+        self.graph, self.schedule, self.backend, self.fp16 = graph, schedule, backend, fp16
+        self.layout = io_layout(schedule, graph, preserve_all)
+        if self.layout.size > codegen.MAX_BUFFER_ELEMENTS:
+            raise ModelError(f"the tensors passed between the delegate's partitions and the host "
+                             f"need {self.layout.size:,} float32 elements in one buffer; Taichi "
+                             f"indexes buffers with 32-bit integers (at most "
+                             f"{codegen.MAX_BUFFER_ELEMENTS:,}): use backend='reference' or "
+                             "smaller shapes")
+        self.codes = [codegen.plan(p, graph, backend, fp16, self.layout.offsets)
+                      for p in schedule.partitions]
+        self._code_of = {id(c.partition): c for c in self.codes}
+        self.cache_state = None                 # ('warm' | 'cold', reason) of the module
+        self.waits = 0                          # of the last invoke
+        self.build_s = 0.0
+        self._closed = False
+        self._module = None
+        self._buffers = []
+        env = (lambda: _driver_env(model_cache)) if model_cache is not None else None
+        self.device = device_mod.get(backend, env)
+        self._link = None
+        try:
+            self._build(model_cache)
+        except BaseException:
+            _release(self.device, self._buffers, self._link, self._module)
+            raise
+        self._finalizer = weakref.finalize(self, _release, self.device, self._buffers,
+                                           self._link, self._module)
+
+    def _build(self, model_cache) -> None:
+        if self.device.kind == "capi":
+            try:
+                self._kernels = self._capi_kernels(model_cache)
+            except TfliteTaichiError as e:
+                if not isinstance(e, capi.CapiError):
+                    raise
+                self._fall_back(e)
+            except Exception as e:      # Taichi's AOT builder refused a kernel that its Python
+                self._fall_back(e)      # runtime may still run (if not, that compile raises)
+        else:
+            self._kernels = self._python_kernels()
+        self._allocate()
+        if self.device.kind == "python":          # compile now (Taichi compiles at first launch)
+            self._compile_by_launching()
+
+    def _fall_back(self, why: Exception) -> None:
+        """This program through Taichi's Python runtime (the C API refused its module, or Taichi
+        could not archive it), with a warning."""
+        warnings.warn(f"tflite_taichi: {type(why).__name__}: {why}; this model's kernels run "
+                      "through Taichi's Python runtime instead", RuntimeWarning, stacklevel=5)
+        self.device = device_mod.PythonDevice(self.backend)
+        self._kernels = self._python_kernels()
+
+    # -- kernels ------------------------------------------------------------------------------
+    def plan_digest(self) -> str:
+        parts = (self.backend, self.fp16, sorted(self.layout.offsets.items()),
+                 [c.digest_parts() for c in self.codes])
+        return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+    def kernel_names(self) -> list:
+        return [[f"p{i}_k{j}" for j in range(c.launches)] for i, c in enumerate(self.codes)]
+
+    def _capi_kernels(self, model_cache) -> list:
+        d = self.device
+        store = model_cache.store if model_cache is not None else None
+        key = path = None
+        if store is not None:
+            shapes = {t: self.graph.specs[t].shape for t in self.graph.subgraph.inputs}
+            key = model_cache.module_key(self.graph.subgraph.index, shapes, self.plan_digest())
+            if d.has_module(key):       # loaded by an earlier interpreter of this process
+                self.cache_state = ("warm", None)
+                model_cache.note(self.graph.subgraph.index, *self.cache_state)
+                module = d.shared_module(key, None)
+                return [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
+            path, problem = store.find(key, d.arch)
+            reason = problem or model_cache.record_reason or "its kernels were not in the cache"
+        else:
+            reason = "the cache is off (cache_dir=False)"
+        if path is not None:
+            try:
+                module = d.shared_module(key, path)
+                kernels = [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
+                self.cache_state = ("warm", None)
+            except capi.CapiError as e:
+                d.forget_module(key)
+                store.reject(key, f"the C API refused it: {e}")
+                path, reason = None, f"the cached module did not load ({e})"
+        if path is None:
+            module = self._build_and_load(store, key)
+            kernels = [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
+            self.cache_state = ("cold", reason)
+            if store is None:
+                self._module = module       # this program's alone: destroyed with it
+        if model_cache is not None:
+            model_cache.note(self.graph.subgraph.index, *self.cache_state)
+        return kernels
+
+    def _build_and_load(self, store, key):
+        """Compile the kernels with Taichi's Python frontend, save them as an AOT module (in the
+        cache, or a temporary folder when it is off) and load that through the C API."""
+        d = self.device
+        start = time.perf_counter()
+        if store is None:
+            folder = tempfile.mkdtemp(prefix="tflite_taichi-")
+            try:
+                module = d.load_module(os.path.join(folder, self._save_module(folder)))
+                # LLVM modules are read at load and compiled at kernel lookup: do it now, then
+                # the folder can go
+                for names in self.kernel_names():
+                    for name in names:
+                        d.kernel(module, name)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        else:
+            with store.building() as folder:
+                rel = self._save_module(folder)
+                path = store.commit(key, folder, rel, d.arch, {
+                    "subgraph": self.graph.subgraph.index, "backend": self.backend,
+                    "precision": "fp16" if self.fp16 else "fp32",
+                    "kernels": sum(self.kernel_names(), [])})
+            module = d.shared_module(key, path)
+        self.build_s = time.perf_counter() - start
+        return module
+
+    def _save_module(self, folder: str) -> str:
+        from tflite_taichi import backend as ti_backend
+        ti_backend.ensure_python_taichi(self.backend)
+        caps = [] if self.device.llvm else self.device.capabilities()
+        with TAICHI_LOCK:
+            module = codegen.aot_module(caps)
+            for names, code in zip(self.kernel_names(), self.codes):
+                for name, kernel in zip(names, codegen.build_kernels(code)):
+                    module.add_kernel(kernel, name=name)
+            if self.device.llvm:            # cuda/x64: a .tcm archive crashes the C API loader
+                rel = "module"
+                os.mkdir(os.path.join(folder, rel), 0o700)
+                module.save(os.path.join(folder, rel))
+            else:
+                rel = "module.tcm"
+                module.archive(os.path.join(folder, rel))
+            for code in self.codes:
+                code.kernels = []           # the Python kernels are not run: let them go
+        return rel
+
+    def _python_kernels(self) -> list:
+        with TAICHI_LOCK:
+            return [codegen.build_kernels(code) for code in self.codes]
+
+    # -- buffers ------------------------------------------------------------------------------
+    def _allocate(self) -> None:
+        d = self.device
+        storage = "f16" if self.fp16 else "f32"
+        arena = max((c.plan.arena_size for c in self.codes), default=1)
+        scratch = max((c.plan.scratch_size for c in self.codes), default=1)
+        self.arena = self._buffer(d.allocate(arena, storage))
+        self.scratch = self._buffer(d.allocate(scratch, "f32"))
+        self.io = self._buffer(d.allocate(self.layout.size, "f32"))
+        self._link = d.link(self.io)
+        self.weights, self._launches = [], []
+        for code, kernels in zip(self.codes, self._kernels):
+            w = self._buffer(d.allocate(max(code.plan.weights.size, 1), storage))
+            d.fill(w, code.plan.weights)
+            self.weights.append(w)
+            self._launches.append([d.launcher(k, (self.arena, w, self.io, self.scratch))
+                                   for k in kernels])
+        self._launch_of = {id(c.partition): ls for c, ls in zip(self.codes, self._launches)}
+
+    def _buffer(self, b):
+        self._buffers.append(b)
+        return b
+
+    def _compile_by_launching(self) -> None:
+        """Python device: compile every kernel now, in allocate_tensors(), as TFLite's GPU
+        delegate builds its programs there, not in the first invoke (one launch on the zeroed
+        buffers, whose results nobody reads)."""
+        with TAICHI_LOCK:
+            for launches in self._launches:
+                for launch in launches:
+                    launch()
+            self.device.wait()
+
+    # -- invoke -------------------------------------------------------------------------------
+    @property
+    def launches(self) -> int:
+        return sum(c.launches for c in self.codes)
+
+    def code(self, partition: Partition):
+        return self._code_of[id(partition)]
+
+    def planned_waits(self) -> int:
+        """Host waits per invoke (without profiling): one before each CPU op that reads what a
+        partition wrote since the last wait, and one at the end if anything ran since."""
+        host_read, pending, launched, waits = set(self.layout.host_read), set(), False, 0
+        for item in self.schedule.items:
+            if id(item) in self._launch_of:
+                launched = True
+                pending.update(t for t in item.outputs if t in host_read)
+            elif pending & set(item.op.inputs):
+                waits, pending, launched = waits + 1, set(), False
+        return waits + (1 if pending or launched else 0)
+
+    def run(self, values: dict, run_cpu_step, timings: Optional[dict] = None) -> dict:
+        """Run the schedule: partitions on the device, CPU steps through `run_cpu_step(step,
+        values)` (which stores its outputs in values). `values` holds the constants and feeds."""
+        layout, link, d = self.layout, self._link, self.device
+        specs = self.graph.specs
+        self.waits = 0
+        host_read = set(layout.host_read)
+        pending, launched = [], False
+
+        def put(tensors):
+            items = [(layout.offsets[t], np.asarray(values[t], dtype=np.float32).reshape(-1))
+                     for t in tensors]
+            link.put(items)
+
+        def take_pending():
+            nonlocal launched
+            ranges = [layout.range(t) for t in pending]
+            with TAICHI_LOCK:
+                link.request(ranges)
+                d.wait()
+            self.waits += 1
+            launched = False
+            for t, flat in zip(pending, link.take(ranges)):
+                spec = specs[t]
+                dtype = _host_dtype(spec)
+                value = flat.reshape(spec.shape)
+                values[t] = value > 0.5 if dtype == np.bool_ else value.astype(dtype, copy=False)
+            pending.clear()
+
+        written = set(layout.host_written)
+        put([t for t in layout.host_written if t in values])
+        for position, item in enumerate(self.schedule.items):
+            start = time.perf_counter() if timings is not None else 0.0
+            launches = self._launch_of.get(id(item))
+            if launches is not None:
+                with TAICHI_LOCK:
+                    for launch in launches:
+                        launch()
+                launched = True
+                pending.extend(t for t in item.outputs if t in host_read)
+                if timings is not None:         # profiling: wait, so the time is the partition's
+                    if pending:
+                        take_pending()
+                    else:
+                        d.wait()
+                        self.waits += 1
+                        launched = False
+            else:
+                if any(t in pending for t in item.op.inputs):
+                    take_pending()
+                run_cpu_step(item, values)
+                put([t for t in item.op.outputs if t in written])
+            if timings is not None:
+                timings.setdefault(position, []).append(time.perf_counter() - start)
+        if pending:
+            take_pending()
+        elif launched:                  # nothing to read, but the device must be idle before the
+            d.wait()                    # next invoke writes the upload buffer again
+            self.waits += 1
+        return values
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free the device buffers and the module now (also done when the program is collected)."""
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
+
+
+def _release(device, buffers, link, module) -> None:
+    """Frees a program's device memory and module (weakref.finalize: also at collection, in any
+    thread, so under TAICHI_LOCK)."""
+    try:
+        with TAICHI_LOCK:
+            if device.kind == "capi":
+                device.wait()
+            if link is not None:
+                link.close()
+            for b in buffers:
+                device.free(b)
+            if module is not None:
+                device.destroy_module(module)
+    except Exception:       # at interpreter shutdown the runtime may be gone
+        pass
+
+
+def _driver_env(model_cache):
+    from tflite_taichi.cache import driver_env
+    return driver_env(model_cache.root)

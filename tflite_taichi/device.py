@@ -1,0 +1,582 @@
+"""Where the delegate's kernels run: a device with buffers that live on it, an enqueue-only
+launch and one wait.
+
+Two implementations of the same small interface:
+- `CapiDevice`: Taichi's C API (capi.py). Kernels come from AOT modules (compiled once by
+  Taichi's Python frontend and cached, see cache.py), launches are enqueued and the host waits
+  once per invoke; Taichi's Python package is not needed to run them.
+- `PythonDevice`: Taichi's Python runtime (`ti.ndarray`, `ti.kernel`), the fallback where the C
+  API library is missing or refuses the arch. Same buffers and schedule; every launch goes
+  through Taichi's Python launcher and kernels compile in every process.
+
+A device owns the process's runtime for one backend (Taichi: one arch per process). Buffers are
+1-D arrays of f32 or f16. The boundary tensors of a program (what partitions read from the host,
+from each other, and what the host reads back) live in one device buffer, the `io` buffer,
+reached from the host through a `HostLink` chosen per arch by what measured cheapest:
+- Vulkan, OpenGL/GLES, Metal: host-visible staging buffers (written through a mapped pointer)
+  and copies enqueued on the device (`ti_copy_memory_device_to_device`), so kernels read
+  device-local memory and the copies keep their order with the launches;
+- CUDA: the C API maps host-visible memory slowly (~0.3 ms per 600 KB on an H200: it is CUDA
+  managed memory), so inputs and outputs are copied with the CUDA driver (cuMemcpyHtoD/DtoH) from
+  pinned host memory into the exported device pointer; Taichi's LLVM C API has no device copy;
+- x64 (Taichi's cpu backend): device memory is host memory: numpy arrays imported into the
+  runtime (`ti_import_cpu_memory`), read and written in place; the C API cannot free x64
+  allocations it made itself, imported ones are freed with their numpy array;
+- the Python device: the io buffer is a `ti.ndarray`, ranges are copied by tiny kernels.
+
+Every call into Taichi (either runtime) holds TAICHI_LOCK: Taichi's runtimes record launches
+into one command list per process and its Python frontend is not thread-safe.
+"""
+import contextlib
+import ctypes as C
+import os
+import platform
+import threading
+import warnings
+from typing import Optional
+
+import numpy as np
+
+from tflite_taichi import capi
+from tflite_taichi.errors import BackendUnavailable
+
+TAICHI_LOCK = threading.RLock()
+
+ITEMSIZE = {"f32": 4, "f16": 2}
+NUMPY = {"f32": np.float32, "f16": np.float16}
+GFX_BACKENDS = ("vulkan", "opengl", "gles", "metal")
+
+
+def _cpu_arch() -> str:
+    return "arm64" if platform.machine().lower() in ("arm64", "aarch64") else "x64"
+
+
+class Buffer:
+    """One allocation: `elements` values of `dtype` ('f32' or 'f16')."""
+
+    __slots__ = ("handle", "elements", "dtype", "host", "nbytes", "__weakref__")
+
+    def __init__(self, handle, elements: int, dtype: str, host=None):
+        self.handle = handle            # TiMemory (C API) or ti.ndarray (Python device)
+        self.elements = int(elements)
+        self.dtype = dtype
+        self.host = host                # numpy array backing the buffer (x64), else None
+        self.nbytes = _nbytes(elements, dtype)
+
+
+def _nbytes(elements: int, dtype: str) -> int:
+    return max(-(-int(elements) * ITEMSIZE[dtype] // 4) * 4, 4)    # whole 32-bit words
+
+
+# -- the C API device --------------------------------------------------------------------------
+class CapiDevice:
+    """Taichi's C API runtime for one backend."""
+
+    kind = "capi"
+
+    def __init__(self, backend: str, env=None):
+        self.backend = backend
+        self.arch = _cpu_arch() if backend == "cpu" else backend
+        self.lib = capi.load_library()
+        self.llvm = self.arch in capi.LLVM_ARCHS
+        with TAICHI_LOCK, (env() if env is not None else contextlib.nullcontext()):
+            self.runtime = self.lib.ti_create_runtime(capi.ARCHS[self.arch], 0)
+            code, message = capi.last_error(self.lib)
+        if not self.runtime or code != 0:
+            raise capi.CapiError(f"Taichi's C API cannot start a {backend} runtime here: "
+                                 f"{capi.ERRORS.get(code, code)} {message}".strip(), code)
+        self._cuda = _CudaDriver() if self.arch == "cuda" else None
+        # loaded modules by cache key, kept for the process: Taichi's gfx runtime never
+        # unregisters a module's kernels (destroying one frees nothing: measured 3.8 MB per
+        # load on lavapipe), and an LLVM module's load compiles machine code again
+        self._modules = {}
+
+    def capabilities(self) -> list:
+        """The runtime's device capabilities as Taichi's AOT builder takes them
+        ("spirv_has_float16=1"): a module is compiled for exactly these, and the C API refuses
+        to load it on a device whose capabilities differ."""
+        with TAICHI_LOCK:
+            count = C.c_uint32(0)
+            self.lib.ti_get_runtime_capabilities(self.runtime, C.byref(count), None)
+            caps = (capi.CapabilityLevelInfo * max(count.value, 1))()
+            self.lib.ti_get_runtime_capabilities(self.runtime, C.byref(count), caps)
+            capi.check(self.lib, "get_runtime_capabilities")
+        return [f"{capi.CAPABILITIES[c.capability]}={c.level}" for c in caps[:count.value]
+                if c.capability in capi.CAPABILITIES]
+
+    # memory
+    def allocate(self, elements: int, dtype: str = "f32", host_write: bool = False,
+                 host_read: bool = False) -> Buffer:
+        nbytes = _nbytes(elements, dtype)
+        with TAICHI_LOCK:
+            if self.arch in ("x64", "arm64"):
+                # 64-byte aligned numpy memory the runtime imports: freed with the array
+                raw = np.zeros(nbytes + 64, np.uint8)
+                start = (-raw.ctypes.data) % 64
+                host = raw[start:start + nbytes]
+                handle = self.lib.ti_import_cpu_memory(self.runtime, host.ctypes.data, nbytes)
+                capi.check(self.lib, f"import of {nbytes} bytes of host memory")
+                return Buffer(handle, elements, dtype, host=host)
+            info = capi.MemoryAllocateInfo(nbytes, int(host_write), int(host_read), 0,
+                                           capi.MEMORY_USAGE_STORAGE)
+            handle = self.lib.ti_allocate_memory(self.runtime, C.byref(info))
+            code, message = capi.last_error(self.lib)
+        if not handle or code != 0:
+            raise capi.CapiError(f"cannot allocate {nbytes:,} bytes on {self.backend}: "
+                                 f"{capi.ERRORS.get(code, code)} {message}".strip(), code)
+        return Buffer(handle, elements, dtype)
+
+    def free(self, buffer: Buffer) -> None:
+        if buffer.handle is None:
+            return
+        with TAICHI_LOCK:
+            if buffer.host is None:
+                self.lib.ti_free_memory(self.runtime, buffer.handle)
+                capi.last_error(self.lib)
+        buffer.handle, buffer.host = None, None
+
+    def map(self, buffer: Buffer) -> int:
+        ptr = self.lib.ti_map_memory(self.runtime, buffer.handle)
+        capi.check(self.lib, "map_memory")
+        return ptr
+
+    def unmap(self, buffer: Buffer) -> None:
+        self.lib.ti_unmap_memory(self.runtime, buffer.handle)
+
+    def copy(self, dst: Buffer, dst_offset: int, src: Buffer, src_offset: int, count: int) -> None:
+        """Enqueue a device copy of `count` elements (gfx archs)."""
+        size = ITEMSIZE[src.dtype]
+        d = capi.MemorySlice(dst.handle, dst_offset * size, count * size)
+        s = capi.MemorySlice(src.handle, src_offset * size, count * size)
+        self.lib.ti_copy_memory_device_to_device(self.runtime, C.byref(d), C.byref(s))
+
+    def fill(self, buffer: Buffer, array: np.ndarray) -> None:
+        """Write `array` (the buffer's dtype) into the whole device-local buffer, once (weights)."""
+        data = np.ascontiguousarray(array, dtype=NUMPY[buffer.dtype]).reshape(-1)
+        with TAICHI_LOCK:
+            if buffer.host is not None:
+                buffer.host.view(NUMPY[buffer.dtype])[:data.size] = data
+                return
+            if self._cuda is not None:
+                self._cuda.to_device(self.device_pointer(buffer), data)
+                return
+            staging = self.allocate(buffer.elements, buffer.dtype, host_write=True)
+            try:
+                ptr = self.map(staging)
+                C.memmove(ptr, data.ctypes.data, data.nbytes)
+                self.unmap(staging)
+                self.copy(buffer, 0, staging, 0, data.size)
+                self.wait()
+            finally:
+                self.free(staging)
+
+    def device_pointer(self, buffer: Buffer) -> int:
+        info = capi.InteropInfo()
+        self.lib.ti_export_cuda_memory(self.runtime, buffer.handle, C.byref(info))
+        capi.check(self.lib, "export_cuda_memory")
+        return info.ptr
+
+    # modules and launches
+    def load_module(self, path: str):
+        """An AOT module: a .tcm archive (gfx) or a saved folder (LLVM archs), or CapiError."""
+        with TAICHI_LOCK:
+            if self.llvm:
+                module = self.lib.ti_load_aot_module(self.runtime, os.fsencode(path))
+            else:
+                with open(path, "rb") as f:
+                    data = f.read()
+                module = self.lib.ti_create_aot_module(self.runtime, data, len(data))
+            code, message = capi.last_error(self.lib)
+        if not module or code != 0:
+            raise capi.CapiError(f"the AOT module {path} does not load on {self.backend}: "
+                                 f"{capi.ERRORS.get(code, code)} {message}".strip(), code)
+        return module
+
+    def shared_module(self, key: str, path: str):
+        """The module cached under `key`, loaded once per process (see _modules)."""
+        with TAICHI_LOCK:
+            module = self._modules.get(key)
+            if module is None:
+                module = self._modules[key] = self.load_module(path)
+            return module
+
+    def has_module(self, key: str) -> bool:
+        return key in self._modules
+
+    def forget_module(self, key: str) -> None:
+        with TAICHI_LOCK:
+            self._modules.pop(key, None)
+
+    def kernel(self, module, name: str):
+        with TAICHI_LOCK:
+            kernel = self.lib.ti_get_aot_module_kernel(module, name.encode())
+            code, message = capi.last_error(self.lib)
+        if not kernel or code != 0:
+            raise capi.CapiError(f"kernel {name} is not in the AOT module: "
+                                 f"{capi.ERRORS.get(code, code)} {message}".strip(), code)
+        return kernel
+
+    def destroy_module(self, module) -> None:
+        with TAICHI_LOCK:
+            self.lib.ti_destroy_aot_module(module)
+            capi.last_error(self.lib)
+
+    def launcher(self, kernel, buffers) -> "CapiLaunch":
+        return CapiLaunch(self, kernel, buffers)
+
+    def wait(self) -> None:
+        with TAICHI_LOCK:
+            self.lib.ti_wait(self.runtime)
+            capi.check(self.lib, f"wait on {self.backend}")
+
+    def flush(self) -> None:
+        with TAICHI_LOCK:
+            self.lib.ti_flush(self.runtime)
+
+    def link(self, io: Buffer) -> "HostLink":
+        if io.host is not None:
+            return HostMemoryLink(self, io)
+        if self._cuda is not None:
+            return CudaLink(self, io)
+        return StagingLink(self, io)
+
+
+class CapiLaunch:
+    """One kernel with its arguments bound once (the buffers live as long as the program):
+    calling it enqueues the launch."""
+
+    __slots__ = ("lib", "runtime", "kernel", "args", "count")
+
+    def __init__(self, device: CapiDevice, kernel, buffers):
+        self.lib, self.runtime, self.kernel = device.lib, device.runtime, kernel
+        self.count = len(buffers)
+        self.args = (capi.Argument * self.count)(
+            *[capi.ndarray_argument(b.handle, b.elements, b.dtype) for b in buffers])
+
+    def __call__(self) -> None:
+        self.lib.ti_launch_kernel(self.runtime, self.kernel, self.count, self.args)
+
+
+# -- links between the host and the io buffer --------------------------------------------------
+class HostLink:
+    """Moves float32 ranges of a program's io buffer between host and device:
+    `put([(offset, array)])` enqueues host -> device; `request(ranges)` enqueues device -> host
+    for ranges the host will read after the next wait, `take(ranges)` returns them then."""
+
+    def put(self, items) -> None:
+        raise NotImplementedError
+
+    def request(self, ranges) -> None:
+        pass
+
+    def take(self, ranges) -> list:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+def _merged(ranges) -> list:
+    """Adjacent (offset, count) ranges merged: fewer copy commands."""
+    out = []
+    for offset, count in sorted(ranges):
+        if out and out[-1][0] + out[-1][1] == offset:
+            out[-1] = (out[-1][0], out[-1][1] + count)
+        else:
+            out.append((offset, count))
+    return out
+
+
+class StagingLink(HostLink):
+    """gfx archs: an upload buffer the host writes through a mapped pointer and a download
+    buffer it reads, each copied to/from the device-local io buffer by enqueued copies."""
+
+    def __init__(self, device: CapiDevice, io: Buffer):
+        self.device, self.io = device, io
+        self.upload = device.allocate(io.elements, "f32", host_write=True)
+        self.download = device.allocate(io.elements, "f32", host_read=True)
+
+    def put(self, items) -> None:
+        if not items:
+            return
+        d = self.device
+        with TAICHI_LOCK:
+            ptr = d.map(self.upload)
+            try:
+                for offset, array in items:
+                    C.memmove(ptr + 4 * offset, array.ctypes.data, array.nbytes)
+            finally:
+                d.unmap(self.upload)
+            for offset, count in _merged((o, a.size) for o, a in items):
+                d.copy(self.io, offset, self.upload, offset, count)
+
+    def request(self, ranges) -> None:
+        with TAICHI_LOCK:
+            for offset, count in _merged(ranges):
+                self.device.copy(self.download, offset, self.io, offset, count)
+
+    def take(self, ranges) -> list:
+        d, out = self.device, []
+        with TAICHI_LOCK:
+            ptr = d.map(self.download)
+            try:
+                for offset, count in ranges:
+                    a = np.empty(count, np.float32)
+                    C.memmove(a.ctypes.data, ptr + 4 * offset, 4 * count)
+                    out.append(a)
+            finally:
+                d.unmap(self.download)
+        return out
+
+    def close(self) -> None:
+        self.device.free(self.upload)
+        self.device.free(self.download)
+
+
+class CudaLink(HostLink):
+    """CUDA: pinned host memory and the driver's copies into the exported device pointer (on
+    the legacy default stream Taichi launches on, so they keep their order with the kernels)."""
+
+    def __init__(self, device: CapiDevice, io: Buffer):
+        self.cuda = device._cuda
+        self.ptr = device.device_pointer(io)
+        self.pinned = self.cuda.pinned(io.elements)
+
+    def put(self, items) -> None:
+        for offset, array in items:
+            view = self.pinned[offset:offset + array.size]
+            view[...] = array
+            self.cuda.copy_in(self.ptr + 4 * offset, view)
+
+    def take(self, ranges) -> list:
+        out = []
+        for offset, count in ranges:
+            view = self.pinned[offset:offset + count]
+            self.cuda.copy_out(view, self.ptr + 4 * offset)
+            out.append(view.copy())
+        return out
+
+    def close(self) -> None:
+        self.cuda.free_pinned(self.pinned)
+        self.pinned = None
+
+
+class HostMemoryLink(HostLink):
+    """x64: the io buffer is host memory the kernels run on; launches are synchronous there."""
+
+    def __init__(self, device, io: Buffer):
+        self.view = io.host.view(np.float32)
+
+    def put(self, items) -> None:
+        for offset, array in items:
+            self.view[offset:offset + array.size] = array
+
+    def take(self, ranges) -> list:
+        return [self.view[offset:offset + count].copy() for offset, count in ranges]
+
+
+class _CudaDriver:
+    """The few CUDA driver calls CudaLink needs, on the primary context Taichi's runtime uses."""
+
+    def __init__(self):
+        try:
+            self.cu = C.CDLL("libcuda.so.1")
+        except OSError as e:
+            raise capi.CapiError(f"CUDA's driver library is not loadable: {e}") from None
+        self.ctx = C.c_void_p()
+        dev = C.c_int()
+        self._ok(self.cu.cuInit(0), "cuInit")
+        self._ok(self.cu.cuDeviceGet(C.byref(dev), 0), "cuDeviceGet")
+        self._ok(self.cu.cuDevicePrimaryCtxRetain(C.byref(self.ctx), dev), "cuDevicePrimaryCtxRetain")
+        for name in ("cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"):
+            getattr(self.cu, name).argtypes = [C.c_uint64, C.c_void_p, C.c_size_t] \
+                if name.startswith("cuMemcpyHtoD") else [C.c_void_p, C.c_uint64, C.c_size_t]
+        self.cu.cuCtxSetCurrent.argtypes = [C.c_void_p]
+        self.cu.cuMemAllocHost_v2.argtypes = [C.POINTER(C.c_void_p), C.c_size_t]
+        self.cu.cuMemFreeHost.argtypes = [C.c_void_p]
+        self._pinned = {}
+
+    def _ok(self, status: int, what: str) -> None:
+        if status != 0:
+            raise capi.CapiError(f"CUDA driver call {what} failed with status {status}")
+
+    def pinned(self, elements: int) -> np.ndarray:
+        self._ok(self.cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        ptr = C.c_void_p()
+        self._ok(self.cu.cuMemAllocHost_v2(C.byref(ptr), max(elements, 1) * 4), "cuMemAllocHost")
+        array = np.ctypeslib.as_array((C.c_float * max(elements, 1)).from_address(ptr.value))
+        self._pinned[id(array)] = ptr.value
+        return array
+
+    def free_pinned(self, array: np.ndarray) -> None:
+        ptr = self._pinned.pop(id(array), None)
+        if ptr is not None:
+            self.cu.cuMemFreeHost(ptr)
+
+    def copy_in(self, device_ptr: int, host: np.ndarray) -> None:
+        self.cu.cuCtxSetCurrent(self.ctx)
+        self._ok(self.cu.cuMemcpyHtoD_v2(device_ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+
+    def copy_out(self, host: np.ndarray, device_ptr: int) -> None:
+        self.cu.cuCtxSetCurrent(self.ctx)
+        self._ok(self.cu.cuMemcpyDtoH_v2(host.ctypes.data, device_ptr, host.nbytes), "cuMemcpyDtoH")
+
+    def to_device(self, device_ptr: int, data: np.ndarray) -> None:
+        data = np.ascontiguousarray(data)
+        self.cu.cuCtxSetCurrent(self.ctx)
+        self._ok(self.cu.cuMemcpyHtoD_v2(device_ptr, data.ctypes.data, data.nbytes), "cuMemcpyHtoD")
+
+
+# -- the Python device (fallback) --------------------------------------------------------------
+class PythonDevice:
+    """Taichi's Python runtime: the same interface, kernels launched from Python."""
+
+    kind = "python"
+
+    def __init__(self, backend: str):
+        from tflite_taichi import backend as ti_backend
+        self.backend = backend
+        ti_backend.ensure_python_taichi(backend)
+        import taichi as ti
+        self.ti = ti
+        self._copy_kernels = None
+
+    def allocate(self, elements: int, dtype: str = "f32", host_write: bool = False,
+                 host_read: bool = False) -> Buffer:
+        ti = self.ti
+        with TAICHI_LOCK:
+            handle = ti.ndarray(ti.f16 if dtype == "f16" else ti.f32, max(int(elements), 1))
+        return Buffer(handle, elements, dtype)
+
+    def free(self, buffer: Buffer) -> None:
+        with TAICHI_LOCK:          # Taichi frees an ndarray when it is collected
+            buffer.handle = None
+
+    def fill(self, buffer: Buffer, array: np.ndarray) -> None:
+        data = np.zeros(max(buffer.elements, 1), NUMPY[buffer.dtype])
+        flat = np.asarray(array, dtype=NUMPY[buffer.dtype]).reshape(-1)
+        data[:flat.size] = flat
+        with TAICHI_LOCK:
+            buffer.handle.from_numpy(data)
+
+    def launcher(self, kernel, buffers) -> "PythonLaunch":
+        return PythonLaunch(kernel, buffers)
+
+    def wait(self) -> None:
+        with TAICHI_LOCK:
+            self.ti.sync()
+
+    def flush(self) -> None:
+        pass
+
+    def destroy_module(self, module) -> None:
+        pass
+
+    def shared_module(self, key, path):
+        raise NotImplementedError("the Python device runs no AOT modules")
+
+    def link(self, io: Buffer) -> HostLink:
+        return PythonLink(self, io)
+
+    def copy_kernels(self):
+        if self._copy_kernels is None:
+            ti = self.ti
+            f32 = ti.types.ndarray(dtype=ti.f32, ndim=1)
+
+            @ti.kernel
+            def put(io: f32, src: f32, offset: ti.i32):
+                for i in src:
+                    io[offset + i] = src[i]
+
+            @ti.kernel
+            def take(io: f32, dst: f32, offset: ti.i32):
+                for i in dst:
+                    dst[i] = io[offset + i]
+            self._copy_kernels = (put, take)
+        return self._copy_kernels
+
+
+class PythonLaunch:
+    __slots__ = ("kernel", "args")
+
+    def __init__(self, kernel, buffers):
+        self.kernel, self.args = kernel, [b.handle for b in buffers]
+
+    def __call__(self) -> None:
+        self.kernel(*self.args)
+
+
+class PythonLink(HostLink):
+    """The Python device: ranges copied by two small kernels with numpy arguments."""
+
+    def __init__(self, device: PythonDevice, io: Buffer):
+        self.device, self.io = device, io
+
+    def put(self, items) -> None:
+        put, _ = self.device.copy_kernels()
+        with TAICHI_LOCK:
+            for offset, array in items:
+                put(self.io.handle, np.ascontiguousarray(array, np.float32), offset)
+
+    def take(self, ranges) -> list:
+        _, take = self.device.copy_kernels()
+        out = []
+        with TAICHI_LOCK:
+            for offset, count in ranges:
+                a = np.empty(count, np.float32)
+                take(self.io.handle, a, offset)
+                out.append(a)
+        return out
+
+
+# -- one device per backend per process ---------------------------------------------------------
+_devices: dict = {}
+_devices_lock = threading.Lock()
+_warned_fallback = False
+
+
+def runtime_kind() -> str:
+    """'capi' (default) or 'python': TFLITE_TAICHI_RUNTIME picks one for A/B runs."""
+    kind = os.environ.get("TFLITE_TAICHI_RUNTIME", "capi").strip().lower() or "capi"
+    if kind not in ("capi", "python"):
+        raise BackendUnavailable(f"TFLITE_TAICHI_RUNTIME={kind!r}: choose 'capi' or 'python'")
+    return kind
+
+
+def get(backend: str, env=None):
+    """The process's device for `backend`: the C API's, else (with a warning, once) Taichi's
+    Python runtime. `env`: a context manager around the runtime's start (driver caches)."""
+    global _warned_fallback
+    with _devices_lock:
+        device = _devices.get(backend)
+        if device is not None:
+            return device
+        kind = runtime_kind()
+        if backend == "gles":
+            # Taichi 1.7.4's C API creates no GLES runtime ("not supported"; it can only import
+            # a GLES context made elsewhere): GLES kernels run through the Python runtime
+            kind = "python"
+        refused = None
+        if kind == "capi":
+            try:
+                device = CapiDevice(backend, env)
+            except capi.CapiError as e:
+                refused = e
+        if device is None:
+            try:
+                device = PythonDevice(backend)
+            except BackendUnavailable as e:
+                if refused is not None:    # neither runtime starts: the arch is not there
+                    raise BackendUnavailable(f"{e} (and {refused})") from None
+                raise
+            if refused is not None and not _warned_fallback:
+                _warned_fallback = True
+                warnings.warn(f"tflite_taichi: {refused}; kernels run through Taichi's Python "
+                              "runtime instead (each process compiles them again, and every "
+                              "launch pays Python's overhead)", RuntimeWarning, stacklevel=3)
+        _devices[backend] = device
+        return device
+
+
+def current(backend: str) -> Optional[object]:
+    return _devices.get(backend)
