@@ -386,6 +386,12 @@ def test_default_token_is_a_fingerprint(setup):
               cache.default_token(cache.token_covers(data, "cpu", "fp32", reference_ops={"CONV_2D"}))}
     assert token not in others and len(others) == 5
     assert len(token) == 64 and cache.TOKEN_PATTERN.fullmatch(token)
+    os.environ["TFLITE_TAICHI_NO_SHARED_TILES"] = "1"    # a switch that changes the kernels
+    try:
+        assert cache.default_token(cache.token_covers(data, "cpu", "fp32")) != token
+    finally:
+        del os.environ["TFLITE_TAICHI_NO_SHARED_TILES"]
+    assert cache.default_token(cache.token_covers(data, "cpu", "fp32")) == token
 
 
 # -- more of issue #7 (robust): records, killed processes, atomic writes, modes, eviction ------

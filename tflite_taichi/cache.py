@@ -176,6 +176,10 @@ def taichi_version() -> str:
         return "absent"
 
 
+KERNEL_SWITCHES = ("TFLITE_TAICHI_NO_SHARED_TILES", "TFLITE_TAICHI_GEMM_TILES",
+                   "TFLITE_TAICHI_GEMM_MIN_BLOCKS")
+
+
 def versions() -> dict:
     """What a module depends on besides the model (a module built under others is not loaded)."""
     import numpy
@@ -183,7 +187,9 @@ def versions() -> dict:
     return {"format": FORMAT, "taichi": taichi_version(), "tflite_taichi": __version__,
             "tflite_taichi_source": _package_source_digest(), "numpy": numpy.__version__,
             "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),
-            "system": platform.system()}
+            "system": platform.system(),
+            # the benchmark switches that change generated kernels (ops/conv.py, tiutil.py)
+            "switches": {k: os.environ[k] for k in KERNEL_SWITCHES if k in os.environ}}
 
 
 def _digest_source(source) -> tuple:
