@@ -6,7 +6,7 @@ one quantization step. ARG_MAX, ARG_MIN, TOPK_V2 and WHERE have no Taichi part (
 data-dependent shapes)."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from tflite_taichi.ops.base import Node, TensorSpec, lookup
 from tflite_taichi.ops.indexing import MAX_RUNS, CumsumOptions, arithmetic_runs
@@ -33,16 +33,20 @@ def _assert_on_the_cpu(summaries, reason: str):
 @settings(max_examples=TAICHI_EXAMPLES)
 @given(case=gather_case(), dtype=st.sampled_from(DTYPES), q=S.quant_params(), seed=S.seeds())
 def test_gather_delegate_matches_reference(taichi_workers, case, dtype, q, seed):
-    model = gather_model(case, gather_indices(case, seed), True, dtype,
-                         q if dtype == np.int8 else None)
+    indices = gather_indices(case, seed)
+    # tables of more than MAX_RUNS runs stay on the CPU, by design (tested below): seen with 144
+    # random indices, a case the strategy draws now and then
+    assume(arithmetic_runs(indices) is not None)
+    model = gather_model(case, indices, True, dtype, q if dtype == np.int8 else None)
     check_delegate(model, taichi_workers, seed=seed)
 
 
 @settings(max_examples=TAICHI_EXAMPLES)
 @given(case=gather_nd_case(), dtype=st.sampled_from(DTYPES), q=S.quant_params(), seed=S.seeds())
 def test_gather_nd_delegate_matches_reference(taichi_workers, case, dtype, q, seed):
-    model = gather_nd_model(case, gather_nd_indices(case, seed), True, dtype,
-                            q if dtype == np.int8 else None)
+    indices = gather_nd_indices(case, seed)
+    assume(indices.size // max(indices.shape[-1], 1) <= MAX_RUNS)   # its offsets fit a run table
+    model = gather_nd_model(case, indices, True, dtype, q if dtype == np.int8 else None)
     check_delegate(model, taichi_workers, seed=seed)
 
 
@@ -89,6 +93,7 @@ def test_one_hot_delegate_matches_reference(taichi_workers, case, on_const, valu
     # constant indices; off_value at run time, on_value a constant (in the weights) or not
     ishape, depth, axis, out = case
     on, off = (np.array(v, np.float32) for v in values)
+    assume(arithmetic_runs(one_hot_indices(case, seed)) is not None)     # else on the CPU, by design
     model = one_op_model("ONE_HOT", [Const(one_hot_indices(case, seed)),
                                      Const(np.array(depth, np.int32)),
                                      Const(on) if on_const else Input(()), Input(())],
