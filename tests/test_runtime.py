@@ -235,3 +235,54 @@ def test_a_failed_probe_is_remembered_too(tmp_path, monkeypatch):
     assert ti_backend.probe("cuda", cache_root=root)[0] is False
     monkeypatch.setattr(ti_backend, "_probe_cache", {})
     assert ti_backend.probe("cuda", cache_root=root) == (False, False, "boom") and fake.calls == 1
+
+
+GL_THREADS = r'''
+import json, sys, threading, warnings
+import numpy as np
+from tflite_taichi import Interpreter
+from tflite_taichi.demo import build_demo_model
+from tflite_taichi.errors import InterpreterStateError
+warnings.simplefilter("ignore")
+it = Interpreter(model_content=build_demo_model(), backend=sys.argv[1])
+it.allocate_tensors()
+d = it.get_input_details()[0]
+x = np.random.default_rng(0).uniform(0, 1, d["shape"]).astype(np.float32)
+it.set_tensor(d["index"], x)
+it.invoke()
+first = it.get_tensor(it.get_output_details()[0]["index"])
+out = {}
+def other():
+    try:
+        it.invoke()
+        out["other"] = "ran"
+    except InterpreterStateError as e:
+        out["other"] = str(e)
+    try:
+        Interpreter(model_content=build_demo_model(seed=2), backend=sys.argv[1]).allocate_tensors()
+        out["other_allocate"] = "ran"
+    except InterpreterStateError as e:
+        out["other_allocate"] = str(e)
+t = threading.Thread(target=other, name="worker")
+t.start(); t.join()
+it.invoke()                                # still fine in its own thread
+out["same"] = bool(np.array_equal(first, it.get_tensor(it.get_output_details()[0]["index"])))
+print("RESULT " + json.dumps(out), flush=True)
+'''
+
+
+@pytest.mark.parametrize("backend", [b for b in ("opengl",) if b in
+                                     os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl")])
+def test_opengl_refuses_other_threads_instead_of_failing_silently(tmp_path, backend):
+    """An OpenGL context is current in one thread: called from another, Taichi's runtime found
+    no context (a NULL mapping, launches that did nothing; the Python runtime crashed). Such calls
+    are refused, naming both threads; the interpreter goes on in its own thread."""
+    env = dict(os.environ, EGL_PLATFORM=os.environ.get("EGL_PLATFORM", "surfaceless"))
+    out = subprocess.run([sys.executable, "-c", GL_THREADS, backend], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path, env=env)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-2000:]
+    result = json.loads(lines[-1][7:])
+    for what in ("other", "other_allocate"):
+        assert "from thread 'worker'" in result[what] and "'MainThread'" in result[what], result
+    assert result["same"], result

@@ -28,6 +28,7 @@ FP16_BACKENDS = ("cuda", "vulkan", "cpu")            # no u16 in Taichi's GL SPI
 _lock = threading.Lock()
 _current: Optional[str] = None
 _python_started: Optional[str] = None   # Taichi's Python runtime
+_python_affinity = None                 # its device.ThreadAffinity
 _cache_root: Optional[str] = None     # cache_dir Taichi was started with (resolved)
 _probe_cache: dict = {}
 
@@ -146,11 +147,13 @@ def ensure_python_taichi(name: str) -> None:
     assert that it happens in the thread that ran ti.init (measured, Taichi 1.7.4: "Assertion
     failure: std::this_thread::get_id() == main_thread_id_"), so it is materialized right here,
     in the starting thread. Taichi's own offline cache is off: compiled programs are cached as
-    AOT modules (cache.py), and Taichi's cache would only grow a second copy in ~/.cache/taichi."""
-    global _python_started
+    AOT modules (cache.py), and Taichi's cache would only grow a second copy in ~/.cache/taichi.
+    Returns the runtime's device.ThreadAffinity (OpenGL/GLES: its context's thread)."""
+    global _python_started, _python_affinity
+    from tflite_taichi.device import ThreadAffinity
     with _lock:
         if _python_started == name:
-            return
+            return _python_affinity
         if _python_started is not None:
             raise BackendUnavailable(f"Taichi's Python runtime already runs on {_python_started!r} "
                                      f"in this process, not {name!r}")
@@ -175,6 +178,8 @@ def ensure_python_taichi(name: str) -> None:
             with TAICHI_LOCK:
                 runtime.materialize()
         _python_started = name
+        _python_affinity = ThreadAffinity(name)      # GL: its context is this thread's
+        return _python_affinity
 
 
 def current() -> Optional[str]:

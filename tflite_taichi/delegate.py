@@ -106,6 +106,7 @@ class Program:
         self._buffers = []
         env = (lambda: _driver_env(model_cache)) if model_cache is not None else None
         self.device = device_mod.get(backend, env)
+        self.device.affinity.check_thread("allocate_tensors()")
         self._link = None
         try:
             self._build(model_cache)
@@ -291,6 +292,7 @@ class Program:
         """Run the schedule: partitions on the device, CPU steps through `run_cpu_step(step,
         values)` (which stores its outputs in values). `values` holds the constants and feeds."""
         layout, link, d = self.layout, self._link, self.device
+        d.affinity.check_thread("invoke()")
         specs = self.graph.specs
         self.waits = 0
         host_read = set(layout.host_read)
@@ -358,7 +360,10 @@ class Program:
 
 def _release(device, buffers, link, module) -> None:
     """Frees a program's device memory and module (weakref.finalize: also at collection, in any
-    thread, so under TAICHI_LOCK)."""
+    thread, so under TAICHI_LOCK; a GL device's frees wait for its own thread)."""
+    if not device.affinity.on_owner_thread():
+        device.affinity.defer(lambda: _release(device, buffers, link, module))
+        return
     try:
         with TAICHI_LOCK:
             if device.kind == "capi":

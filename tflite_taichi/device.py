@@ -51,6 +51,41 @@ def _cpu_arch() -> str:
     return "arm64" if platform.machine().lower() in ("arm64", "aarch64") else "x64"
 
 
+GL_BACKENDS = ("opengl", "gles")
+
+
+class ThreadAffinity:
+    """OpenGL/GLES: the runtime's GL context is current in the thread that created it, and only
+    there (Taichi makes it current once; EGL refuses a context current in another thread). Calls
+    from another thread would find no context (map_memory returns NULL, launches do nothing), so
+    they are refused with an InterpreterStateError instead; frees that garbage collection runs
+    in another thread wait until the owner thread uses the device again."""
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.owner = threading.get_ident() if backend in GL_BACKENDS else None
+        self.owner_name = threading.current_thread().name
+        self._deferred = []
+
+    def on_owner_thread(self) -> bool:
+        return self.owner is None or threading.get_ident() == self.owner
+
+    def check_thread(self, what: str) -> None:
+        if not self.on_owner_thread():
+            from tflite_taichi.errors import InterpreterStateError
+            raise InterpreterStateError(
+                f"{what} on {self.backend} from thread {threading.current_thread().name!r}: "
+                f"Taichi's {self.backend} runtime lives in thread {self.owner_name!r}, the one that "
+                "created the first Taichi interpreter of this process (an OpenGL context is "
+                "current in one thread only); use the interpreter from that thread, or vulkan "
+                "from any thread")
+        while self._deferred:
+            self._deferred.pop(0)()
+
+    def defer(self, fn) -> None:
+        self._deferred.append(fn)
+
+
 class Buffer:
     """One allocation: `elements` values of `dtype` ('f32' or 'f16')."""
 
@@ -76,6 +111,7 @@ class CapiDevice:
 
     def __init__(self, backend: str, env=None):
         self.backend = backend
+        self.affinity = ThreadAffinity(backend)
         self.arch = _cpu_arch() if backend == "cpu" else backend
         self.lib = capi.load_library()
         self.llvm = self.arch in capi.LLVM_ARCHS
@@ -436,7 +472,7 @@ class PythonDevice:
     def __init__(self, backend: str):
         from tflite_taichi import backend as ti_backend
         self.backend = backend
-        ti_backend.ensure_python_taichi(backend)
+        self.affinity = ti_backend.ensure_python_taichi(backend)
         import taichi as ti
         self.ti = ti
         self._copy_kernels = None
