@@ -109,16 +109,13 @@ def test_the_python_runtime_fallback_runs_the_same_programs(tmp_path, backend):
     path = tmp_path / "split.tflite"
     path.write_bytes(_model("split"))
     env = dict(os.environ, TFLITE_TAICHI_RUNTIME="python", ENABLE_TAICHI_HEADER_PRINT="False")
-    out = subprocess.run([sys.executable, "-c", PYTHON_RUNTIME, backend, HERE, str(path)],
-                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-2000:]
-    result = json.loads(lines[-1][7:])
+    result = _result(PYTHON_RUNTIME, backend, HERE, str(path), cwd=tmp_path, env=env)
     assert result["runtime"]["device"] == "python" and result["runtime"]["waits_last_invoke"] == 2
     assert result["err"] <= 1e-6, result
 
 
-CLOSE = r'''
+# a demo interpreter on sys.argv[1], allocated and invoked once: `it`, `d`, `x`, `first`
+DEMO = r'''
 import json, sys, warnings
 import numpy as np
 from tflite_taichi import Interpreter
@@ -132,6 +129,19 @@ x = np.random.default_rng(0).uniform(0, 1, d["shape"]).astype(np.float32)
 it.set_tensor(d["index"], x)
 it.invoke()
 first = it.get_tensor(it.get_output_details()[0]["index"])
+'''
+
+
+def _result(script: str, *args, cwd, env=None) -> dict:
+    """The RESULT line of `python -c script args...` as a dict (its output on failure)."""
+    out = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                         timeout=300, cwd=cwd, env=env)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-2000:]
+    return json.loads(lines[-1][7:])
+
+
+CLOSE = DEMO + r'''
 program = it._main.program
 it.close()
 out = {"freed": all(b.handle is None for b in program._buffers)}
@@ -152,11 +162,7 @@ print("RESULT " + json.dumps(out), flush=True)
 
 
 def test_close_frees_device_memory_and_the_interpreter_can_allocate_again(tmp_path):
-    out = subprocess.run([sys.executable, "-c", CLOSE, "cpu"], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path)
-    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-2000:]
-    result = json.loads(lines[-1][7:])
+    result = _result(CLOSE, "cpu", cwd=tmp_path)
     assert result["freed"] and result["context_manager_freed"], result
     assert "close() freed its memory" in result["after_close"], result
     assert result["same"], result
@@ -237,20 +243,8 @@ def test_a_failed_probe_is_remembered_too(tmp_path, monkeypatch):
     assert ti_backend.probe("cuda", cache_root=root) == (False, False, "boom") and fake.calls == 1
 
 
-GL_THREADS = r'''
-import json, sys, threading, warnings
-import numpy as np
-from tflite_taichi import Interpreter
-from tflite_taichi.demo import build_demo_model
-from tflite_taichi.errors import InterpreterStateError
-warnings.simplefilter("ignore")
-it = Interpreter(model_content=build_demo_model(), backend=sys.argv[1])
-it.allocate_tensors()
-d = it.get_input_details()[0]
-x = np.random.default_rng(0).uniform(0, 1, d["shape"]).astype(np.float32)
-it.set_tensor(d["index"], x)
-it.invoke()
-first = it.get_tensor(it.get_output_details()[0]["index"])
+GL_THREADS = DEMO + r'''
+import threading
 out = {}
 def other():
     try:
@@ -278,11 +272,7 @@ def test_opengl_refuses_other_threads_instead_of_failing_silently(tmp_path, back
     no context (a NULL mapping, launches that did nothing; the Python runtime crashed). Such calls
     are refused, naming both threads; the interpreter goes on in its own thread."""
     env = dict(os.environ, EGL_PLATFORM=os.environ.get("EGL_PLATFORM", "surfaceless"))
-    out = subprocess.run([sys.executable, "-c", GL_THREADS, backend], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path, env=env)
-    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    assert out.returncode == 0 and lines, out.stdout[-2000:] + out.stderr[-2000:]
-    result = json.loads(lines[-1][7:])
+    result = _result(GL_THREADS, backend, cwd=tmp_path, env=env)
     for what in ("other", "other_allocate"):
         assert "from thread 'worker'" in result[what] and "'MainThread'" in result[what], result
     assert result["same"], result
