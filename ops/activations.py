@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
-from .tiutil import broadcast_flat, keep_nan, ti
+from .tiutil import broadcast_flat, keep_nan, ti, unravel
 
 _ACTIVATION_DTYPES = {np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8),
                       np.dtype(np.int16)}
@@ -47,11 +47,13 @@ def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape, ta
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             return [fn(node, x).astype(np.float32, copy=False)]
 
+    elementwise = taichi is None        # a UnaryStep: one store per element, fusable
     return register_op(OpDef(name=name, infer=infer, reference=reference,
                              parse=parse if parse is not None else (lambda _o: None),
                              options_class=options_class, min_inputs=1, max_inputs=1,
                              taichi=taichi if taichi is not None else _unary_taichi,
-                             scratch=scratch))
+                             scratch=scratch, stores_once=elementwise,
+                             epilogue_inputs=(lambda _node: (0,)) if elementwise else None))
 
 
 # -- Taichi ------------------------------------------------------------------------------------
@@ -114,6 +116,11 @@ class UnaryStep:
         for i in range(self.n):
             v = self.x.load(arena, weights, io, i)
             self.out.store(arena, io, i, _unary_formula(v, self.code, self.alpha))
+
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        self.out.store(arena, io, flat, _unary_formula(value, self.code, self.alpha))
 
 
 def _unary_taichi(node, io):
@@ -222,6 +229,13 @@ class PreluStep:
             a = self.alpha.load(arena, weights, io, broadcast_flat(I, self.alpha, self.out.rank))
             self.out.store(arena, io, f, ti.select(v >= 0.0, v, v * a))
 
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        I = unravel(flat, self.out)
+        a = self.alpha.load(arena, weights, io, broadcast_flat(I, self.alpha, self.out.rank))
+        self.out.store(arena, io, flat, ti.select(value >= 0.0, value, value * a))
+
 
 def _prelu_taichi(node, io):
     return PreluStep(io.inputs[0], io.inputs[1], io.outputs[0])
@@ -328,4 +342,5 @@ def _prelu_reference(node, inputs):
 
 
 PRELU = register_op(OpDef(name="PRELU", infer=_infer_prelu, reference=_prelu_reference,
-                          taichi=_prelu_taichi, min_inputs=2, max_inputs=2))
+                          taichi=_prelu_taichi, min_inputs=2, max_inputs=2,
+                          stores_once=True, epilogue_inputs=lambda _node: (0,)))

@@ -42,8 +42,8 @@ import numpy as np
 
 from .activations import _TANH_SATURATION
 from .base import OpDef, register_op
-from .common import broadcast_shapes
-from .tiutil import broadcast_flat, ti
+from .common import broadcast_shapes, unbroadcast_inputs
+from .tiutil import broadcast_flat, ti, unravel
 
 _QUANTIZED_DTYPES = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
 
@@ -362,6 +362,12 @@ class MathUnaryStep:
             v = _unary_formula(self.x.load(arena, weights, io, i), self.code, self.out.quantized)
             self.out.store(arena, io, i, _finish(v, self.out.quantized))
 
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        v = _unary_formula(value, self.code, self.out.quantized)
+        self.out.store(arena, io, flat, _finish(v, self.out.quantized))
+
 
 @ti.data_oriented
 class MathBinaryStep:
@@ -379,6 +385,20 @@ class MathBinaryStep:
             v = _binary_formula(x, y, self.code)
             self.out.store(arena, io, self.out.flat_index(I), _finish(v, self.out.quantized))
 
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        """Element `flat` with input `position` handed over; the other loaded, broadcast."""
+        I = unravel(flat, self.out)
+        x = value
+        y = value
+        if ti.static(position == 0):
+            y = self.b.load(arena, weights, io, broadcast_flat(I, self.b, self.out.rank))
+        else:
+            x = self.a.load(arena, weights, io, broadcast_flat(I, self.a, self.out.rank))
+        v = _binary_formula(x, y, self.code)
+        self.out.store(arena, io, flat, _finish(v, self.out.quantized))
+
 
 @ti.data_oriented
 class AddNStep:
@@ -395,6 +415,20 @@ class AddNStep:
             for k in ti.static(range(1, len(self.inputs))):
                 acc += self.inputs[k].load(arena, weights, io, i)
             self.out.store(arena, io, i, acc)
+
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        """Element `flat` with input `position` handed over, summed in the same order."""
+        acc = value
+        if ti.static(position != 0):
+            acc = self.inputs[0].load(arena, weights, io, flat)
+        for k in ti.static(range(1, len(self.inputs))):
+            if ti.static(k == position):
+                acc += value
+            else:
+                acc += self.inputs[k].load(arena, weights, io, flat)
+        self.out.store(arena, io, flat, acc)
 
 
 def _unary_taichi(node, io):
@@ -428,7 +462,8 @@ def _unary(name, fn, ints=(), parse=None, options_class=None):
     return register_op(OpDef(name=name, infer=infer, reference=reference,
                              parse=parse if parse is not None else (lambda _o: None),
                              options_class=options_class, taichi=_unary_taichi,
-                             min_inputs=1, max_inputs=1))
+                             min_inputs=1, max_inputs=1, stores_once=True,
+                             epilogue_inputs=lambda _node: (0,)))
 
 
 def _log(node, x):
@@ -536,7 +571,8 @@ def _binary(name, fn, ints):
         return [np.broadcast_to(out, node.outputs[0].shape)]
 
     return register_op(OpDef(name=name, infer=infer, reference=reference,
-                             taichi=_binary_taichi, min_inputs=2, max_inputs=2))
+                             taichi=_binary_taichi, min_inputs=2, max_inputs=2,
+                             stores_once=True, epilogue_inputs=unbroadcast_inputs))
 
 
 POW = _binary("POW", _pow_np, ints=(np.int32,))
@@ -566,5 +602,5 @@ def _add_n_reference(node, inputs):
 
 
 ADD_N = register_op(OpDef(name="ADD_N", infer=_infer_add_n, reference=_add_n_reference,
-                          taichi=_add_n_taichi,
-                          min_inputs=2, max_inputs=None))
+                          taichi=_add_n_taichi, min_inputs=2, max_inputs=None,
+                          stores_once=True, epilogue_inputs=unbroadcast_inputs))

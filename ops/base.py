@@ -135,6 +135,17 @@ class OpDef:
                                              # runs when they are variable tensors (an LSTM's
                                              # state): its reference returns their new values
                                              # after its outputs
+    # fusion, declared by the op (codegen links the chains; it never names an op):
+    stores_once: bool = False                # its Taichi step writes each output element once,
+                                             # with its final value, through out.store(): an
+                                             # element-wise reader can run inside that store
+    epilogue_inputs: Optional[Callable] = None  # node -> input positions the op can take as a
+                                             # value handed over by its producer's store (element-
+                                             # wise ops): its step has fused_store(arena, weights,
+                                             # io, flat, value, position) (tiutil.EpilogueRef)
+    alias_input: Optional[int] = None        # the output is this input's data, reshaped (RESHAPE,
+                                             # SQUEEZE, EXPAND_DIMS): the delegate addresses the
+                                             # input instead of copying it
     min_inputs: int = 1
     max_inputs: Optional[int] = None
 

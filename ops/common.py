@@ -80,3 +80,11 @@ def positive_ints(node, what: str, *values):
     for v in values:
         if int(v) < 1:
             raise node.fail(f"{what} must be >= 1, got {v}")
+
+
+def unbroadcast_inputs(node) -> tuple:
+    """The inputs of an element-wise op that have its output's shape: either can be handed over
+    by its producer's store (the other is loaded, broadcast)."""
+    out = tuple(node.outputs[0].shape)
+    return tuple(i for i, spec in enumerate(node.inputs)
+                 if spec is not None and tuple(spec.shape) == out)

@@ -378,6 +378,11 @@ class CastStep:
         for i in range(self.n):
             self.out.store(arena, io, i, _cast_formula(self.x.load(arena, weights, io, i), self.code))
 
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        self.out.store(arena, io, flat, _cast_formula(value, self.code))
+
 
 LOGICAL_NOT = register_op(OpDef(
     name="LOGICAL_NOT", infer=_infer_logical_not,
@@ -576,4 +581,4 @@ CAST = register_op(OpDef(
     name="CAST", infer=_infer_cast, reference=_cast_reference, parse=_parse_cast,
     options_class="CastOptions", supports=_cast_supports,
     taichi=lambda node, io: CastStep(_cast_code(node), io.inputs[0], io.outputs[0]),
-    min_inputs=1, max_inputs=1))
+    min_inputs=1, max_inputs=1, stores_once=True, epilogue_inputs=lambda _node: (0,)))

@@ -6,8 +6,8 @@ import numpy as np
 
 from .base import OpDef, register_op, replace_fields
 from .compare import infer_logical
-from .common import apply_activation, broadcast_shapes, check_activation
-from .tiutil import activation, broadcast_flat, ti
+from .common import apply_activation, broadcast_shapes, check_activation, unbroadcast_inputs
+from .tiutil import activation, broadcast_flat, ti, unravel
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,20 @@ class BinaryStep:
             r = activation(_apply(x, y, self.code), self.act)
             self.out.store(arena, io, self.out.flat_index(I), r)
 
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        """Element `flat` with input `position` given (its producer's store): the other one is
+        loaded, broadcast as in run()."""
+        I = unravel(flat, self.out)
+        x = value
+        y = value
+        if ti.static(position == 0):
+            y = self.b.load(arena, weights, io, broadcast_flat(I, self.b, self.out.rank))
+        else:
+            x = self.a.load(arena, weights, io, broadcast_flat(I, self.a, self.out.rank))
+        self.out.store(arena, io, flat, activation(_apply(x, y, self.code), self.act))
+
 
 def _binary_taichi(node, io):
     act = node.options.fused_activation_function if node.options is not None else 0
@@ -87,7 +101,8 @@ def _binary(name, fn, options_class=None, has_activation=True):
         name=name, infer=_infer_broadcast, reference=reference,
         parse=_parse_activation if has_activation else (lambda _o: None),
         options_class=options_class if options_class else None,
-        taichi=_binary_taichi, min_inputs=2, max_inputs=2))
+        taichi=_binary_taichi, min_inputs=2, max_inputs=2,
+        stores_once=True, epilogue_inputs=unbroadcast_inputs))
 
 
 def _divide(a, b):
@@ -118,4 +133,4 @@ MINIMUM = _binary("MINIMUM", _litert_max_min(np.minimum), has_activation=False)
 SQUARED_DIFFERENCE = _binary("SQUARED_DIFFERENCE", lambda a, b: np.square(a - b), has_activation=False)
 # bool in and out, as LiteRT requires (its infer shared with LOGICAL_OR)
 LOGICAL_AND = register_op(replace_fields(_binary("LOGICAL_AND", np.logical_and, has_activation=False),
-                                         infer=infer_logical), replace=True)
+                                         infer=infer_logical, epilogue_inputs=None), replace=True)

@@ -149,8 +149,8 @@ def _pool_taichi(node, io):
 
 AVERAGE_POOL_2D = register_op(OpDef(
     name="AVERAGE_POOL_2D", infer=_infer_pool, reference=_reference_average, parse=_parse_pool,
-    options_class="Pool2DOptions", taichi=_pool_taichi, min_inputs=1, max_inputs=1))
+    options_class="Pool2DOptions", taichi=_pool_taichi, min_inputs=1, max_inputs=1, stores_once=True))
 
 MAX_POOL_2D = register_op(OpDef(
     name="MAX_POOL_2D", infer=_infer_pool, reference=_reference_max, parse=_parse_pool,
-    options_class="Pool2DOptions", taichi=_pool_taichi, min_inputs=1, max_inputs=1))
+    options_class="Pool2DOptions", taichi=_pool_taichi, min_inputs=1, max_inputs=1, stores_once=True))

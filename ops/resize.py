@@ -293,9 +293,9 @@ def _nearest_supports(node):
 
 RESIZE_BILINEAR = register_op(OpDef(
     name="RESIZE_BILINEAR", infer=_infer_bilinear, reference=_bilinear, parse=_parse,
-    options_class="ResizeBilinearOptions", taichi=_bilinear_taichi, min_inputs=2, max_inputs=2))
+    options_class="ResizeBilinearOptions", taichi=_bilinear_taichi, min_inputs=2, max_inputs=2, stores_once=True))
 
 RESIZE_NEAREST_NEIGHBOR = register_op(OpDef(
     name="RESIZE_NEAREST_NEIGHBOR", infer=_infer, reference=_nearest, parse=_parse,
     options_class="ResizeNearestNeighborOptions", taichi=_nearest_taichi,
-    supports=_nearest_supports, min_inputs=2, max_inputs=2))
+    supports=_nearest_supports, min_inputs=2, max_inputs=2, stores_once=True))

@@ -187,7 +187,7 @@ def _reshape(node, inputs):
 
 RESHAPE = register_op(OpDef(name="RESHAPE", infer=_infer_reshape, reference=_reshape,
                             parse=_parse_reshape, options_class="ReshapeOptions",
-                            taichi=_copy_taichi, min_inputs=1, max_inputs=2))
+                            taichi=_copy_taichi, min_inputs=1, max_inputs=2, alias_input=0))
 
 
 # -- SHAPE ------------------------------------------------------------------------------------
@@ -332,7 +332,7 @@ def _expand_dims(node, inputs):
 
 EXPAND_DIMS = register_op(OpDef(name="EXPAND_DIMS", infer=_infer_expand_dims,
                                 reference=_expand_dims, taichi=_copy_taichi,
-                                min_inputs=2, max_inputs=2))
+                                min_inputs=2, max_inputs=2, alias_input=0))
 
 
 @dataclass(frozen=True)
@@ -366,7 +366,7 @@ def _squeeze(node, inputs):
 
 SQUEEZE = register_op(OpDef(name="SQUEEZE", infer=_infer_squeeze, reference=_squeeze,
                             parse=_parse_squeeze, options_class="SqueezeOptions",
-                            taichi=_copy_taichi, min_inputs=1, max_inputs=1))
+                            taichi=_copy_taichi, min_inputs=1, max_inputs=1, alias_input=0))
 
 
 # -- TRANSPOSE --------------------------------------------------------------------------------

@@ -6,12 +6,13 @@ constants, so `ref.load(arena, weights, io, i)` compiles to one indexed read at 
 Kernels take four 1-D buffers; ops see three names, passed to every load and store:
 - `arena`   the partition's intermediates, offsets reused by lifetime (planner.py);
 - `weights` the partition's constants, dequantized (and laid out for their op) once at prepare;
-- `io`      a triple (io_in, io_out, scratch): the partition's inputs and outputs, which live
-            in the program's io buffer on the device (delegate.py: the generated kernels pass
-            the same buffer as io_in and io_out), and a float32 device buffer for the partial
-            results of ops that split their reductions (float32 even with precision='fp16';
-            every op's scratch starts at 0: ops run one after another). Ops pass `io` on
-            untouched; only load/store look inside.
+- `io`      a tuple (io_in, io_out, scratch, weights): the partition's inputs and outputs,
+            which live in the program's io buffer on the device (delegate.py: the generated
+            kernels pass the same buffer as io_in and io_out), a float32 device buffer for the
+            partial results of ops that split their reductions (float32 even with
+            precision='fp16'; every op's scratch starts at 0: ops run one after another), and
+            the weights again, for an op fused into another's store (EpilogueRef), which has no
+            weights argument. Ops pass `io` on untouched; only load/store look inside.
 """
 
 import os
@@ -71,9 +72,10 @@ class TensorRef:
         return v
 
     @ti.func
-    def store(self, arena: ti.template(), io: ti.template(), flat, value):
-        """Write element `flat`, through the quantization simulation when the tensor is quantized:
-        q = clamp(round_half_away(x / scale) + zp, qmin, qmax); x = (q - zp) * scale."""
+    def snap(self, value):
+        """`value` as storing it here makes it: through the quantization simulation when the
+        tensor is quantized, q = clamp(round_half_away(x / scale) + zp, qmin, qmax);
+        x = (q - zp) * scale (float32 either way)."""
         v = ti.cast(value, ti.f32)
         if ti.static(self.quantized):
             q = v / self.q_scale        # divide, as quant.fake_quant does: bit-identical rounding
@@ -82,6 +84,12 @@ class TensorRef:
             q = ti.select(ti.math.isnan(q), ti.cast(self.q_zero, ti.f32),
                           ti.min(ti.max(q, self.q_min), self.q_max))
             v = (q - self.q_zero) * self.q_scale
+        return v
+
+    @ti.func
+    def store(self, arena: ti.template(), io: ti.template(), flat, value):
+        """Write element `flat`, snapped to the tensor's grid where it is quantized (snap)."""
+        v = self.snap(value)
         if ti.static(self.buffer == ARENA and self.storage == "f16"):
             arena[self.offset + flat] = ti.cast(v, ti.f16)
         elif ti.static(self.buffer == ARENA):
@@ -186,25 +194,46 @@ class StepIO:
     scratch: Optional[TensorRef] = None     # float32 scratch the op asked for (OpDef.scratch)
 
 
-@ti.data_oriented
-class ResidualAddRef:
-    """The output of an op fused with the ADD that is its only reader (codegen's epilogue
-    fusion): the op stores v as usual, and this writes activation(v + residual) to the ADD's
-    output, so the ADD costs no pass over memory. Quacks like the TensorRef it replaces. Only
-    for float tensors (a quantized ADD would snap the op's output first) and a residual in the
-    arena or io (a store has no weights buffer)."""
+@ti.func
+def unravel(flat, ref: ti.template()):
+    """The index (a ti.Vector of `ref.rank` ints, one for a scalar) of row-major position
+    `flat` of `ref`."""
+    I = ti.Vector([0] * max(ref.rank, 1))
+    r = flat
+    for d in ti.static(range(ref.rank)):
+        I[d] = r // ref.strides[d]
+        r -= I[d] * ref.strides[d]
+    return I
 
-    def __init__(self, out, residual, act):
-        self.out, self.residual, self.act = out, residual, act
-        self.buffer, self.storage = out.buffer, out.storage
-        self.shape, self.strides, self.size, self.rank = out.shape, out.strides, out.size, out.rank
-        self.quant, self.quantized = None, False
+
+@ti.data_oriented
+class EpilogueRef:
+    """The output of an op whose only reader is an element-wise op fused into its store (codegen's
+    epilogue fusion): the op stores v as usual; this snaps v to the tensor's grid where the
+    model quantizes it (what storing it would have done) and hands it to the reader's
+    `fused_store`, which computes its own element and stores that (into another EpilogueRef, for
+    a chain). The intermediate tensor never touches memory. Quacks like the TensorRef it replaces
+    (same shape, strides, quantization). The reader may load its other inputs from the weights:
+    the kernel passes them as io[3]."""
+
+    def __init__(self, ref, reader, position: int):
+        self.ref, self.reader, self.position = ref, reader, int(position)
+        for name in ("buffer", "storage", "offset", "shape", "strides", "size", "rank", "quant",
+                     "quantized", "q_scale", "q_zero", "q_min", "q_max"):
+            if hasattr(ref, name):
+                setattr(self, name, getattr(ref, name))
+
+    def __repr__(self):
+        return f"EpilogueRef({self.ref!r} -> {type(self.reader).__name__})"
+
+    @ti.func
+    def snap(self, value):
+        return self.ref.snap(value)
 
     @ti.func
     def store(self, arena: ti.template(), io: ti.template(), flat, value):
-        v = value + self.residual.load(arena, arena, io, flat)   # arena stands in for weights: unused
-        self.out.store(arena, io, flat, activation(v, self.act))
+        self.reader.fused_store(arena, io[3], io, flat, self.ref.snap(value), self.position)
 
     @ti.func
     def flat_index(self, I):
-        return self.out.flat_index(I)
+        return self.ref.flat_index(I)

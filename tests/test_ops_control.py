@@ -257,7 +257,10 @@ def nested_model(shape):
 def test_if_inside_while_inside_if_matches_litert(shape, n, m, k, seed):
     rng = np.random.default_rng(seed)
     inputs = [I32(0), I32(n), I32(m), I32(k), rng.uniform(-1, 1, shape).astype(np.float32)]
-    check_against_litert(nested_model(shape), inputs)
+    # floor 1: the else branch computes x - 1 with x a TANH output (|x| <= 1): LiteRT's tanh and
+    # numpy's differ by an ulp of values near 1 (6e-8), which that subtraction keeps while the
+    # result can be near 0 (seen: -0.00114 off by 6e-8)
+    check_against_litert(nested_model(shape), inputs, floor=1.0)
 
 
 # -- variables and control flow ---------------------------------------------------------------

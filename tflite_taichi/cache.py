@@ -411,6 +411,11 @@ class ModuleStore:
         self.reject(key, problem)
         return None, problem
 
+    def info(self, key: str) -> dict:
+        """The meta.json of modules/KEY ({} if unreadable)."""
+        meta, _ = _read_json(os.path.join(self.path(key), META))
+        return meta if isinstance(meta, dict) else {}
+
     def _check(self, folder: str, key: str, arch: str) -> Optional[str]:
         if os.path.islink(folder) or not os.path.isdir(folder):
             return "it is not a folder"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.ops.tiutil import ResidualAddRef, StepIO, realize, ti
+from tflite_taichi.ops.tiutil import EpilogueRef, StepIO, realize, ti
 from tflite_taichi.partition import Partition
 from tflite_taichi.planner import Plan, plan_partition
 
@@ -37,43 +37,78 @@ MAX_BUFFER_ELEMENTS = 2**31 - 1
 
 
 def chunk_ranges(n_steps: int, backend: str) -> list:
+    """(start, end) ranges of at most CHUNK_STEPS[backend] steps, one per kernel."""
     size = CHUNK_STEPS.get(backend, 32)
     return [(i, min(i + size, n_steps)) for i in range(0, n_steps, size)] or [(0, 0)]
 
 
-# Producers whose Taichi step stores each output element exactly once, with its final value:
-# an ADD reading only their output can be fused into that store (ResidualAddRef).
-EPILOGUE_PRODUCERS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV",
-                                "CUSTOM:Convolution2DTransposeBias"})
+def _fusable(spec) -> bool:
+    """A tensor an epilogue may carry as a value: float, or the float view of a quantized one
+    (its producer's store snaps it, EpilogueRef does the same); not bool (0/1 semantics)."""
+    return spec.dtype is not None and np.dtype(spec.dtype) != np.dtype(np.bool_)
 
 
-def _is_float(spec) -> bool:
-    return spec.dtype is not None and np.dtype(spec.dtype).kind == "f" and spec.quantization is None
-
-
-def residual_fusions(partition: Partition) -> dict:
-    """{position of a producer: position of the ADD fused into it}: the ADD right after it reads
-    its output and a residual of the same shape, nothing else reads that output (and it is not a
-    partition output), all float. The producer then writes the ADD's result directly."""
-    steps, fused = partition.steps, {}
+def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
+    """{position of an element-wise op: (position of its producer, input position)}: the op
+    runs inside its producer's store (tiutil.EpilogueRef) instead of as a task of its own, when
+    - it declares `epilogue_inputs` and the producer `stores_once` (or is itself fused: a chain
+      of element-wise ops runs in the store of the op at its head);
+    - the fused tensor is the producer's only output, the op's only use of it, read by nothing
+      else and not needed outside the partition (it is never written to memory);
+    - it has the op's output shape (an element-wise op with that input unbroadcast), and
+    - the op's other inputs exist when the chain's head runs (produced before it)."""
+    steps, specs = partition.steps, graph.specs
     readers = {}
-    for s in steps:
-        for t in s.op.inputs:
+    for st in steps:
+        for t in st.op.inputs:
             readers[t] = readers.get(t, 0) + 1
+    producer = {t: i for i, st in enumerate(steps) for t in st.op.outputs}
     outputs = set(partition.outputs)
-    for i in range(len(steps) - 1):
-        prod, add = steps[i], steps[i + 1]
-        if prod.op.name not in EPILOGUE_PRODUCERS or add.op.name != "ADD" or len(prod.op.outputs) != 1:
+    fused, head = {}, {}
+    for j, st in enumerate(steps):
+        if st.opdef.epilogue_inputs is None or len(st.op.outputs) != 1:
             continue
-        t = prod.op.outputs[0]
-        others = [u for u in add.op.inputs if u != t]
-        if (list(add.op.inputs).count(t) != 1 or len(others) != 1 or readers.get(t) != 1
-                or t in outputs or others[0] in partition.constants):
-            continue
-        specs = [prod.node.outputs[0], add.node.outputs[0]] + [x for x in add.node.inputs]
-        if all(_is_float(x) for x in specs) and len({tuple(x.shape) for x in specs}) == 1:
-            fused[i] = i + 1
+        for pos in st.opdef.epilogue_inputs(st.node):
+            t = st.op.inputs[pos]
+            i = producer.get(t)
+            if i is None:
+                continue
+            prod = steps[i]
+            if not (prod.opdef.stores_once or i in fused) or len(prod.op.outputs) != 1:
+                continue
+            if readers.get(t) != 1 or t in outputs or list(st.op.inputs).count(t) != 1:
+                continue
+            if tuple(specs[t].shape) != tuple(specs[st.op.outputs[0]].shape):
+                continue
+            if not (_fusable(specs[t]) and _fusable(specs[st.op.outputs[0]])):
+                continue
+            h = head.get(i, i)
+            if any(producer.get(u, -1) >= h for u in st.op.inputs if u != t and u != -1):
+                continue
+            fused[j], head[j] = (i, pos), h
+            break
     return fused
+
+
+def aliases(partition: Partition, graph: PreparedGraph) -> dict:
+    """{position of a reshape-like op (`alias_input`): its input tensor}: its output addresses
+    the input's memory instead of a copy, when the output is not needed outside the partition
+    (it would need its own place in io) and keeps the input's quantization."""
+    specs, outputs, found = graph.specs, set(partition.outputs), {}
+    for j, st in enumerate(partition.steps):
+        k = st.opdef.alias_input
+        if k is None or k >= len(st.op.inputs) or st.op.inputs[k] == -1 or len(st.op.outputs) != 1:
+            continue
+        src, out = st.op.inputs[k], st.op.outputs[0]
+        if out in outputs or specs[src].value is not None:
+            continue
+        qa, qb = specs[src].quantization, specs[out].quantization
+        same_grid = (qa is None and qb is None) or (
+            qa is not None and qb is not None and np.array_equal(qa.scale, qb.scale)
+            and np.array_equal(qa.zero_point, qb.zero_point))
+        if same_grid and np.dtype(specs[src].dtype) == np.dtype(specs[out].dtype):
+            found[j] = src
+    return found
 
 
 @dataclass
@@ -82,8 +117,9 @@ class PartitionCode:
     by build_kernels (only when the program's AOT module has to be built)."""
     partition: Partition
     plan: Plan
-    chunks: list                      # (start, end) step ranges, one per kernel
-    fusions: dict                     # producer position -> fused ADD position
+    chunks: list                      # lists of task positions (steps that run), one per kernel
+    fusions: dict                     # fused op position -> (producer position, input position)
+    aliased: dict                     # reshape-like op position -> its input tensor
     fp16: bool
     kernels: list = field(default_factory=list)
 
@@ -92,23 +128,39 @@ class PartitionCode:
         return len(self.chunks)
 
     @property
+    def steps(self) -> int:
+        """Ops that run as steps of their own (the rest are fused or addresses)."""
+        return sum(len(c) for c in self.chunks)
+
+    @property
     def fused(self) -> list:
+        """(producer op index, op index) of every op fused into its producer's store."""
         steps = self.partition.steps
-        return [(steps[i].op.index, steps[j].op.index) for i, j in self.fusions.items()]
+        return [(steps[i].op.index, steps[j].op.index) for j, (i, _) in sorted(self.fusions.items())]
 
     def digest_parts(self) -> tuple:
-        return (tuple(s.op.index for s in self.partition.steps), tuple(self.chunks),
-                tuple(sorted(self.fusions.items())), self.fp16, self.plan.digest_parts())
+        return (tuple(s.op.index for s in self.partition.steps), tuple(map(tuple, self.chunks)),
+                tuple(sorted(self.fusions.items())), tuple(sorted(self.aliased.items())),
+                self.fp16, self.plan.digest_parts())
 
 
 def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
          io_offsets: dict) -> PartitionCode:
-    """The partition's chunks, fusions and memory plan (no Taichi compile)."""
-    chunks = chunk_ranges(len(partition.steps), backend)
-    fusions = residual_fusions(partition)
-    # the ADD's output is written when its producer runs: its lifetime starts there
-    early = {partition.steps[j].op.outputs[0]: i for i, j in fusions.items()}
-    p = plan_partition(partition, graph, fp16, io_offsets, early_writes=early)
+    """The partition's fusions, chunks and memory plan (no Taichi compile)."""
+    fusions = epilogue_fusions(partition, graph)
+    aliased = aliases(partition, graph)
+    tasks = [i for i in range(len(partition.steps)) if i not in fusions and i not in aliased]
+    chunks = [tasks[a:b] for a, b in chunk_ranges(len(tasks), backend)]
+    steps = partition.steps
+    heads = {}
+    for j, (i, _) in sorted(fusions.items()):
+        heads[j] = heads.get(i, i)
+    # a fused op's output is written when the head of its chain runs: its lifetime starts there;
+    # the tensors handed over inside a store never touch memory
+    early = {steps[j].op.outputs[0]: h for j, h in heads.items()}
+    virtual = {steps[j].op.inputs[pos] for j, (_, pos) in fusions.items()}
+    p = plan_partition(partition, graph, fp16, io_offsets, early_writes=early, virtual=virtual,
+                       aliases={steps[j].op.outputs[0]: src for j, src in aliased.items()})
     sizes = {"arena": p.arena_size, "weights": p.weights.size, "scratch": p.scratch_size}
     big = {k: int(v) for k, v in sizes.items() if int(v) > MAX_BUFFER_ELEMENTS}
     if big:
@@ -119,7 +171,7 @@ def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
             + ", ".join(f"{n:,} elements of {k}" for k, n in big.items())
             + f" in one buffer; Taichi indexes buffers with 32-bit integers (at most "
             f"{MAX_BUFFER_ELEMENTS:,}): use backend='reference' or smaller shapes")
-    return PartitionCode(partition, p, chunks, fusions, fp16)
+    return PartitionCode(partition, p, chunks, fusions, aliased, fp16)
 
 
 def _make_kernel(steps: list, fp16: bool):
@@ -129,33 +181,37 @@ def _make_kernel(steps: list, fp16: bool):
     @ti.kernel
     def partition_kernel(arena: storage, weights: storage, io: f32, scratch: f32):
         for s in ti.static(range(len(steps))):
-            steps[s].run(arena, weights, (io, io, scratch))
+            steps[s].run(arena, weights, (io, io, scratch, weights))
     return partition_kernel
 
 
 def build_kernels(code: PartitionCode) -> list:
     """The partition's Taichi kernels, one per chunk (not yet compiled: Taichi compiles at the
-    first launch, or when an AOT module adds them). Needs Taichi's Python runtime started."""
+    first launch, or when an AOT module adds them). Needs Taichi's Python runtime started.
+    Steps are built from the last to the first, so that a fused op's step exists when its
+    producer's output is made an EpilogueRef handing values to it."""
     realize()                       # Taichi's decorators on every op's Taichi part (lazy_taichi.py)
-    partition, plan_, fusions = code.partition, code.plan, code.fusions
+    partition, plan_ = code.partition, code.plan
     refs, packed = plan_.refs, plan_.packed
-    steps, skipped = [], set(fusions.values())
-    for position, step in enumerate(partition.steps):
-        if position in skipped:
-            steps.append(None)                  # done by its producer's store
-            continue
+    into = {partition.steps[i].op.outputs[0]: (j, pos) for j, (i, pos) in code.fusions.items()}
+    steps = [None] * len(partition.steps)
+    for position in reversed(range(len(partition.steps))):
+        if position in code.aliased:
+            continue                            # its output addresses its input (plan refs)
+        step = partition.steps[position]
         inputs = tuple(None if t == -1 else packed.get((step.op.index, i), refs.get(t))
                        for i, t in enumerate(step.op.inputs))
-        outputs = tuple(refs[t] for t in step.op.outputs)
-        if position in fusions:
-            add = partition.steps[fusions[position]]
-            residual = [u for u in add.op.inputs if u != step.op.outputs[0]][0]
-            outputs = (ResidualAddRef(refs[add.op.outputs[0]], refs[residual],
-                                      add.node.options.fused_activation_function),)
-        io = StepIO(inputs=inputs, outputs=outputs, scratch=plan_.scratch.get(step.op.index))
-        steps.append(step.opdef.taichi(step.node, io))
-    groups = [[st for st in steps[a:b] if st is not None] for a, b in code.chunks]
-    code.kernels = [_make_kernel(g, code.fp16) for g in groups]
+        outputs = []
+        for t in step.op.outputs:
+            if t in into:
+                reader, pos = into[t]
+                outputs.append(EpilogueRef(refs[t], steps[reader], pos))
+            else:
+                outputs.append(refs[t])
+        io = StepIO(inputs=inputs, outputs=tuple(outputs),
+                    scratch=plan_.scratch.get(step.op.index))
+        steps[position] = step.opdef.taichi(step.node, io)
+    code.kernels = [_make_kernel([steps[i] for i in chunk], code.fp16) for chunk in code.chunks]
     return code.kernels
 
 
@@ -175,3 +231,27 @@ def aot_module(caps=()):
     module._kernels, module._fields, module._content = [], {}, []
     module._aot_builder = impl.get_runtime().prog.make_aot_module_builder(module._arch, list(caps))
     return module
+
+
+def module_tasks(path: str, llvm: bool) -> dict:
+    """{kernel name: its Taichi tasks (top-level loops, each a GPU dispatch)} of a saved AOT
+    module: a .tcm archive's metadata.json (gfx archs) or the folder's LLVM IR, one function
+    `<kernel>_kernel_<i>_<kind>` per task (cuda, x64). {} when the layout is not recognised."""
+    import json
+    import os
+    import re
+    import zipfile
+    try:
+        if not llvm:
+            with zipfile.ZipFile(path) as z:
+                meta = json.loads(z.read("metadata.json"))
+            return {k["name"]: len(k["tasks_attribs"]) for k in meta["kernels"]}
+        tasks = {}
+        for name in os.listdir(path):
+            if name.endswith(".ll"):
+                with open(os.path.join(path, name), errors="replace") as f:
+                    text = f.read()
+                tasks[name[:-3]] = len(re.findall(r"^define void @\S*_kernel_\d+_", text, re.M))
+        return tasks
+    except (OSError, KeyError, TypeError, ValueError, zipfile.BadZipFile):
+        return {}

@@ -160,8 +160,11 @@ class Program:
                 self.cache_state = ("warm", None)
                 model_cache.note(self.graph.subgraph.index, *self.cache_state)
                 module = d.shared_module(key, None)
+                self._module_tasks = d.module_info.get(key, {})
                 return [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
             path, problem = store.find(key, d.arch)
+            if path is not None:
+                self._module_tasks = store.info(key).get("tasks") or {}
             reason = problem or model_cache.record_reason or "its kernels were not in the cache"
         else:
             reason = "the cache is off (cache_dir=False)"
@@ -182,6 +185,8 @@ class Program:
                 self._module = module       # this program's alone: destroyed with it
         if model_cache is not None:
             model_cache.note(self.graph.subgraph.index, *self.cache_state)
+        if key is not None:
+            d.module_info[key] = getattr(self, "_module_tasks", {})
         return kernels
 
     def _build_and_load(self, store, key):
@@ -206,7 +211,7 @@ class Program:
                 path = store.commit(key, folder, rel, d.arch, {
                     "subgraph": self.graph.subgraph.index, "backend": self.backend,
                     "precision": "fp16" if self.fp16 else "fp32",
-                    "kernels": sum(self.kernel_names(), [])})
+                    "kernels": sum(self.kernel_names(), []), "tasks": self._module_tasks})
             module = d.shared_module(key, path)
         self.build_s = time.perf_counter() - start
         return module
@@ -229,7 +234,18 @@ class Program:
                 module.archive(os.path.join(folder, rel))
             for code in self.codes:
                 code.kernels = []           # the Python kernels are not run: let them go
+        self._module_tasks = codegen.module_tasks(os.path.join(folder, rel), self.device.llvm)
         return rel
+
+    @property
+    def tasks(self):
+        """Taichi tasks (GPU dispatches) per invoke, from the module (None: not known, e.g. on
+        the Python runtime)."""
+        counts = getattr(self, "_module_tasks", None) or {}
+        names = sum(self.kernel_names(), [])
+        if not names or any(n not in counts for n in names):
+            return None
+        return sum(counts[n] for n in names)
 
     def _python_kernels(self) -> list:
         with TAICHI_LOCK:

@@ -126,6 +126,7 @@ class CapiDevice:
         # unregisters a module's kernels (destroying one frees nothing: measured 3.8 MB per
         # load on lavapipe), and an LLVM module's load compiles machine code again
         self._modules = {}
+        self.module_info = {}           # cache key -> {kernel name: tasks} of a loaded module
 
     def capabilities(self) -> list:
         """The runtime's device capabilities as Taichi's AOT builder takes them

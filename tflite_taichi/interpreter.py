@@ -697,6 +697,8 @@ class Interpreter:
             return None
         layout = program.layout
         return {"device": program.device.kind, "launches_per_invoke": program.launches,
+                "steps_per_invoke": sum(c.steps for c in program.codes),
+                "tasks_per_invoke": program.tasks,
                 "waits_per_invoke": program.planned_waits(),
                 "waits_last_invoke": program.waits if state.invoked else None,
                 "tensors_in": len(layout.host_written), "tensors_out": len(layout.host_read),
@@ -727,6 +729,7 @@ class Interpreter:
         # profiling waits after every partition to time it; without profile=True an invoke
         # waits `waits_per_invoke` times
         return {"backend": self._backend, "items": rows, "launches_per_invoke": launches,
+                "tasks_per_invoke": program.tasks if program is not None else 0,
                 "waits_per_invoke": program.planned_waits() if program is not None else 0,
                 "device": program.device.kind if program is not None else None}
 

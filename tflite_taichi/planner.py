@@ -119,22 +119,32 @@ def local_io_layout(p: Partition, graph: PreparedGraph) -> dict:
 
 
 def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_offsets=None,
-                   early_writes=None) -> Plan:
+                   early_writes=None, virtual=(), aliases=None) -> Plan:
     """`io_offsets`: tensor -> its offset in the program's io buffer, for every input and
     output of the partition (default: a layout of this partition alone).
-    `early_writes`: tensor -> the step that really writes it when earlier than its op (an ADD
-    fused into its producer's store: codegen.residual_fusions)."""
+    `early_writes`: tensor -> the step that really writes it when earlier than its op (an op
+    fused into its producer's store: codegen.epilogue_fusions).
+    `virtual`: tensors handed from a store to a fused op, never in memory (no place).
+    `aliases`: tensor -> the tensor whose memory it addresses (a reshape: codegen.aliases);
+    the source then lives until the alias's last reader."""
     specs = graph.specs
     storage = "f16" if fp16 else "f32"
     io_offsets = io_offsets if io_offsets is not None else local_io_layout(p, graph)
     weights, refs, packed = _pack_weights(p, graph, storage)
+    aliases = aliases or {}
+
+    def root(t):
+        while t in aliases:
+            t = aliases[t]
+        return t
 
     readers, producer = {}, {}
     for i, step in enumerate(p.steps):
         for t in step.op.inputs:
-            readers.setdefault(t, []).append(i)
+            readers.setdefault(root(t), []).append(i)
         for t in step.op.outputs:
-            producer[t] = i
+            if t not in aliases:
+                producer[t] = i
     for t, i in (early_writes or {}).items():
         producer[t] = min(producer[t], i)
 
@@ -154,9 +164,15 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_of
     for t, born in producer.items():               # intermediates, offsets reused by lifetime
         if t in outputs:
             continue
+        if t in virtual:                            # its shape and grid only (EpilogueRef)
+            refs[t] = TensorRef(ARENA, 0, specs[t].shape, _quant_of(specs[t]), storage)
+            continue
         end = max(readers.get(t, [born]))           # an unread output still needs its slot while written
         at = arena.place(born, end, _numel(specs[t].shape))
         refs[t] = TensorRef(ARENA, at, specs[t].shape, _quant_of(specs[t]), storage)
+    for t in aliases:                               # the source's place, the alias's shape
+        src = refs[root(t)]
+        refs[t] = TensorRef(src.buffer, src.offset, specs[t].shape, src.quant, src.storage)
     scratch, scratch_size = {}, 1
     for step in p.steps:             # scratch lives while its op runs: every op's starts at 0
         size = step.opdef.scratch(step.node) if step.opdef.scratch is not None else 0

@@ -393,10 +393,11 @@ TAICHI_RTOL = {"fp32": FLOAT_RTOL, "fp16": 2e-2}
 
 def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]] = None, *,
                    seed: int = 0, precision: str = "fp32", rtol: Optional[float] = None,
-                   expect_all_delegated: bool = True, **kwargs) -> dict:
+                   expect_all_delegated: bool = True, floor: float = 0.0, **kwargs) -> dict:
     """Run `model` on every worker's backend and on the reference path; outputs must agree
-    (float view values within `rtol` of the largest magnitude) and, unless told otherwise,
-    every op that is not folded at prepare must run inside a delegated partition."""
+    (float view values within `rtol` of the largest magnitude, or of `floor` if larger: see
+    assert_float_close) and, unless told otherwise, every op that is not folded at prepare must
+    run inside a delegated partition."""
     if inputs is None:
         inputs = model_inputs(model, seed)
     from tflite_taichi.interpreter import Interpreter
@@ -430,7 +431,7 @@ def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]]
                 # snap to either neighbour, so one unit
                 assert_quantized_close(a, e, 1, what=what)
             else:
-                assert_float_close(a, e, rtol, what=what)
+                assert_float_close(a, e, rtol, what=what, floor=floor)
     return summaries
 
 
