@@ -39,6 +39,7 @@ def main(argv=None):
         import taichi as ti
         init = ti.init
         ti.init = lambda *a, **k: init(*a, kernel_profiler=True, **k)
+        os.environ["TFLITE_TAICHI_CHUNK_STEPS"] = "1"   # a kernel per step: tasks map to ops
     from tflite_taichi import Interpreter
     from tflite_taichi.testing import random_input
 
@@ -88,12 +89,20 @@ def main(argv=None):
         what = (f"partition of {len(row['ops'])} ops, {row['launches']} launch(es)"
                 if row["kind"] == "partition" else f"cpu {row['op']} #{row['ops'][0]}")
         print(f"  {row['ms']:8.3f} ms  {what}")
-    if args.kernel_profiler and args.backend == "cuda":
+    if args.kernel_profiler and args.backend in ("cuda", "cpu"):
         import taichi as ti
         ti.profiler.clear_kernel_profiler_info()
         for _ in range(args.runs):
             it.invoke()
-        steps_ = [st for p in it._main.schedule.partitions for st in p.steps]
+        # kernels in the order they were built: chunk by chunk, partition by partition; with
+        # one step per chunk, a task's kernel is a step (its fused ops ride along)
+        steps_ = []
+        for p in it._main.schedule.partitions:
+            code = it._main.program.code(p)
+            for chunk in code.chunks:
+                st = p.steps[chunk[0]]
+                fused = [p.steps[j].op.name for j, (i, _) in code.fusions.items() if i == chunk[0]]
+                steps_.append((st, fused))
         records = {}
         profiler = ti.profiler.kernel_profiler._ti_kernel_profiler
         profiler._update_records()          # Taichi 1.7 fetches the device's records lazily
@@ -101,14 +110,20 @@ def main(argv=None):
             records.setdefault(r.name, []).append(r.kernel_time)
         total = sum(sum(v) for v in records.values()) / args.runs
         print(f"  kernel profiler: {total:.3f} ms of GPU time per invoke in {len(records)} task(s)")
+        ids = sorted({int(m.group(1)) for name in records
+                      for m in [re.match(r"partition_kernel_c(\d+)_", name)] if m})
         rows = sorted(records.items(), key=lambda kv: -sum(kv[1]))[:args.tasks]
         for name, times in rows:
-            m = re.search(r"_c\d+_(\d+)_", name)
+            m = re.match(r"partition_kernel_c(\d+)_", name)
             op = ""
-            if m and int(m.group(1)) < len(steps_):
-                st = steps_[int(m.group(1))]
-                op = f"{st.op.name} #{st.op.index} {[list(st.node.outputs[0].shape)]}"
-            print(f"    {1e3 * sum(times) / args.runs:8.1f} us  {name[:48]:<48} {op}")
+            if m and ids.index(int(m.group(1))) < len(steps_):
+                st, fused = steps_[ids.index(int(m.group(1)))]
+                spec = st.node.inputs[0]
+                w = st.node.inputs[1] if len(st.node.inputs) > 1 and st.node.inputs[1] is not None else None
+                op = (f"{st.op.name} #{st.op.index} {list(spec.shape) if spec is not None else ''}"
+                      f"{' w' + str(list(w.shape)) if w is not None and w.value is not None else ''}"
+                      f" -> {list(st.node.outputs[0].shape)}" + (f" + {','.join(fused)}" if fused else ""))
+            print(f"    {1e3 * sum(times) / args.runs:8.1f} us  {name[:44]:<44} {op}")
     return 0
 
 

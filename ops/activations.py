@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
-from .tiutil import broadcast_flat, keep_nan, ti, unravel
+from .tiutil import broadcast_flat, keep_nan, load_broadcast, ti
 
 _ACTIVATION_DTYPES = {np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8),
                       np.dtype(np.int16)}
@@ -232,8 +232,7 @@ class PreluStep:
     @ti.func
     def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
                     value, position: ti.template()):
-        I = unravel(flat, self.out)
-        a = self.alpha.load(arena, weights, io, broadcast_flat(I, self.alpha, self.out.rank))
+        a = load_broadcast(self.alpha, self.out, arena, weights, io, flat)
         self.out.store(arena, io, flat, ti.select(value >= 0.0, value, value * a))
 
 

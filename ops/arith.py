@@ -43,7 +43,7 @@ import numpy as np
 from .activations import _TANH_SATURATION
 from .base import OpDef, register_op
 from .common import broadcast_shapes, unbroadcast_inputs
-from .tiutil import broadcast_flat, ti, unravel
+from .tiutil import broadcast_flat, load_broadcast, ti
 
 _QUANTIZED_DTYPES = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
 
@@ -389,13 +389,12 @@ class MathBinaryStep:
     def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
                     value, position: ti.template()):
         """Element `flat` with input `position` handed over; the other loaded, broadcast."""
-        I = unravel(flat, self.out)
         x = value
         y = value
         if ti.static(position == 0):
-            y = self.b.load(arena, weights, io, broadcast_flat(I, self.b, self.out.rank))
+            y = load_broadcast(self.b, self.out, arena, weights, io, flat)
         else:
-            x = self.a.load(arena, weights, io, broadcast_flat(I, self.a, self.out.rank))
+            x = load_broadcast(self.a, self.out, arena, weights, io, flat)
         v = _binary_formula(x, y, self.code)
         self.out.store(arena, io, flat, _finish(v, self.out.quantized))
 

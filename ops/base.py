@@ -143,6 +143,12 @@ class OpDef:
                                              # value handed over by its producer's store (element-
                                              # wise ops): its step has fused_store(arena, weights,
                                              # io, flat, value, position) (tiutil.EpilogueRef)
+    computed_at_load: bool = False           # cheap enough to compute at the load of its only
+                                             # reader when that is element-wise (PAD, binary
+                                             # arithmetic): its step has fused_load(arena,
+                                             # weights, io, flat) -> element `flat` of its output,
+                                             # snapped (tiutil.LoadRef), and the delegate never
+                                             # stores that output
     alias_input: Optional[int] = None        # the output is this input's data, reshaped (RESHAPE,
                                              # SQUEEZE, EXPAND_DIMS): the delegate addresses the
                                              # input instead of copying it

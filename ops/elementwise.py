@@ -7,7 +7,7 @@ import numpy as np
 from .base import OpDef, register_op, replace_fields
 from .compare import infer_logical
 from .common import apply_activation, broadcast_shapes, check_activation, unbroadcast_inputs
-from .tiutil import activation, broadcast_flat, ti, unravel
+from .tiutil import activation, broadcast_flat, load_broadcast, ti
 
 
 @dataclass(frozen=True)
@@ -73,14 +73,20 @@ class BinaryStep:
                     value, position: ti.template()):
         """Element `flat` with input `position` given (its producer's store): the other one is
         loaded, broadcast as in run()."""
-        I = unravel(flat, self.out)
         x = value
         y = value
         if ti.static(position == 0):
-            y = self.b.load(arena, weights, io, broadcast_flat(I, self.b, self.out.rank))
+            y = load_broadcast(self.b, self.out, arena, weights, io, flat)
         else:
-            x = self.a.load(arena, weights, io, broadcast_flat(I, self.a, self.out.rank))
+            x = load_broadcast(self.a, self.out, arena, weights, io, flat)
         self.out.store(arena, io, flat, activation(_apply(x, y, self.code), self.act))
+
+    @ti.func
+    def fused_load(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat):
+        """Element `flat`, as its reader's load asks for it (OpDef.computed_at_load)."""
+        x = load_broadcast(self.a, self.out, arena, weights, io, flat)
+        y = load_broadcast(self.b, self.out, arena, weights, io, flat)
+        return self.out.snap(activation(_apply(x, y, self.code), self.act))
 
 
 def _binary_taichi(node, io):
@@ -102,7 +108,7 @@ def _binary(name, fn, options_class=None, has_activation=True):
         parse=_parse_activation if has_activation else (lambda _o: None),
         options_class=options_class if options_class else None,
         taichi=_binary_taichi, min_inputs=2, max_inputs=2,
-        stores_once=True, epilogue_inputs=unbroadcast_inputs))
+        stores_once=True, epilogue_inputs=unbroadcast_inputs, computed_at_load=True))
 
 
 def _divide(a, b):
@@ -133,4 +139,5 @@ MINIMUM = _binary("MINIMUM", _litert_max_min(np.minimum), has_activation=False)
 SQUARED_DIFFERENCE = _binary("SQUARED_DIFFERENCE", lambda a, b: np.square(a - b), has_activation=False)
 # bool in and out, as LiteRT requires (its infer shared with LOGICAL_OR)
 LOGICAL_AND = register_op(replace_fields(_binary("LOGICAL_AND", np.logical_and, has_activation=False),
-                                         infer=infer_logical, epilogue_inputs=None), replace=True)
+                                         infer=infer_logical, epilogue_inputs=None,
+                                         computed_at_load=False), replace=True)

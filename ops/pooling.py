@@ -5,7 +5,8 @@ pads with -inf, and AVERAGE_POOL_2D divides each window's sum by the number of i
 it covers (TFLite's filter_count), not by the filter area.
 
 The Taichi part is one thread per output element with a serial loop over the window's taps
-inside the input. No `from __future__ import annotations`: Taichi reads the ti.func annotations.
+inside the input; a global pool (one output position whose window covers the input) is
+reduce.py's split reduction over H and W instead. No `from __future__ import annotations`: Taichi reads the ti.func annotations.
 """
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from .base import OpDef, register_op
 from .common import (PADDING_SAME, apply_activation, check_activation, check_padding,
                      positive_ints)
 from .conv import spatial_geometry, tap_windows
+from .reduce import MAX_CODE, MEAN_CODE, ReduceStep, reduce_scratch_size
 from .tiutil import activation, nan_max, ti
 
 
@@ -139,8 +141,32 @@ class PoolStep:
             self.out.store(arena, io, flat, activation(acc, self.act))
 
 
+def _global(node):
+    """Whether the one output position's window covers the whole input (a global pool:
+    squeeze-excite blocks, classifier heads), and so is a reduction over H and W."""
+    o = node.options
+    out_h, out_w, pad_top, pad_left = _geometry(node)
+    _, in_h, in_w, _ = node.inputs[0].shape
+    # the window spans input rows -pad_top .. filter_h - 1 - pad_top (pad_top >= 0)
+    return (out_h == 1 and out_w == 1
+            and o.filter_h - pad_top >= in_h and o.filter_w - pad_left >= in_w)
+
+
+def _pool_scratch(node) -> int:
+    if not _global(node):
+        return 0
+    n, in_h, in_w, c = node.inputs[0].shape
+    return reduce_scratch_size(n * c, in_h * in_w)
+
+
 def _pool_taichi(node, io):
     o = node.options
+    if _global(node):
+        # one thread per output walked 128x128 taps alone (selfie_segmentation's squeeze-excite
+        # pools: 142 us each on the H200); as a split reduction the taps spread over threads
+        code = MAX_CODE if node.op == "MAX_POOL_2D" else MEAN_CODE
+        return ReduceStep(code, io.inputs[0], io.outputs[0], (1, 2), io.scratch,
+                          act=o.fused_activation_function)
     _, _, pad_top, pad_left = _geometry(node)
     return PoolStep(io.inputs[0], io.outputs[0], (o.filter_h, o.filter_w),
                     (o.stride_h, o.stride_w), (pad_top, pad_left), o.fused_activation_function,
@@ -149,8 +175,10 @@ def _pool_taichi(node, io):
 
 AVERAGE_POOL_2D = register_op(OpDef(
     name="AVERAGE_POOL_2D", infer=_infer_pool, reference=_reference_average, parse=_parse_pool,
-    options_class="Pool2DOptions", taichi=_pool_taichi, min_inputs=1, max_inputs=1, stores_once=True))
+    options_class="Pool2DOptions", taichi=_pool_taichi, scratch=_pool_scratch, min_inputs=1,
+    max_inputs=1, stores_once=True))
 
 MAX_POOL_2D = register_op(OpDef(
     name="MAX_POOL_2D", infer=_infer_pool, reference=_reference_max, parse=_parse_pool,
-    options_class="Pool2DOptions", taichi=_pool_taichi, min_inputs=1, max_inputs=1, stores_once=True))
+    options_class="Pool2DOptions", taichi=_pool_taichi, scratch=_pool_scratch, min_inputs=1,
+    max_inputs=1, stores_once=True))

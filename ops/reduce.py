@@ -12,11 +12,13 @@ from the input to the output scale in integer/float32 arithmetic (within one uni
 """
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
 from .base import OpDef, register_op
 from .common import normalize_axes
-from .tiutil import nan_max, nan_min, split_count, ti
+from .tiutil import activation, nan_max, nan_min, split_count, ti
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ def _any(x, axes):
 # Dimensions are grouped statically: size-1 dims dropped and neighbours of the same kind
 # (kept/reduced) merged when contiguous, so a reduction over H and W of NHWC is one loop.
 _SUM, _MEAN, _MAX, _MIN, _PROD = 0, 1, 2, 3, 4
+MEAN_CODE, MAX_CODE = _MEAN, _MAX             # for pooling.py's global pools
 # REDUCE_ANY: bool arrives as 0/1, and any of 0/1 values is their maximum
 _CODES = {"SUM": _SUM, "MEAN": _MEAN, "REDUCE_MAX": _MAX, "REDUCE_MIN": _MIN, "REDUCE_PROD": _PROD,
           "REDUCE_ANY": _MAX}
@@ -141,14 +144,20 @@ SPLIT_MIN_TERMS = 8
 
 
 def _reduce_splits(n_out: int, count: int) -> int:
-    return split_count(n_out, count, SPLIT_MIN_TERMS)
+    # at most sqrt(count) shares: the combining thread then walks no more shares than a share
+    # has terms (a 128x128 global pool of 16 channels: 128 shares of 128, not 2048 of 8)
+    return min(split_count(n_out, count, SPLIT_MIN_TERMS), max(1, math.isqrt(count)))
+
+
+def reduce_scratch_size(n_out: int, count: int) -> int:
+    """Scratch floats a split reduction of n_out outputs over `count` terms needs (0: none)."""
+    splits = _reduce_splits(n_out, count)
+    return splits * n_out if splits > 1 else 0
 
 
 def _reduce_scratch(node) -> int:
     n_out = max(int(np.prod(node.outputs[0].shape)), 1)
-    count = int(np.prod(node.inputs[0].shape)) // n_out
-    splits = _reduce_splits(n_out, count)
-    return splits * n_out if splits > 1 else 0
+    return reduce_scratch_size(n_out, int(np.prod(node.inputs[0].shape)) // n_out)
 
 
 @ti.data_oriented
@@ -156,8 +165,8 @@ class ReduceStep:
     """One thread per output walks its reduction; or, split, SPLITS threads per output each walk
     a contiguous share of it into scratch, and one thread per output combines the shares."""
 
-    def __init__(self, code, x, out, axes, scratch=None):
-        self.code, self.x, self.out = code, x, out
+    def __init__(self, code, x, out, axes, scratch=None, act=0):
+        self.code, self.x, self.out, self.act = code, x, out, act     # act: a fused activation
         kept = [(d, s) for i, (d, s) in enumerate(zip(x.shape, x.strides)) if i not in axes]
         reduced = [(d, s) for i, (d, s) in enumerate(zip(x.shape, x.strides)) if i in axes]
         kept, reduced = _merged(kept), _merged(reduced)
@@ -212,7 +221,7 @@ class ReduceStep:
                                  0, self.count)
                 if ti.static(self.code == _MEAN):
                     acc = acc * self.inv_count
-                self.out.store(arena, io, i, acc)
+                self.out.store(arena, io, i, activation(acc, self.act))
         else:
             for s, i in ti.ndrange(self.splits, self.n_out):
                 lo = s * self.chunk
@@ -225,7 +234,7 @@ class ReduceStep:
                     acc = self._combine(acc, self.scratch.load(arena, weights, io, s * self.n_out + i))
                 if ti.static(self.code == _MEAN):
                     acc = acc * self.inv_count
-                self.out.store(arena, io, i, acc)
+                self.out.store(arena, io, i, activation(acc, self.act))
 
 
 def _reduce_taichi(node, io):

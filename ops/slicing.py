@@ -128,6 +128,31 @@ class PadStep:
                     v = self.value_ref.load(arena, weights, io, 0)
             self.out.store(arena, io, self.out.flat_index(I), v)
 
+    @ti.func
+    def fused_load(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat):
+        """Output element `flat`, as its reader's load asks for it (OpDef.computed_at_load):
+        the padding becomes a bounds test in the reader's addressing."""
+        inside = 1
+        src = 0
+        r = flat
+        for d in ti.static(range(self.rank)):
+            q = r // self.out.strides[d]
+            r -= q * self.out.strides[d]
+            i = q - self.lo[d]
+            if ti.static(self.padded[d]):
+                if i < 0:
+                    inside = 0
+                if i >= self.x.shape[d]:
+                    inside = 0
+            src += i * self.x.strides[d]
+        v = self.value
+        if inside != 0:
+            v = self.x.load(arena, weights, io, src)
+        else:
+            if ti.static(self.has_value_ref):
+                v = self.value_ref.load(arena, weights, io, 0)
+        return self.out.snap(v)
+
 
 def _pad_taichi(node, io):
     x, out = io.inputs[0], io.outputs[0]
@@ -142,9 +167,9 @@ def _pad_taichi(node, io):
 
 
 PAD = register_op(OpDef(name="PAD", infer=_infer_pad, reference=_pad, taichi=_pad_taichi,
-                        min_inputs=2, max_inputs=2))
+                        min_inputs=2, max_inputs=2, computed_at_load=True))
 PADV2 = register_op(OpDef(name="PADV2", infer=_infer_pad, reference=_pad, taichi=_pad_taichi,
-                          min_inputs=2, max_inputs=3))
+                          min_inputs=2, max_inputs=3, computed_at_load=True))
 
 
 # -- SLICE ------------------------------------------------------------------------------------

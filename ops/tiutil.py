@@ -161,6 +161,63 @@ def broadcast_flat(out_index, ref: ti.template(), out_rank: ti.template()):
     return f
 
 
+@ti.func
+def load_broadcast(ref: ti.template(), out: ti.template(), arena: ti.template(),
+                   weights: ti.template(), io: ti.template(), flat):
+    """Element of `ref` broadcast (numpy rules) to row-major position `flat` of `out`, with the
+    index arithmetic the shapes need: none for the same shape or one element, a remainder
+    for a trailing-dims operand (a per-channel bias or scale), else unravel."""
+    v = 0.0
+    if ti.static(tuple(ref.shape) == tuple(out.shape)):
+        v = ref.load(arena, weights, io, flat)
+    elif ti.static(ref.size == 1):
+        v = ref.load(arena, weights, io, 0)
+    elif ti.static(_trailing(ref.shape, out.shape)):
+        v = ref.load(arena, weights, io, flat % ref.size)
+    else:
+        v = ref.load(arena, weights, io, broadcast_flat(unravel(flat, out), ref, out.rank))
+    return v
+
+
+def _trailing(shape, out_shape) -> bool:
+    """`shape` is `out_shape`'s last dims, after leading 1s: it repeats every prod(shape)."""
+    dims = list(shape)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    return len(dims) <= len(out_shape) and tuple(out_shape[len(out_shape) - len(dims):]) == tuple(dims)
+
+
+@ti.data_oriented
+class LoadRef:
+    """The output of an op computed again at each load of its only reader (codegen's load
+    fusion, OpDef.computed_at_load: a PAD, or an ADD/MUL with a broadcast operand): never
+    stored; `load(flat)` asks the op's step for element `flat` (its `fused_load`), snapped to the
+    tensor's grid as storing it would. Quacks like the TensorRef it replaces. `step` is set once
+    the op's step is built (codegen builds readers first)."""
+
+    def __init__(self, ref):
+        self.ref, self.step = ref, None
+        for name in ("buffer", "storage", "offset", "shape", "strides", "size", "rank", "quant",
+                     "quantized", "q_scale", "q_zero", "q_min", "q_max"):
+            if hasattr(ref, name):
+                setattr(self, name, getattr(ref, name))
+
+    def __repr__(self):
+        return f"LoadRef({self.ref!r} <- {type(self.step).__name__})"
+
+    @ti.func
+    def load(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat):
+        return self.step.fused_load(arena, weights, io, flat)
+
+    @ti.func
+    def snap(self, value):
+        return self.ref.snap(value)
+
+    @ti.func
+    def flat_index(self, I):
+        return self.ref.flat_index(I)
+
+
 SPLIT_THREADS = 65536      # an op with fewer outputs than this leaves a GPU mostly idle
 
 # Archs whose kernels have block-shared memory and barriers (ti.simt.block.SharedArray, sync);

@@ -165,3 +165,28 @@ def test_float_view_quantize_saturates_infinities_after_the_zero_point():
     per_channel = Quantization(np.array([0.1, 0.2], np.float32), np.array([100, -100]), 1)
     q = quantize(np.array([[-np.inf, np.inf], [np.nan, np.nan]], np.float32), per_channel, np.int8)
     assert q.tolist() == [[-128, 127], [100, -100]]
+
+
+@given(dtype=st.sampled_from([np.int8, np.uint8, np.int16]), data=st.data(),
+       per_channel=st.booleans(), seed=S.seeds())
+def test_dequantize_in_float32_is_the_float64_formula_bit_for_bit(dtype, data, per_channel, seed):
+    """quant.dequantize computes 8/16-bit data in float32 (faster); it must equal (q - zp) *
+    scale in float64 rounded once, for any scale float32 has (subnormal products, overflow)."""
+    from tflite_taichi.ops.base import Quantization
+    from tflite_taichi.quant import dequantize
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    q = rng.integers(info.min, info.max, (3, 5), endpoint=True).astype(dtype)
+    n = 5 if per_channel else 1
+    scales = np.array(data.draw(st.lists(st.floats(float(np.finfo(np.float32).smallest_subnormal),
+                                                  float(np.finfo(np.float32).max), width=32), min_size=n, max_size=n)),
+                      np.float32)
+    lo, hi = (0, 0) if dtype == np.int16 else (info.min, info.max)
+    zps = np.array(data.draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)), np.int64)
+    quant = Quantization(scale=scales, zero_point=zps, quantized_dimension=1)
+    s, z = quant.broadcastable(2)
+    with np.errstate(over="ignore"):
+        expected = ((q.astype(np.float64) - z) * s.astype(np.float64)).astype(np.float32)
+        actual = dequantize(q, quant)
+    assert actual.dtype == np.float32
+    np.testing.assert_array_equal(actual, expected)

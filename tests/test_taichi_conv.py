@@ -201,6 +201,46 @@ def test_pool_int8(taichi_workers, op, case, qi, qo, same, seed):
     check_delegate(model, taichi_workers, seed=seed)
 
 
+@st.composite
+def global_pool_case(draw):
+    """A pool whose one output position's window covers the input: VALID with the input's
+    size, or SAME with a stride and filter at least the input's (padding inside the window)."""
+    n, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 40)), draw(st.integers(1, 40))
+    c = draw(st.sampled_from([1, 3, 16, 40]))
+    if draw(st.booleans()):
+        options = dict(padding="VALID", filter_height=h, filter_width=w)
+    else:
+        options = dict(padding="SAME", filter_height=h + draw(st.integers(0, 2)),
+                       filter_width=w + draw(st.integers(0, 2)))
+    options.update(stride_h=max(h, 1), stride_w=max(w, 1),
+                   fused_activation_function=draw(st.sampled_from(["NONE", "RELU", "RELU6"])))
+    return dict(in_shape=(n, h, w, c), out_shape=(n, 1, 1, c), options=options)
+
+
+@pytest.mark.parametrize("op", POOLS)
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=global_pool_case(), int8=st.booleans(), qi=S.quant_params(), seed=S.seeds())
+def test_global_pool_is_a_split_reduction(taichi_workers, op, case, int8, qi, seed):
+    """Global pools (squeeze-excite, classifier heads) run as reduce.py's split reduction:
+    two tasks (shares, then their combination) where the taps are many, and the pool's
+    answers either way."""
+    dtype, q = (np.int8, qi) if int8 else (np.float32, None)
+    model = one_op_model(op, [Input(case["in_shape"], dtype, q)],
+                         [Output(case["out_shape"], dtype, q)], **case["options"])
+    inputs = None if int8 else _f32_inputs(np.random.default_rng(seed), [case["in_shape"]])
+    n, h, w, c = case["in_shape"]
+    from tflite_taichi.ops.reduce import reduce_scratch_size
+    split = reduce_scratch_size(n * c, h * w) > 0
+    for backend, s in check_delegate(model, taichi_workers, inputs, seed=seed).items():
+        if s["runtime"].get("tasks_per_invoke"):
+            assert s["runtime"]["tasks_per_invoke"] == (2 if split else 1), (backend, case, s["runtime"])
+
+
+def test_a_128x128_global_pool_is_split_into_balanced_shares():
+    from tflite_taichi.ops.reduce import reduce_scratch_size
+    assert reduce_scratch_size(16, 128 * 128) == 128 * 16     # 128 shares of 128 taps
+
+
 # -- fixed models: fp16 on vulkan, GLES -------------------------------------------------------
 def _fixed_models():
     rng = np.random.default_rng(7)

@@ -76,17 +76,26 @@ def chain_model(producer, chain, rng, q=None):
     return b.finish()
 
 
+# Quantized, an intermediate on a rounding boundary may snap to either neighbour (the conv's sum
+# in another order): one unit, which an op's slope multiplies on the way down the chain (each
+# grid here is 1.25x wider than the last). SQUARE (slope 2x: seen 4 units) and HARD_SWISH (up to
+# 1.5) can push it past the one-unit check; the others' slopes are at most 1.
+CHAIN_OPS_INT8 = [op for op in CHAIN_OPS if op[0] not in ("SQUARE", "HARD_SWISH")]
+
+
 @settings(max_examples=TAICHI_EXAMPLES)
-@given(producer=st.sampled_from(PRODUCERS),
-       chain=st.lists(st.sampled_from(CHAIN_OPS), min_size=1, max_size=4),
-       quantized=st.booleans(), q=S.quant_params(), seed=S.seeds())
-def test_a_chain_of_element_wise_ops_runs_in_its_producers_store(taichi_workers, producer, chain,
-                                                                quantized, q, seed):
+@given(producer=st.sampled_from(PRODUCERS), quantized=st.booleans(), data=st.data(),
+       q=S.quant_params(), seed=S.seeds())
+def test_a_chain_of_element_wise_ops_runs_in_its_producers_store(taichi_workers, producer,
+                                                                quantized, data, q, seed):
+    chain = data.draw(st.lists(st.sampled_from(CHAIN_OPS_INT8 if quantized else CHAIN_OPS),
+                               min_size=1, max_size=4), label="chain")
     model = chain_model(producer, chain, np.random.default_rng(seed), q if quantized else None)
     for backend, s in check_delegate(model, taichi_workers, seed=seed).items():
         [p] = s["partitions"]
-        assert p["fused"] == [[i, i + 1] for i in range(len(chain))], (backend, p)
-        assert p["kernels"] == 1, (backend, p)          # one task: the producer's
+        if producer != "ADD":       # an ADD producer may instead be computed at the next load
+            assert p["fused"] == [[i, i + 1] for i in range(len(chain))], (backend, p)
+        _assert_one_step(s, len(chain) + 1, backend)
 
 
 def test_quantize_dequantize_and_cast_run_in_the_producers_store(taichi_workers):
@@ -111,6 +120,15 @@ def test_quantize_dequantize_and_cast_run_in_the_producers_store(taichi_workers)
     for backend, s in check_delegate(model, taichi_workers, seed=2).items():
         assert s["partitions"][0]["fused"] == [[0, 1], [1, 2], [2, 3]], (backend, s["partitions"])
         assert s["runtime"]["steps_per_invoke"] == 1, (backend, s["runtime"])
+
+
+def _assert_one_step(summary, n_ops, backend):
+    """All n_ops ops of the partition run in one step: the others fused into a store or
+    computed at a load."""
+    [p] = summary["partitions"]
+    folded = {j for _, j in p["fused"]} | {i for i, _ in p["computed_at_load"]}
+    assert len(folded) == n_ops - 1, (backend, p)
+    assert summary["runtime"]["steps_per_invoke"] == 1, (backend, summary["runtime"])
 
 
 def test_a_chain_in_fp16(vulkan_workers):
@@ -186,3 +204,170 @@ def test_reshapes_address_their_input(taichi_workers):
         assert s["runtime"]["steps_per_invoke"] == 2, (backend, s["runtime"])     # RELU, MUL
     for backend, s in check_delegate(_reshape_model(also_output=True), taichi_workers).items():
         assert s["runtime"]["steps_per_invoke"] == 3, (backend, s["runtime"])     # + RESHAPE's copy
+
+
+# -- ops computed at their reader's load (OpDef.computed_at_load, tiutil.LoadRef) -------------
+# what runs between the model's input and the reader: PAD (spatial or of the channels, as
+# BlazeFace's residuals), binary arithmetic with a per-channel constant
+LOAD_OPS = ["PAD", "PAD_CHANNELS", "ADD", "MUL", "SUB", "MAXIMUM"]
+# element-wise readers: a RELU, or an ADD of a conv's output that runs in the conv's store
+READERS = ["RELU", "ADD_IN_CONV_STORE"]
+
+
+def load_chain_model(chain, reader, rng, q=None):
+    """x -> op_1 -> ... -> op_n -> READER -> out. READER 'ADD_IN_CONV_STORE' is
+    conv(y) + op_n's output, the conv first in the graph; 'CONV_2D' a conv reading op_n."""
+    dtype = np.int8 if q is not None else np.float32
+    b = ModelBuilder()
+    g = b.subgraph()
+    grid = 0
+    x = g.input("x", SHAPE, dtype, _quant(q, grid))
+    shape = SHAPE
+    for name in chain:
+        if name.startswith("PAD"):
+            pads = [[0, 0], [1, 2], [2, 0], [0, 0]] if name == "PAD" else [[0, 0]] * 3 + [[0, 3]]
+            shape = tuple(d + lo + hi for d, (lo, hi) in zip(shape, pads))
+
+    def conv(src, c_in, c_out, grid_in, grid_out, out_shape):
+        w = rng.uniform(-1, 1, (c_out, 3, 3, c_in)).astype(np.float32)
+        bias = rng.uniform(-1, 1, c_out).astype(np.float32)
+        if q is not None:
+            ws, xs = float(np.float32(1 / 127)), _quant(q, grid_in)[0]
+            w = g.const(f"w{src}", np.round(w / ws).astype(np.int8), quantization=(ws, 0))
+            bias = g.const(f"b{src}", np.round(bias / (ws * xs)).astype(np.int32), quantization=(ws * xs, 0))
+        else:
+            w, bias = g.const(f"w{src}", w), g.const(f"b{src}", bias)
+        out = g.tensor(f"conv{src}", out_shape, dtype, _quant(q, grid_out))
+        g.op("CONV_2D", [src, w, bias], [out], padding="SAME", stride_h=1, stride_w=1)
+        return out
+
+    if reader == "ADD_IN_CONV_STORE":
+        y = g.input("y", shape, dtype, _quant(q, 7))
+        c = conv(y, shape[-1], shape[-1], 7, 8, shape)
+    t, shape = x, SHAPE
+    for i, name in enumerate(chain):
+        if name.startswith("PAD"):
+            pads = [[0, 0], [1, 2], [2, 0], [0, 0]] if name == "PAD" else [[0, 0]] * 3 + [[0, 3]]
+            shape = tuple(d + lo + hi for d, (lo, hi) in zip(shape, pads))
+            out = g.tensor(f"t{i}", shape, dtype, _quant(q, grid))    # PAD keeps its grid
+            g.op("PAD", [t, g.const(f"pads{i}", np.array(pads, np.int32))], [out])
+        else:
+            grid += 1
+            out = g.tensor(f"t{i}", shape, dtype, _quant(q, grid))
+            k = rng.uniform(-1, 1, (shape[-1],)).astype(np.float32)
+            k = (g.const(f"k{i}", np.round(k / 0.01).astype(np.int8), quantization=(0.01, 0))
+                 if q is not None else g.const(f"k{i}", k))
+            g.op(name, [t, k] if i % 2 == 0 else [k, t], [out])
+        t = out
+    if reader == "RELU":
+        out = g.tensor("out", shape, dtype, _quant(q, grid))
+        g.op("RELU", [t], [out])
+    elif reader == "ADD_IN_CONV_STORE":
+        out = g.tensor("out", shape, dtype, _quant(q, 9))
+        g.op("ADD", [c, t], [out])
+    else:
+        out = conv(t, shape[-1], 5, grid, 9, shape[:3] + (5,))
+    g.output(out)
+    return b.finish()
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(chain=st.lists(st.sampled_from(LOAD_OPS), min_size=1, max_size=3),
+       reader=st.sampled_from(READERS), quantized=st.booleans(), q=S.quant_params(),
+       seed=S.seeds())
+def test_pads_and_broadcast_arithmetic_run_in_their_readers_loads(taichi_workers, chain, reader,
+                                                                  quantized, q, seed):
+    model = load_chain_model(chain, reader, np.random.default_rng(seed), q if quantized else None)
+    first = 1 if reader == "ADD_IN_CONV_STORE" else 0       # the conv is op 0
+    n = len(chain)
+    pads = {first + i for i, name in enumerate(chain) if name.startswith("PAD")}
+    for backend, s in check_delegate(model, taichi_workers, seed=seed).items():
+        [p] = s["partitions"]
+        _assert_one_step(s, n + 1 + first, backend)
+        # a PAD never runs as a step (nor heads a chain): it is addressing of its reader's loads
+        assert pads <= {i for i, _ in p["computed_at_load"]}, (backend, p)
+        if reader == "ADD_IN_CONV_STORE":
+            assert [0, n + 1] in p["fused"], (backend, p)
+
+
+def test_a_conv_reads_a_stored_pad(taichi_workers):
+    """A conv loads each input element 9 * c_out times: what it reads is stored, not computed
+    at each load (slower on the H200: codegen._load_reader)."""
+    model = load_chain_model(["PAD", "MUL"], "CONV_2D", np.random.default_rng(2))
+    for backend, s in check_delegate(model, taichi_workers).items():
+        [p] = s["partitions"]
+        assert p["computed_at_load"] == [[0, 1]], (backend, p)      # PAD at the MUL's load
+        assert s["runtime"]["steps_per_invoke"] == 2, (backend, s["runtime"])
+
+
+def test_a_residual_pad_is_read_in_the_fused_add(taichi_workers):
+    """BlazeFace's residual: y = conv(x) + PAD(x) (channels padded), the PAD made after the
+    conv: the ADD runs in the conv's store, and the PAD at the ADD's load (one step)."""
+    rng = np.random.default_rng(4)
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", SHAPE)
+    c = g.tensor("c", (1, 6, 6, 6))
+    g.op("CONV_2D", [x, g.const("w", rng.uniform(-1, 1, (6, 3, 3, 4)).astype(np.float32)),
+                     g.const("b", rng.uniform(-1, 1, 6).astype(np.float32))], [c],
+         padding="SAME", stride_h=1, stride_w=1)
+    padded = g.tensor("padded", (1, 6, 6, 6))
+    g.op("PAD", [x, g.const("pads", np.array([[0, 0]] * 3 + [[0, 2]], np.int32))], [padded])
+    out = g.tensor("out", (1, 6, 6, 6))
+    g.op("ADD", [padded, c], [out], fused_activation_function="RELU")
+    g.output(out)
+    for backend, s in check_delegate(b.finish(), taichi_workers).items():
+        [p] = s["partitions"]
+        assert p["fused"] == [[0, 2]] and p["computed_at_load"] == [[1, 2]], (backend, p)
+        assert s["runtime"]["steps_per_invoke"] == 1, (backend, s["runtime"])
+
+
+def _pad_read_by(readers=1, output=False):
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", SHAPE)
+    padded = g.tensor("padded", (1, 8, 8, 4))
+    g.op("PAD", [x, g.const("pads", np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))], [padded])
+    outs = []
+    for i in range(readers):
+        o = g.tensor(f"pool{i}", (1, 8, 8, 4))
+        g.op("MAX_POOL_2D" if i == 0 else "AVERAGE_POOL_2D", [padded], [o], padding="SAME",
+             stride_h=1, stride_w=1, filter_height=3, filter_width=3)
+        outs.append(o)
+    g.output(*outs, *([padded] if output else []))
+    return b.finish()
+
+
+@pytest.mark.parametrize("readers,output", [(2, False), (1, True)])
+def test_a_pad_with_two_readers_or_leaving_the_partition_is_stored(taichi_workers, readers, output):
+    """Read by two ops (each would compute it again: kept in memory once) or needed outside."""
+    for backend, s in check_delegate(_pad_read_by(readers, output), taichi_workers).items():
+        assert s["partitions"][0]["computed_at_load"] == [], (backend, s["partitions"])
+
+
+def test_what_a_load_reads_lives_until_the_load(taichi_workers):
+    """a = conv1(x); p = PAD(a); b = conv2(x); out = conv3(b) + p: the PAD runs in conv3's
+    store, three steps after its input a was made; b (a's size, made in between) must not
+    take a's place in the arena."""
+    rng = np.random.default_rng(6)
+    b_ = ModelBuilder()
+    g = b_.subgraph()
+    x = g.input("x", SHAPE)
+
+    def conv(name, src, c_in, c_out):
+        out = g.tensor(name, (1, 6, 6, c_out))
+        g.op("CONV_2D", [src, g.const(f"{name}_w", rng.uniform(-1, 1, (c_out, 3, 3, c_in)).astype(np.float32)),
+                         g.const(f"{name}_b", rng.uniform(-1, 1, c_out).astype(np.float32))], [out],
+             padding="SAME", stride_h=1, stride_w=1)
+        return out
+    a = conv("a", x, 4, 4)
+    p = g.tensor("p", (1, 6, 6, 6))
+    g.op("PAD", [a, g.const("pads", np.array([[0, 0]] * 3 + [[1, 1]], np.int32))], [p])
+    b = conv("b", x, 4, 4)
+    c = conv("c", b, 4, 6)
+    out = g.tensor("out", (1, 6, 6, 6))
+    g.op("ADD", [c, p], [out])
+    g.output(out)
+    for backend, s in check_delegate(b_.finish(), taichi_workers).items():
+        [part] = s["partitions"]
+        assert part["fused"] == [[3, 4]] and part["computed_at_load"] == [[1, 4]], (backend, part)

@@ -177,7 +177,8 @@ def taichi_version() -> str:
 
 
 KERNEL_SWITCHES = ("TFLITE_TAICHI_NO_SHARED_TILES", "TFLITE_TAICHI_GEMM_TILES",
-                   "TFLITE_TAICHI_GEMM_MIN_BLOCKS")
+                   "TFLITE_TAICHI_GEMM_MIN_BLOCKS", "TFLITE_TAICHI_FUSION",
+                   "TFLITE_TAICHI_CHUNK_STEPS")
 
 
 def versions() -> dict:

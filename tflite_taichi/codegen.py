@@ -19,12 +19,13 @@ launch one kernel per op.
 This module is the only part of the delegate that needs Taichi's Python frontend: a program
 whose AOT module is in the cache plans its partitions (`plan`) but never builds kernels.
 """
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.ops.tiutil import EpilogueRef, StepIO, realize, ti
+from tflite_taichi.ops.tiutil import EpilogueRef, LoadRef, StepIO, realize, ti
 from tflite_taichi.partition import Partition
 from tflite_taichi.planner import Plan, plan_partition
 
@@ -37,8 +38,10 @@ MAX_BUFFER_ELEMENTS = 2**31 - 1
 
 
 def chunk_ranges(n_steps: int, backend: str) -> list:
-    """(start, end) ranges of at most CHUNK_STEPS[backend] steps, one per kernel."""
-    size = CHUNK_STEPS.get(backend, 32)
+    """(start, end) ranges of at most CHUNK_STEPS[backend] steps, one per kernel
+    (TFLITE_TAICHI_CHUNK_STEPS overrides it: bench/profile_invoke.py's one step per kernel, so
+    that the kernel profiler's tasks map back to ops; a kernel switch, cache.KERNEL_SWITCHES)."""
+    size = int(os.environ.get("TFLITE_TAICHI_CHUNK_STEPS") or CHUNK_STEPS.get(backend, 32))
     return [(i, min(i + size, n_steps)) for i in range(0, n_steps, size)] or [(0, 0)]
 
 
@@ -56,7 +59,8 @@ def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
     - the fused tensor is the producer's only output, the op's only use of it, read by nothing
       else and not needed outside the partition (it is never written to memory);
     - it has the op's output shape (an element-wise op with that input unbroadcast), and
-    - the op's other inputs exist when the chain's head runs (produced before it)."""
+    - the op's other inputs exist when the chain's head runs (produced before it; for an
+      operand that will be computed at this op's load (load_fusions), that operand's inputs)."""
     steps, specs = partition.steps, graph.specs
     readers = {}
     for st in steps:
@@ -64,11 +68,20 @@ def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
             readers[t] = readers.get(t, 0) + 1
     producer = {t: i for i, st in enumerate(steps) for t in st.op.outputs}
     outputs = set(partition.outputs)
+    reading = _reading_steps(steps)
     fused, head = {}, {}
+
+    def load_reader(k):
+        return _load_reader(k, steps, specs, outputs, reading)
+
     for j, st in enumerate(steps):
         if st.opdef.epilogue_inputs is None or len(st.op.outputs) != 1:
             continue
-        for pos in st.opdef.epilogue_inputs(st.node):
+        # an operand that can be computed at this op's load (a PAD) is better read there than
+        # made the head of a chain: try the others first
+        candidates = sorted(st.opdef.epilogue_inputs(st.node),
+                            key=lambda pos: load_reader(producer.get(st.op.inputs[pos], -1)) == j)
+        for pos in candidates:
             t = st.op.inputs[pos]
             i = producer.get(t)
             if i is None:
@@ -76,6 +89,8 @@ def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
             prod = steps[i]
             if not (prod.opdef.stores_once or i in fused) or len(prod.op.outputs) != 1:
                 continue
+            if i not in fused and load_reader(i) == j and load_reader(j) is not None:
+                continue        # both can run at the next op's loads: neither is a task
             if readers.get(t) != 1 or t in outputs or list(st.op.inputs).count(t) != 1:
                 continue
             if tuple(specs[t].shape) != tuple(specs[st.op.outputs[0]].shape):
@@ -83,7 +98,8 @@ def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
             if not (_fusable(specs[t]) and _fusable(specs[st.op.outputs[0]])):
                 continue
             h = head.get(i, i)
-            if any(producer.get(u, -1) >= h for u in st.op.inputs if u != t and u != -1):
+            if not all(_available(u, h, j, steps, producer, fused, load_reader)
+                       for u in st.op.inputs if u != t and u != -1):
                 continue
             fused[j], head[j] = (i, pos), h
             break
@@ -111,6 +127,99 @@ def aliases(partition: Partition, graph: PreparedGraph) -> dict:
     return found
 
 
+def load_fusions(partition: Partition, graph: PreparedGraph, fusions: dict, aliased: dict) -> dict:
+    """{position of an op computed at its reader's load (`computed_at_load`): the position of
+    that reader}: the op's output is read by that one step only, is not needed outside the
+    partition, and is not handed to an epilogue; the reader runs as a task or is itself fused
+    (into a store, or at another load: a chain). The op's inputs must exist where the loads
+    happen (the head of the reader's chain). Its output is then never stored."""
+    steps, specs, outputs = partition.steps, graph.specs, set(partition.outputs)
+    reading = _reading_steps(steps)
+    producer = {t: i for i, st in enumerate(steps) for t in st.op.outputs}
+    handed = {i for i, _ in fusions.values()}          # producers whose store feeds an epilogue
+    heads = _heads(fusions)
+    found, when = {}, {}
+    excluded = set(fusions) | handed | set(aliased)
+
+    def load_reader(k):
+        return _load_reader(k, steps, specs, outputs, reading)
+
+    for j in reversed(range(len(steps))):
+        c = load_reader(j)
+        if c is None or j in excluded or c in aliased:
+            continue
+        at = when.get(c, heads.get(c, c))           # where the reader's loads run
+        if not all(_available(u, at, j, steps, producer, excluded, load_reader)
+                   for u in steps[j].op.inputs if u != -1):
+            continue
+        found[j], when[j] = c, at
+    # epilogue_fusions counted on these (its `ready`): a fused op reading one at its head
+    for j, (i, _) in fusions.items():
+        h = heads[j]
+        for u in steps[j].op.inputs:
+            k = producer.get(u, -1)
+            if u != -1 and k >= h and k != i and k not in found:
+                raise AssertionError(f"codegen: op {steps[j].op.index} fused at step {h} reads "
+                                     f"tensor {u} made at step {k}")
+    return found
+
+
+def _available(u, at: int, reader: int, steps, producer: dict, excluded, load_reader) -> bool:
+    """Whether tensor u, read by step `reader`, can be read where step `at` runs: made before
+    it, or made by an op that will be computed at the reader's load (not `excluded`) from
+    tensors that are (a chain of PADs and broadcast arithmetic)."""
+    k = producer.get(u, -1)
+    if k < at:
+        return True
+    if k in excluded or load_reader(k) != reader:
+        return False
+    return all(_available(v, at, k, steps, producer, excluded, load_reader)
+               for v in steps[k].op.inputs if v != -1)
+
+
+def _reading_steps(steps) -> dict:
+    """{tensor: positions of the steps that read it, each once}."""
+    reading = {}
+    for c, st in enumerate(steps):
+        for t in dict.fromkeys(st.op.inputs):
+            reading.setdefault(t, []).append(c)
+    return reading
+
+
+def _load_reader(k, steps, specs, outputs, reading):
+    """The position of the one step that reads op k's output, if k can be computed at that
+    step's loads (`computed_at_load`, one output, read by one step, not a partition output,
+    a value an element-wise op may carry), and that step loads each element once: it is
+    element-wise in that input (its `epilogue_inputs`) or is itself computed at a load (a PAD
+    of a PAD); else None.
+    Only element-wise readers: a convolution loads each input element k*k*c_out times, and
+    computing selfie_segmentation's squeeze-excite MULs at the 1x1 convs' loads made it 1.5x
+    slower on the H200's cuda (3.41 vs 2.22 ms, bench/results/kernels_h200.md)."""
+    st = steps[k]
+    if not st.opdef.computed_at_load or st.opdef.alias_input is not None or len(st.op.outputs) != 1:
+        return None
+    t = st.op.outputs[0]
+    users = reading.get(t, [])
+    if t in outputs or len(users) != 1 or not _fusable(specs[t]):
+        return None
+    reader = steps[users[0]]
+    if reader.opdef.epilogue_inputs is not None:
+        positions = [p for p, u in enumerate(reader.op.inputs) if u == t]
+        if not set(positions) <= set(reader.opdef.epilogue_inputs(reader.node)):
+            return None
+    elif not reader.opdef.computed_at_load:     # a PAD reading a PAD: each element once
+        return None
+    return users[0]
+
+
+def _heads(fusions: dict) -> dict:
+    """{fused op position: position of the task at the head of its chain}."""
+    heads = {}
+    for j, (i, _) in sorted(fusions.items()):
+        heads[j] = heads.get(i, i)
+    return heads
+
+
 @dataclass
 class PartitionCode:
     """A partition planned for its kernels: memory plan, chunks, fusions; `kernels` is filled
@@ -120,6 +229,7 @@ class PartitionCode:
     chunks: list                      # lists of task positions (steps that run), one per kernel
     fusions: dict                     # fused op position -> (producer position, input position)
     aliased: dict                     # reshape-like op position -> its input tensor
+    at_load: dict                     # op computed at its reader's load -> the reader's position
     fp16: bool
     kernels: list = field(default_factory=list)
 
@@ -138,29 +248,47 @@ class PartitionCode:
         steps = self.partition.steps
         return [(steps[i].op.index, steps[j].op.index) for j, (i, _) in sorted(self.fusions.items())]
 
+    @property
+    def computed_at_load(self) -> list:
+        """(op index, reader op index) of every op computed at its reader's loads."""
+        steps = self.partition.steps
+        return [(steps[j].op.index, steps[c].op.index) for j, c in sorted(self.at_load.items())]
+
     def digest_parts(self) -> tuple:
         return (tuple(s.op.index for s in self.partition.steps), tuple(map(tuple, self.chunks)),
                 tuple(sorted(self.fusions.items())), tuple(sorted(self.aliased.items())),
-                self.fp16, self.plan.digest_parts())
+                tuple(sorted(self.at_load.items())), self.fp16, self.plan.digest_parts())
 
 
 def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
          io_offsets: dict) -> PartitionCode:
     """The partition's fusions, chunks and memory plan (no Taichi compile)."""
-    fusions = epilogue_fusions(partition, graph)
-    aliased = aliases(partition, graph)
-    tasks = [i for i in range(len(partition.steps)) if i not in fusions and i not in aliased]
+    # bench/'s A/B switch (a kernel switch: cache.KERNEL_SWITCHES): "store" fuses into stores
+    # only, "none" runs every op as a step of its own
+    mode = os.environ.get("TFLITE_TAICHI_FUSION", "all")
+    fusions = epilogue_fusions(partition, graph) if mode in ("all", "store") else {}
+    aliased = aliases(partition, graph) if mode != "none" else {}
+    at_load = load_fusions(partition, graph, fusions, aliased) if mode == "all" else {}
+    tasks = [i for i in range(len(partition.steps))
+             if i not in fusions and i not in aliased and i not in at_load]
     chunks = [tasks[a:b] for a, b in chunk_ranges(len(tasks), backend)]
     steps = partition.steps
-    heads = {}
-    for j, (i, _) in sorted(fusions.items()):
-        heads[j] = heads.get(i, i)
+    heads = _heads(fusions)
     # a fused op's output is written when the head of its chain runs: its lifetime starts there;
-    # the tensors handed over inside a store never touch memory
+    # the tensors handed over inside a store, or computed at a load, never touch memory, and
+    # what an op computed at a load reads is read where that load runs
     early = {steps[j].op.outputs[0]: h for j, h in heads.items()}
-    virtual = {steps[j].op.inputs[pos] for j, (_, pos) in fusions.items()}
+    virtual = ({steps[j].op.inputs[pos] for j, (_, pos) in fusions.items()}
+               | {steps[j].op.outputs[0] for j in at_load})
+    late = {}
+    for j in sorted(at_load, reverse=True):
+        c = at_load[j]
+        at = late.get(c, heads.get(c, c))
+        late[j] = at
+    late_reads = [(u, late[j]) for j in at_load for u in steps[j].op.inputs if u != -1]
     p = plan_partition(partition, graph, fp16, io_offsets, early_writes=early, virtual=virtual,
-                       aliases={steps[j].op.outputs[0]: src for j, src in aliased.items()})
+                       aliases={steps[j].op.outputs[0]: src for j, src in aliased.items()},
+                       late_reads=late_reads)
     sizes = {"arena": p.arena_size, "weights": p.weights.size, "scratch": p.scratch_size}
     big = {k: int(v) for k, v in sizes.items() if int(v) > MAX_BUFFER_ELEMENTS}
     if big:
@@ -171,7 +299,7 @@ def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
             + ", ".join(f"{n:,} elements of {k}" for k, n in big.items())
             + f" in one buffer; Taichi indexes buffers with 32-bit integers (at most "
             f"{MAX_BUFFER_ELEMENTS:,}): use backend='reference' or smaller shapes")
-    return PartitionCode(partition, p, chunks, fusions, aliased, fp16)
+    return PartitionCode(partition, p, chunks, fusions, aliased, at_load, fp16)
 
 
 def _make_kernel(steps: list, fp16: bool):
@@ -194,12 +322,15 @@ def build_kernels(code: PartitionCode) -> list:
     partition, plan_ = code.partition, code.plan
     refs, packed = plan_.refs, plan_.packed
     into = {partition.steps[i].op.outputs[0]: (j, pos) for j, (i, pos) in code.fusions.items()}
+    # an op computed at its reader's loads: the reader gets a LoadRef, whose step is set below
+    at_load = {partition.steps[j].op.outputs[0]: LoadRef(refs[partition.steps[j].op.outputs[0]])
+               for j in code.at_load}
     steps = [None] * len(partition.steps)
     for position in reversed(range(len(partition.steps))):
         if position in code.aliased:
             continue                            # its output addresses its input (plan refs)
         step = partition.steps[position]
-        inputs = tuple(None if t == -1 else packed.get((step.op.index, i), refs.get(t))
+        inputs = tuple(None if t == -1 else packed.get((step.op.index, i), at_load.get(t, refs.get(t)))
                        for i, t in enumerate(step.op.inputs))
         outputs = []
         for t in step.op.outputs:
@@ -211,6 +342,8 @@ def build_kernels(code: PartitionCode) -> list:
         io = StepIO(inputs=inputs, outputs=tuple(outputs),
                     scratch=plan_.scratch.get(step.op.index))
         steps[position] = step.opdef.taichi(step.node, io)
+    for j in code.at_load:
+        at_load[partition.steps[j].op.outputs[0]].step = steps[j]
     code.kernels = [_make_kernel([steps[i] for i in chunk], code.fp16) for chunk in code.chunks]
     return code.kernels
 

@@ -670,7 +670,8 @@ class Interpreter:
             program = state.program
             partitions = [{"ops": [s.op.index for s in p.steps],
                            "kernels": program.code(p).launches,
-                           "fused": [list(f) for f in program.code(p).fused]}
+                           "fused": [list(f) for f in program.code(p).fused],
+                           "computed_at_load": [list(f) for f in program.code(p).computed_at_load]}
                           for p in state.schedule.partitions]
             fallback = [{"index": i, "op": names[i], "reason": r}
                         for i, r in sorted(state.schedule.refused.items())]

@@ -119,14 +119,16 @@ def local_io_layout(p: Partition, graph: PreparedGraph) -> dict:
 
 
 def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_offsets=None,
-                   early_writes=None, virtual=(), aliases=None) -> Plan:
+                   early_writes=None, virtual=(), aliases=None, late_reads=()) -> Plan:
     """`io_offsets`: tensor -> its offset in the program's io buffer, for every input and
     output of the partition (default: a layout of this partition alone).
     `early_writes`: tensor -> the step that really writes it when earlier than its op (an op
     fused into its producer's store: codegen.epilogue_fusions).
     `virtual`: tensors handed from a store to a fused op, never in memory (no place).
     `aliases`: tensor -> the tensor whose memory it addresses (a reshape: codegen.aliases);
-    the source then lives until the alias's last reader."""
+    the source then lives until the alias's last reader.
+    `late_reads`: (tensor, step) pairs of reads at a later step than the reading op's own (an
+    op computed at its reader's loads: codegen.load_fusions)."""
     specs = graph.specs
     storage = "f16" if fp16 else "f32"
     io_offsets = io_offsets if io_offsets is not None else local_io_layout(p, graph)
@@ -145,6 +147,8 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_of
         for t in step.op.outputs:
             if t not in aliases:
                 producer[t] = i
+    for t, i in late_reads:
+        readers.setdefault(root(t), []).append(i)
     for t, i in (early_writes or {}).items():
         producer[t] = min(producer[t], i)
 
