@@ -1,7 +1,8 @@
 """LOG_SOFTMAX, L2_NORMALIZATION, LOCAL_RESPONSE_NORMALIZATION vs LiteRT through one-op models:
 float32, and int8/uint8 for the first two (with the fixed output quantization LiteRT's kernels
 require). Tolerances: tflite_taichi.testing (LiteRT 2.3's quantized LOG_SOFTMAX and
-L2_NORMALIZATION kernels matched the float view exactly on every case tried).
+L2_NORMALIZATION kernels matched the float view exactly on every case tried; for int8
+LOG_SOFTMAX that is its optimized kernel: QUANTIZED_ORACLE says why).
 
 LOCAL_RESPONSE_NORMALIZATION is held to LiteRT's optimized builtin kernel: its reference kernel
 (BUILTIN_REF) sums the channel window c - radius .. c + radius - 1, one channel short of
@@ -58,7 +59,15 @@ def test_float32_matches_litert(op, data, seed):
 def test_quantized_matches_litert(op, dtype, data, seed):
     shape, _ = data.draw(row_case(op))
     qi = data.draw(S.quant_params(dtype, scale_range=(1e-3, 0.5)))
-    check_against_litert(row_model(op, shape, dtype, qi), seed=seed)
+    check_against_litert(row_model(op, shape, dtype, qi), seed=seed,
+                         kernels=QUANTIZED_ORACLE.get((op, np.dtype(dtype)), "reference"))
+
+
+# LiteRT 2.3's int8 LOG_SOFTMAX: its reference kernel (BUILTIN_REF) sends elements whose
+# log-softmax is below about -15.6 to -128 (seen: a row spread 15.65 apart, -128 where
+# round(-15.65 * 16) + 127 = -123), while its optimized kernel, the one a user's interpreter
+# runs (XNNPACK takes no LOG_SOFTMAX), gives -123, as the float view does: held to that one.
+QUANTIZED_ORACLE = {("LOG_SOFTMAX", np.dtype(np.int8)): "builtin"}
 
 
 @st.composite

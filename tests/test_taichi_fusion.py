@@ -371,3 +371,28 @@ def test_what_a_load_reads_lives_until_the_load(taichi_workers):
     for backend, s in check_delegate(b_.finish(), taichi_workers).items():
         [part] = s["partitions"]
         assert part["fused"] == [[3, 4]] and part["computed_at_load"] == [[1, 4]], (backend, part)
+
+
+def test_long_chains_are_cut(taichi_workers):
+    """40 element-wise ops after a conv (a fuzzed model had ~30: Taichi's compiler ran out of
+    Python stack on the nesting): fused in chains of at most codegen.MAX_CHAIN, still right;
+    and 12 PADs, computed at loads in chains of at most MAX_CHAIN."""
+    from tflite_taichi.codegen import MAX_CHAIN
+
+    def longest(pairs, downward):
+        depth = {}
+        for a, b in sorted(pairs, reverse=not downward):
+            src, dst = (a, b) if downward else (b, a)
+            depth[dst] = depth.get(src, 0) + 1
+        return max(depth.values(), default=0)
+    chain = [("RELU", "unary"), ("ADD", "const"), ("MUL", "const"), ("MAXIMUM", "const")] * 10
+    model = chain_model("CONV_2D", chain, np.random.default_rng(8))
+    for backend, s in check_delegate(model, taichi_workers).items():
+        [p] = s["partitions"]
+        assert longest(p["fused"], True) == MAX_CHAIN, (backend, p)
+        assert longest(p["computed_at_load"], False) <= MAX_CHAIN, (backend, p)
+        assert s["runtime"]["steps_per_invoke"] < 10, (backend, s["runtime"])
+    model = load_chain_model(["PAD_CHANNELS"] * 12, "RELU", np.random.default_rng(9))
+    for backend, s in check_delegate(model, taichi_workers).items():
+        [p] = s["partitions"]
+        assert longest(p["computed_at_load"], False) == MAX_CHAIN, (backend, p)

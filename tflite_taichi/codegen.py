@@ -51,6 +51,12 @@ def _fusable(spec) -> bool:
     return spec.dtype is not None and np.dtype(spec.dtype) != np.dtype(np.bool_)
 
 
+# The longest chain of ops fused into one store, or computed at one load: each link nests one
+# more call in Taichi's AST transformer, which a fuzzed chain of ~30 took past Python's
+# recursion limit (RecursionError at compile); real models chain 2-4.
+MAX_CHAIN = 8
+
+
 def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
     """{position of an element-wise op: (position of its producer, input position)}: the op
     runs inside its producer's store (tiutil.EpilogueRef) instead of as a task of its own, when
@@ -69,7 +75,7 @@ def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
     producer = {t: i for i, st in enumerate(steps) for t in st.op.outputs}
     outputs = set(partition.outputs)
     reading = _reading_steps(steps)
-    fused, head = {}, {}
+    fused, head, depth = {}, {}, {}
 
     def load_reader(k):
         return _load_reader(k, steps, specs, outputs, reading)
@@ -98,10 +104,12 @@ def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
             if not (_fusable(specs[t]) and _fusable(specs[st.op.outputs[0]])):
                 continue
             h = head.get(i, i)
+            if depth.get(i, 0) >= MAX_CHAIN:
+                continue
             if not all(_available(u, h, j, steps, producer, fused, load_reader)
                        for u in st.op.inputs if u != t and u != -1):
                 continue
-            fused[j], head[j] = (i, pos), h
+            fused[j], head[j], depth[j] = (i, pos), h, depth.get(i, 0) + 1
             break
     return fused
 
@@ -138,7 +146,7 @@ def load_fusions(partition: Partition, graph: PreparedGraph, fusions: dict, alia
     producer = {t: i for i, st in enumerate(steps) for t in st.op.outputs}
     handed = {i for i, _ in fusions.values()}          # producers whose store feeds an epilogue
     heads = _heads(fusions)
-    found, when = {}, {}
+    found, when, depth = {}, {}, {}
     excluded = set(fusions) | handed | set(aliased)
 
     def load_reader(k):
@@ -149,10 +157,12 @@ def load_fusions(partition: Partition, graph: PreparedGraph, fusions: dict, alia
         if c is None or j in excluded or c in aliased:
             continue
         at = when.get(c, heads.get(c, c))           # where the reader's loads run
-        if not all(_available(u, at, j, steps, producer, excluded, load_reader)
+        if depth.get(c, 0) >= MAX_CHAIN:
+            continue
+        if not all(_available(u, at, j, steps, producer, excluded, load_reader, depth.get(c, 0) + 1)
                    for u in steps[j].op.inputs if u != -1):
             continue
-        found[j], when[j] = c, at
+        found[j], when[j], depth[j] = c, at, depth.get(c, 0) + 1
     # epilogue_fusions counted on these (its `ready`): a fused op reading one at its head
     for j, (i, _) in fusions.items():
         h = heads[j]
@@ -164,16 +174,18 @@ def load_fusions(partition: Partition, graph: PreparedGraph, fusions: dict, alia
     return found
 
 
-def _available(u, at: int, reader: int, steps, producer: dict, excluded, load_reader) -> bool:
-    """Whether tensor u, read by step `reader`, can be read where step `at` runs: made before
-    it, or made by an op that will be computed at the reader's load (not `excluded`) from
-    tensors that are (a chain of PADs and broadcast arithmetic)."""
+def _available(u, at: int, reader: int, steps, producer: dict, excluded, load_reader,
+               level: int = 0) -> bool:
+    """Whether tensor u, read by step `reader` (itself `level` links down a load chain), can be
+    read where step `at` runs: made before it, or made by an op that will be computed at the
+    reader's load (not `excluded`, within MAX_CHAIN links) from tensors that are (a chain of
+    PADs and broadcast arithmetic). load_fusions decides with the same rule."""
     k = producer.get(u, -1)
     if k < at:
         return True
-    if k in excluded or load_reader(k) != reader:
+    if k in excluded or load_reader(k) != reader or level >= MAX_CHAIN:
         return False
-    return all(_available(v, at, k, steps, producer, excluded, load_reader)
+    return all(_available(v, at, k, steps, producer, excluded, load_reader, level + 1)
                for v in steps[k].op.inputs if v != -1)
 
 

@@ -197,7 +197,8 @@ class _SubgraphState:
             fp16 = self.options["precision"] == "fp16"
             self.schedule = build_schedule(self.prepared, self.options["max_partitions"],
                                            preserve_all=self.options["preserve_all"],
-                                           fp16=fp16, reference_ops=self.options["reference_ops"])
+                                           fp16=fp16, reference_ops=self.options["reference_ops"],
+                                           cost_backend=self.options.get("cost_backend"))
             if self.schedule.partitions:
                 self.program = Program(self.prepared, self.schedule, self.options["backend"], fp16,
                                        self.options["cache"], self.options["preserve_all"])
@@ -425,6 +426,8 @@ class Interpreter:
         if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
             from tflite_taichi.backend import CPU_REFERENCE_OPS
             self._options["reference_ops"] = CPU_REFERENCE_OPS
+        elif backend == "auto":         # a GPU: what numpy runs faster stays on the CPU (costs.py)
+            self._options["cost_backend"] = self._backend
         self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)
         if self._backend != "reference":
             from tflite_taichi.backend import ensure_runtime

@@ -103,19 +103,34 @@ def _tensor_reason(specs, fp16: bool) -> Optional[str]:
 
 def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = False,
                    warn: bool = True, preserve_all: bool = False,
-                   reference_ops=frozenset()) -> Schedule:
+                   reference_ops=frozenset(), cost_backend=None) -> Schedule:
     """preserve_all: every tensor a partition writes is copied back to the host (LiteRT's
-    experimental_preserve_all_tensors), so get_tensor reads intermediates; costs transfers."""
+    experimental_preserve_all_tensors), so get_tensor reads intermediates; costs transfers.
+    cost_backend: backend='auto' on this GPU backend: a partition that numpy runs faster by
+    costs.py's estimate stays on the CPU."""
     reasons = {s.op.index: delegate_reason(s, fp16, reference_ops) for s in graph.steps}
     groups = _group_by_dependencies(graph, {i for i, r in reasons.items() if r is None})
     runs = [g for delegated, g in groups if delegated]
     keep = sorted(runs, key=len, reverse=True)[:max(max_partitions, 0)]
+    if cost_backend is not None:
+        from tflite_taichi import costs
+        for run in list(keep):
+            faster = costs.cpu_is_faster(run, cost_backend)
+            if faster is not None:
+                keep.remove(run)
+                for step in run:
+                    reasons[step.op.index] = (
+                        f"backend='auto': numpy runs its partition of {len(run)} op(s) faster than "
+                        f"{cost_backend} (estimated {faster[0]:.0f} us against {faster[1]:.0f} us, "
+                        "mostly the GPU's launch and wait: tflite_taichi/costs.py)")
     kept_ids = {id(r) for r in keep}
     for run in runs:
         if id(run) not in kept_ids:
             for step in run:
-                reasons[step.op.index] = (f"the delegate keeps only the {max_partitions} largest "
-                                          "partition(s) (max_delegated_partitions)")
+                reasons.setdefault(step.op.index, None)
+                if reasons[step.op.index] is None:
+                    reasons[step.op.index] = (f"the delegate keeps only the {max_partitions} "
+                                              "largest partition(s) (max_delegated_partitions)")
     items = []
     for delegated, group in groups:
         if delegated and id(group) in kept_ids:

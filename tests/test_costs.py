@@ -1,0 +1,103 @@
+"""backend='auto' on a GPU keeps on the CPU what numpy runs faster (issue #13, item 4;
+tflite_taichi/costs.py, constants measured in bench/results/cost_constants_h200.md)."""
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+
+from tflite_taichi import costs
+from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.graph import prepare
+from tflite_taichi.partition import build_schedule
+
+
+def mlp():
+    """A tiny MLP classifier: FC 32 -> 64 (RELU) -> 10, softmax."""
+    rng = np.random.default_rng(0)
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 32))
+    h = g.tensor("h", (1, 64))
+    g.op("FULLY_CONNECTED", [x, g.const("w1", rng.uniform(-1, 1, (64, 32)).astype(np.float32)),
+                             g.const("b1", np.zeros(64, np.float32))], [h], fused_activation_function="RELU")
+    z = g.tensor("z", (1, 10))
+    g.op("FULLY_CONNECTED", [h, g.const("w2", rng.uniform(-1, 1, (10, 64)).astype(np.float32)),
+                             g.const("b2", np.zeros(10, np.float32))], [z])
+    y = g.tensor("y", (1, 10))
+    g.op("SOFTMAX", [z], [y], beta=1.0)
+    g.output(y)
+    return b.finish()
+
+
+def big_conv():
+    rng = np.random.default_rng(1)
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 128, 128, 16))
+    y = g.tensor("y", (1, 128, 128, 16))
+    g.op("CONV_2D", [x, g.const("w", rng.uniform(-1, 1, (16, 3, 3, 16)).astype(np.float32)),
+                     g.const("b", np.zeros(16, np.float32))], [y], padding="SAME", stride_h=1, stride_w=1)
+    g.output(y)
+    return b.finish()
+
+
+def _schedule(model, backend):
+    from tflite_taichi import graph as graph_mod
+    from tflite_taichi.model import read_model
+    m = read_model(model)
+    sg = m.subgraphs[0]
+    prepared = prepare(sg, graph_mod.resolve_ops(m), {t: tuple(sg.tensors[t].shape) for t in sg.inputs})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_schedule(prepared, cost_backend=backend)
+
+
+def test_a_tiny_mlp_stays_on_the_cpu_on_every_gpu_backend():
+    for backend in ("cuda", "vulkan", "opengl", "gles", "metal"):
+        s = _schedule(mlp(), backend)
+        assert not s.partitions, backend
+        assert all("numpy runs its partition of 3 op(s) faster than " + backend in r
+                   for r in s.refused.values()), s.refused
+
+
+def test_a_large_convolution_goes_to_the_gpu():
+    for backend in ("cuda", "vulkan", "opengl"):
+        s = _schedule(big_conv(), backend)
+        assert len(s.partitions) == 1 and not s.refused, (backend, s.refused)
+    steps = _schedule(big_conv(), None).partitions[0].steps
+    assert costs.numpy_us(steps) > 5 * costs.gpu_us(steps, "vulkan")       # ~6 ms against 0.8
+
+
+def test_without_auto_nothing_moves():
+    s = _schedule(mlp(), None)
+    assert len(s.partitions) == 1 and not s.refused
+
+
+def test_auto_on_a_gpu_backend_says_so_in_summary(tmp_path):
+    """In a process whose Taichi backend is vulkan (lavapipe here), backend='auto' runs on vulkan
+    and keeps the MLP on numpy: summary() names the reason, and the answers are the reference's."""
+    path = tmp_path / "mlp.tflite"
+    path.write_bytes(mlp())
+    script = textwrap.dedent(f"""
+        import warnings, numpy as np
+        warnings.simplefilter("ignore")
+        from tflite_taichi import Interpreter
+        x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(1, 32)
+        def run(backend):
+            it = Interpreter(model_path={str(path)!r}, backend=backend)
+            it.allocate_tensors(); it.set_tensor(it.get_input_details()[0]["index"], x); it.invoke()
+            return it, it.get_tensor(it.get_output_details()[0]["index"])
+        gpu, y_gpu = run("vulkan")
+        auto, y_auto = run("auto")
+        _, y_ref = run("reference")
+        s = auto.summary()
+        assert s["backend"] == "vulkan" and s["ops_delegated"] == 0, s
+        assert all("numpy runs its partition" in f["reason"] for f in s["fallback"]), s["fallback"]
+        assert gpu.summary()["ops_delegated"] == 3
+        assert np.array_equal(y_auto, y_ref) and np.allclose(y_gpu, y_ref, rtol=1e-5, atol=1e-6)
+        print("OK")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]

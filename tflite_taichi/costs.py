@@ -1,0 +1,60 @@
+"""What a partition costs on a GPU backend against the numpy path, for backend='auto' (issue #13,
+item 4): a partition the CPU runs faster stays on the CPU, and summary() says why.
+
+An invoke that runs a partition pays the backend's fixed cost (launch, the host link's copies,
+the wait: Vulkan's wait alone is ~0.56 ms) and a cost per further task; the numpy path pays a
+fixed cost per op plus its memory traffic and multiply-adds. For a small serial model (an LSTM
+classifier's head, a tiny MLP) the GPU's fixed cost is the whole story, and numpy wins.
+
+The constants are `bench/cost_constants.py`'s medians on the H200 machine
+(bench/results/cost_constants_h200.md): its host for numpy, its GPU per backend. They are
+estimates for deciding, not predictions: the numpy side counts an op's elements and, for ops
+with a weight tensor, out_elements x (weight elements / output channels) multiply-adds, which
+overestimates depthwise and pooling work (so big spatial partitions stay on the GPU).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# numpy (the reference path): us per op (an MLP's FULLY_CONNECTED/SOFTMAX: (58.0 - 13.4) / 3;
+# a chain of ADDs costs 1.4 per op: the heavier is kept, so that in doubt work stays on the GPU),
+# ns per element touched (a 64K ADD), ns per multiply-add (the slower of a 3x3 conv of 16
+# channels and a GEMM-shaped FC: 0.16)
+NUMPY = {"op_us": 15.0, "ns_per_element": 0.21, "ns_per_mac": 0.16}
+# per backend: (us for an invoke with one task, us per further task): a one-op model's invoke and
+# the slope of a chain of 32 pools
+GPU = {"cuda": (84.0, 5.9), "vulkan": (786.0, 4.7), "opengl": (96.0, 21.9)}
+GPU["gles"] = GPU["opengl"]
+GPU["metal"] = GPU["vulkan"]             # not measured (no Mac): Vulkan's as a stand-in
+
+
+def _elements(spec) -> int:
+    return int(np.prod(spec.shape, dtype=np.int64)) if spec is not None else 0
+
+
+def numpy_us(steps) -> float:
+    """Estimated microseconds of these steps on the numpy path."""
+    total = 0.0
+    for st in steps:
+        out = sum(_elements(s) for s in st.node.outputs)
+        touched = out + sum(_elements(s) for s in st.node.inputs if s is not None and s.value is None)
+        macs = 0
+        for s in st.node.inputs:
+            if s is not None and s.value is not None and len(s.shape) >= 2 and s.shape[0]:
+                macs += out * (_elements(s) // int(s.shape[0]))
+        total += (NUMPY["op_us"] + 1e-3 * NUMPY["ns_per_element"] * touched
+                  + 1e-3 * NUMPY["ns_per_mac"] * macs)
+    return total
+
+
+def gpu_us(steps, backend: str) -> float:
+    """Estimated microseconds of an invoke running these steps as one partition on `backend`
+    (one task per step: fusion only lowers it)."""
+    fixed, per_task = GPU.get(backend, GPU["vulkan"])
+    return fixed + per_task * max(len(steps) - 1, 0)
+
+
+def cpu_is_faster(steps, backend: str):
+    """(numpy us, backend us) when numpy's estimate is below the backend's, else None."""
+    cpu, gpu = numpy_us(steps), gpu_us(steps, backend)
+    return (cpu, gpu) if cpu < gpu else None
