@@ -99,5 +99,7 @@ def test_auto_on_a_gpu_backend_says_so_in_summary(tmp_path):
         assert np.array_equal(y_auto, y_ref) and np.allclose(y_gpu, y_ref, rtol=1e-5, atol=1e-6)
         print("OK")
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    # cwd: not the clone's root, whose tflite_taichi/ folder would shadow the installed package
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path)
     assert out.returncode == 0 and "OK" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
