@@ -251,6 +251,9 @@ def test_backends_names_devices_and_relative_diff():
         bench.check_backends(["reference", "tpu"])
     assert bench.check_backends(["litert,litert_gpu", "litert_gpu_fp16", "cpu", "litert"]) == [
         "litert", "litert_gpu", "litert_gpu_fp16", "cpu"]
+    # the spelling issue #13 uses: `tflite-taichi bench --backends litert litert-gpu cuda vulkan`
+    assert bench.check_backends(["litert", "litert-gpu", "litert-gpu-fp16"]) == [
+        "litert", "litert_gpu", "litert_gpu_fp16"]
     assert bench.precision_of("litert_gpu", "fp16") == "fp32"
     assert bench.precision_of("litert_gpu_fp16") == "fp16" and bench.precision_of("cpu", "fp16") == "fp16"
     if bench.litert_available():

@@ -159,9 +159,9 @@ def device_of(backend: str, threads: Optional[int] = None) -> dict:
 
 
 def check_backends(backends: Sequence[str]) -> list:
-    """The backends named (a comma-separated item counts as several), once each, in order;
-    ValueError for a name that is not one."""
-    backends = [b.strip() for item in backends for b in item.split(",") if b.strip()]
+    """The backends named (a comma-separated item counts as several; `litert-gpu` is
+    `litert_gpu`), once each, in order; ValueError for a name that is not one."""
+    backends = [b.strip().replace("-", "_") for item in backends for b in item.split(",") if b.strip()]
     unknown = [b for b in backends if b not in KNOWN_BACKENDS]
     if unknown:
         raise ValueError(f"unknown backend(s) {unknown}; choose from {', '.join(KNOWN_BACKENDS)}")
