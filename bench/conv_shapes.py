@@ -10,12 +10,11 @@ shape classes (pointwise at 112-7 px, 3x3 depthwise, the strided stem) a work la
 """
 import argparse
 import json
-import subprocess
 import sys
-import time
-import warnings
 
 import numpy as np
+
+from cost_constants import invoke_us, run_children   # bench/, the script's folder
 
 # (name, kind, input H=W, C_in, C_out, stride): MobileNet v1 224's layers
 LAYERS = [("stem 3x3/2", "conv3", 224, 3, 32, 2),
@@ -45,32 +44,12 @@ def _model(kind, h, c_in, c_out, stride):
         Const(np.zeros(c_out, np.float32))], [Output((1, out_h, out_h, c_out))], **opts)
 
 
-def _invoke_us(model, backend, runs):
-    from tflite_taichi import Interpreter
-    from tflite_taichi.testing import random_input
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        it = Interpreter(model_content=model, backend=backend)
-        it.allocate_tensors()
-    rng = np.random.default_rng(0)
-    for d in it.get_input_details():
-        it.set_tensor(d["index"], random_input(d, rng, -1.0, 1.0))
-    for _ in range(10):
-        it.invoke()
-    ts = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        it.invoke()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts) * 1e6)
-
-
 def measure(backend, runs):
     from tflite_taichi.testing import Input, Output, one_op_model
-    floor = _invoke_us(one_op_model("RELU", [Input((1, 8))], [Output((1, 8))]), backend, runs)
+    floor = invoke_us(one_op_model("RELU", [Input((1, 8))], [Output((1, 8))]), backend, runs)
     rows = {}
     for name, kind, h, c_in, c_out, stride in LAYERS:
-        us = _invoke_us(_model(kind, h, c_in, c_out, stride), backend, runs)
+        us = invoke_us(_model(kind, h, c_in, c_out, stride), backend, runs)
         k = 1 if kind == "pw" else 3
         out_h = -(-h // stride)
         macs = out_h * out_h * c_out * k * k * (1 if kind == "dw" else c_in)
@@ -88,12 +67,7 @@ def main(argv=None):
     if args.child:
         print("RESULT " + json.dumps(measure(args.child, args.runs)), flush=True)
         return 0
-    results = []
-    for b in args.backends:
-        out = subprocess.run([sys.executable, __file__, "--child", b, "--runs", str(args.runs)],
-                             capture_output=True, text=True)
-        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-        results.append(json.loads(line[0][7:]) if line else {"backend": b, "error": (out.stderr or out.stdout)[-400:]})
+    results = run_children(__file__, args.backends, args.runs)
     ok = [r for r in results if "layers" in r]
     print("| layer | " + " | ".join(f"{r['backend']} us (GMAC/s)" for r in ok) + " |")
     print("| --- |" + " --- |" * len(ok))

@@ -77,7 +77,8 @@ def _models():
     }
 
 
-def _invoke_us(model: bytes, backend: str, runs: int) -> float:
+def invoke_us(model: bytes, backend: str, runs: int) -> float:
+    """Median microseconds of an invoke after allocate (compiles) and 10 warm-up invokes."""
     from tflite_taichi import Interpreter
     from tflite_taichi.testing import random_input
     with warnings.catch_warnings():
@@ -106,18 +107,18 @@ def measure(backend: str, runs: int) -> dict:
             it = Interpreter(model_content=m["mlp"], backend="auto")
             it.allocate_tensors()
         s = it.summary()
-        return {"backend": "auto", "resolved": s["backend"], "mlp_us": round(_invoke_us(m["mlp"], "auto", runs), 1),
+        return {"backend": "auto", "resolved": s["backend"], "mlp_us": round(invoke_us(m["mlp"], "auto", runs), 1),
                 "mlp_ops_on_gpu": s["ops_delegated"],
                 "reason": s["fallback"][0]["reason"] if s["fallback"] else None}
-    one = _invoke_us(m["relu8"], backend, runs)
-    pools = _invoke_us(m["pools"], backend, runs)
+    one = invoke_us(m["relu8"], backend, runs)
+    pools = invoke_us(m["pools"], backend, runs)
     if backend == "reference":
-        adds = _invoke_us(m["adds"], backend, runs)
-        add = _invoke_us(m["add64k"], backend, runs)
-        fc = _invoke_us(m["fc256"], backend, runs)
-        conv = _invoke_us(m["conv3x3"], backend, max(runs // 10, 5))
+        adds = invoke_us(m["adds"], backend, runs)
+        add = invoke_us(m["add64k"], backend, runs)
+        fc = invoke_us(m["fc256"], backend, runs)
+        conv = invoke_us(m["conv3x3"], backend, max(runs // 10, 5))
         return {"backend": backend, "op_us": round(max(adds - one, 0.0) / (CHAIN - 1), 2),
-                "mlp_us": round(_invoke_us(m["mlp"], backend, runs), 1),
+                "mlp_us": round(invoke_us(m["mlp"], backend, runs), 1),
                 "pool_op_us": round(pools / CHAIN, 2),
                 "ns_per_element": round(1e3 * max(add - one, 0.0) / (3 * 65536), 4),
                 # the slower of a small-channel 3x3 conv (numpy's worst) and a GEMM-shaped FC:
@@ -128,8 +129,21 @@ def measure(backend: str, runs: int) -> dict:
                            "conv3x3": conv}}
     return {"backend": backend, "invoke_us": round(one, 1),
             "task_us": round(max(pools - one, 0.0) / (CHAIN - 1), 2),
-            "mlp_us": round(_invoke_us(m["mlp"], backend, runs), 1),
+            "mlp_us": round(invoke_us(m["mlp"], backend, runs), 1),
             "raw_us": {"relu8": one, "pools": pools}}
+
+
+def run_children(script: str, backends, runs: int) -> list:
+    """`script --child B --runs N` per backend, each in a process of its own (Taichi runs one
+    arch per process): their RESULT lines, or the error a child ended with."""
+    results = []
+    for b in backends:
+        out = subprocess.run([sys.executable, script, "--child", b, "--runs", str(runs)],
+                             capture_output=True, text=True, env=os.environ)
+        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+        results.append(json.loads(line[0][7:]) if line
+                       else {"backend": b, "error": (out.stderr or out.stdout)[-400:]})
+    return results
 
 
 def main(argv=None):
@@ -142,14 +156,9 @@ def main(argv=None):
     if args.child:
         print("RESULT " + json.dumps(measure(args.child, args.runs)), flush=True)
         return 0
-    results = []
-    for b in args.backends:
-        out = subprocess.run([sys.executable, __file__, "--child", b, "--runs", str(args.runs)],
-                             capture_output=True, text=True, env=os.environ)
-        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-        r = json.loads(line[0][7:]) if line else {"backend": b, "error": (out.stderr or out.stdout)[-300:]}
+    results = run_children(__file__, args.backends, args.runs)
+    for r in results:
         print(json.dumps(r), flush=True)
-        results.append(r)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": args.runs, "results": results}, f, indent=1)

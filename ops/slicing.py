@@ -28,7 +28,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .shape import MoveStep, gather_move
-from .tiutil import ti
+from .tiutil import ti, unravel
 
 
 def _ints(value) -> list:
@@ -107,39 +107,14 @@ class PadStep:
         self.rank = out.rank
 
     @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for I in ti.grouped(ti.ndrange(*self.loop)):
-            inside = 1
-            src = 0
-            for d in ti.static(range(self.rank)):
-                i = I[d] - self.lo[d]
-                if ti.static(self.padded[d]):
-                    # plain branches: GLSL (OpenGL/GLES) rejects & between comparisons here
-                    if i < 0:
-                        inside = 0
-                    if i >= self.x.shape[d]:
-                        inside = 0
-                src += i * self.x.strides[d]
-            v = self.value
-            if inside != 0:
-                v = self.x.load(arena, weights, io, src)
-            else:
-                if ti.static(self.has_value_ref):
-                    v = self.value_ref.load(arena, weights, io, 0)
-            self.out.store(arena, io, self.out.flat_index(I), v)
-
-    @ti.func
-    def fused_load(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat):
-        """Output element `flat`, as its reader's load asks for it (OpDef.computed_at_load):
-        the padding becomes a bounds test in the reader's addressing."""
+    def _value_at(self, arena: ti.template(), weights: ti.template(), io: ti.template(), I):
+        """Output element I (an index vector): the input element it covers, or the pad value."""
         inside = 1
         src = 0
-        r = flat
         for d in ti.static(range(self.rank)):
-            q = r // self.out.strides[d]
-            r -= q * self.out.strides[d]
-            i = q - self.lo[d]
+            i = I[d] - self.lo[d]
             if ti.static(self.padded[d]):
+                # plain branches: GLSL (OpenGL/GLES) rejects & between comparisons here
                 if i < 0:
                     inside = 0
                 if i >= self.x.shape[d]:
@@ -151,7 +126,18 @@ class PadStep:
         else:
             if ti.static(self.has_value_ref):
                 v = self.value_ref.load(arena, weights, io, 0)
-        return self.out.snap(v)
+        return v
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for I in ti.grouped(ti.ndrange(*self.loop)):
+            self.out.store(arena, io, self.out.flat_index(I), self._value_at(arena, weights, io, I))
+
+    @ti.func
+    def fused_load(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat):
+        """Output element `flat`, as its reader's load asks for it (OpDef.computed_at_load):
+        the padding becomes a bounds test in the reader's addressing."""
+        return self.out.snap(self._value_at(arena, weights, io, unravel(flat, self.out)))
 
 
 def _pad_taichi(node, io):

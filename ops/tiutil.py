@@ -187,6 +187,15 @@ def _trailing(shape, out_shape) -> bool:
     return len(dims) <= len(out_shape) and tuple(out_shape[len(out_shape) - len(dims):]) == tuple(dims)
 
 
+def _take_place(ref_like, ref):
+    """Give a ref that stands in for `ref` (LoadRef, EpilogueRef) its place, shape and grid,
+    so that ops read them as they would the TensorRef."""
+    for name in ("buffer", "storage", "offset", "shape", "strides", "size", "rank", "quant",
+                 "quantized", "q_scale", "q_zero", "q_min", "q_max"):
+        if hasattr(ref, name):
+            setattr(ref_like, name, getattr(ref, name))
+
+
 @ti.data_oriented
 class LoadRef:
     """The output of an op computed again at each load of its only reader (codegen's load
@@ -197,10 +206,7 @@ class LoadRef:
 
     def __init__(self, ref):
         self.ref, self.step = ref, None
-        for name in ("buffer", "storage", "offset", "shape", "strides", "size", "rank", "quant",
-                     "quantized", "q_scale", "q_zero", "q_min", "q_max"):
-            if hasattr(ref, name):
-                setattr(self, name, getattr(ref, name))
+        _take_place(self, ref)
 
     def __repr__(self):
         return f"LoadRef({self.ref!r} <- {type(self.step).__name__})"
@@ -275,10 +281,7 @@ class EpilogueRef:
 
     def __init__(self, ref, reader, position: int):
         self.ref, self.reader, self.position = ref, reader, int(position)
-        for name in ("buffer", "storage", "offset", "shape", "strides", "size", "rank", "quant",
-                     "quantized", "q_scale", "q_zero", "q_min", "q_max"):
-            if hasattr(ref, name):
-                setattr(self, name, getattr(ref, name))
+        _take_place(self, ref)
 
     def __repr__(self):
         return f"EpilogueRef({self.ref!r} -> {type(self.reader).__name__})"
