@@ -133,12 +133,12 @@ def measure(backend: str, runs: int) -> dict:
             "raw_us": {"relu8": one, "pools": pools}}
 
 
-def run_children(script: str, backends, runs: int) -> list:
-    """`script --child B --runs N` per backend, each in a process of its own (Taichi runs one
-    arch per process): their RESULT lines, or the error a child ended with."""
+def run_children(script: str, backends, runs: int, extra=()) -> list:
+    """`script --child B --runs N [extra]` per backend, each in a process of its own (Taichi
+    runs one arch per process): their RESULT lines, or the error a child ended with."""
     results = []
     for b in backends:
-        out = subprocess.run([sys.executable, script, "--child", b, "--runs", str(runs)],
+        out = subprocess.run([sys.executable, script, "--child", b, "--runs", str(runs), *extra],
                              capture_output=True, text=True, env=os.environ)
         line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         results.append(json.loads(line[0][7:]) if line

@@ -9,6 +9,10 @@
 #   bash bench/gpu_issue13.sh profile MODEL         # per-op and per-task times, cuda (kernel profiler)
 #   bash bench/gpu_issue13.sh fusion MODELS...      # TFLITE_TAICHI_FUSION=none / store / all, cuda and
 #                                                   # vulkan, side by side (bench.py per setting)
+#   bash bench/gpu_issue13.sh wait MODELS...        # vulkan's host wait: TFLITE_TAICHI_VULKAN_WAIT=taichi
+#                                                   # (ti_wait) then fence (vulkan_host.py): cost_constants'
+#                                                   # empty invoke and task slope, and bench.py
+#   bash bench/gpu_issue13.sh chains [N]            # conv_shapes.py --chain N (default 10), cuda + vulkan
 set -u
 source bench/gpu_setup.sh
 export TFLITE_TAICHI_CACHE_DIR=/tmp/issue13-cache
@@ -33,6 +37,27 @@ case "$what" in
       TFLITE_TAICHI_FUSION=$f python3 bench/bench.py "$@" --backends cuda vulkan --threads 16 --runs 100 \
         --warmup 10 --out "$OUT/fusion_$f" --title "H200: TFLITE_TAICHI_FUSION=$f" 2>&1 | grep -v "step/s"
     done ;;
+  wait)
+    for w in taichi fence; do
+      echo "=== TFLITE_TAICHI_VULKAN_WAIT=$w"
+      (cd bench && TFLITE_TAICHI_VULKAN_WAIT=$w python3 cost_constants.py --backends vulkan --runs 300 \
+        --json "$OUT/wait_${w}_constants.json")
+      TFLITE_TAICHI_VULKAN_WAIT=$w python3 bench/bench.py "$@" --backends vulkan --threads 16 --runs 100 \
+        --warmup 10 --out "$OUT/wait_$w" --title "H200: vulkan, TFLITE_TAICHI_VULKAN_WAIT=$w" 2>&1 | grep -v "step/s"
+    done ;;
+  boost)      # the final side by side: LiteRT (CPU 16 threads, GPU, GPU holding a CUDA context as our
+              # vulkan does: equal clocks), ours with vulkan_host.py's fence and boost
+    folder=$1; shift
+    python3 bench/bench.py "$@" --backends litert litert_gpu cuda vulkan opengl --threads 16 --runs 100 \
+      --warmup 10 --out "$OUT/boost" --title "H200: LiteRT CPU and GPU, tflite_taichi (issue 13)" 2>&1 | grep -v "step/s"
+    TFLITE_TAICHI_BENCH_CUDA_CONTEXT=1 python3 bench/bench.py "$@" --backends litert_gpu --runs 100 \
+      --warmup 10 --out "$OUT/boost_litert_gpu_cuda_context" \
+      --title "H200: LiteRT GPU with a CUDA context held (the clocks our vulkan gets)" 2>&1 | grep -v "step/s"
+    for b in vulkan; do TFLITE_TAICHI_VULKAN_BOOST=0 python3 bench/bench.py "$@" --backends $b --runs 100 \
+      --warmup 10 --out "$OUT/boost_off_$b" --title "H200: $b without the clock boost" 2>&1 | grep -v "step/s"; done ;;
+  chains)
+    (cd bench && python3 conv_shapes.py --backends cuda vulkan --runs 100 --chain "${1:-10}" \
+      --json "$OUT/conv_chains.json") ;;
   profile)
     python3 bench/profile_invoke.py "$1" --backend cuda --runs 50 --kernel-profiler --tasks 25 2>&1 | grep -v -E "SyntaxWarning|Save a field" ;;
 esac

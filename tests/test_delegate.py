@@ -51,6 +51,24 @@ def test_an_op_the_delegate_refuses_splits_the_model(taichi_workers):
                    for w in s["warnings"]), s["warnings"]
 
 
+def test_a_float64_constant_stays_on_the_cpu_with_its_name(taichi_workers):
+    # The weights buffer is float32: a float64 filter used to reach the kernel as a missing ref
+    # and fail inside Taichi's compiler. (LiteRT reads such a filter's bytes as float32 and
+    # computes garbage; the reference computes in float, so the check is against it.)
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 4, 4, 2))
+    y = g.tensor("y", (1, 4, 4, 3))
+    g.op("CONV_2D", [x, g.const("filter64", np.linspace(-1, 1, 6).reshape(3, 1, 1, 2)),
+                     g.const("bias", np.zeros(3, np.float32))], [y],
+         padding="SAME", stride_h=1, stride_w=1)
+    g.output(y)
+    summaries = check_delegate(b.finish(), taichi_workers, expect_all_delegated=False)
+    for backend, s in summaries.items():
+        assert s["fallback"] == [{"index": 0, "op": "CONV_2D", "reason": (
+            "constant 'filter64' is float64; the delegate's weights are float32 (or float16)")}], backend
+
+
 def test_partitions_follow_dependencies_not_graph_order(taichi_workers):
     """As TFLite's partitioner: a CPU op on a side branch does not split the partition; the
     schedule runs it after the partition that feeds it."""

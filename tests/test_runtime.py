@@ -276,3 +276,58 @@ def test_opengl_refuses_other_threads_instead_of_failing_silently(tmp_path, back
     for what in ("other", "other_allocate"):
         assert "from thread 'worker'" in result[what] and "'MainThread'" in result[what], result
     assert result["same"], result
+
+
+# the demo on vulkan for more invokes than vulkan_host.FULL_WAIT_EVERY, each checked against
+# the reference, counting Taichi's own waits (ti_wait) among the host's
+VULKAN_WAITS = r'''
+import json, os, warnings
+import numpy as np
+from tflite_taichi import Interpreter, device, vulkan_host
+from tflite_taichi.demo import build_demo_model
+from tflite_taichi.testing import assert_float_close
+warnings.simplefilter("ignore")
+it = Interpreter(model_content=build_demo_model(), backend="vulkan")
+it.allocate_tensors()
+ref = Interpreter(model_content=build_demo_model(), backend="reference")
+ref.allocate_tensors()
+dev = device.current("vulkan")
+calls = {"ti_wait": 0}
+real_wait = dev.lib.ti_wait
+def counting_wait(runtime):
+    calls["ti_wait"] += 1
+    return real_wait(runtime)
+dev.lib.ti_wait = counting_wait
+d, o = it.get_input_details()[0], it.get_output_details()[0]
+rng = np.random.default_rng(0)
+invokes = 2 * vulkan_host.FULL_WAIT_EVERY + 5
+for _ in range(invokes):
+    x = rng.uniform(0, 1, d["shape"]).astype(np.float32)
+    for interpreter in (it, ref):
+        interpreter.set_tensor(d["index"], x)
+        interpreter.invoke()
+    assert_float_close(it.get_tensor(o["index"]), ref.get_tensor(o["index"]))
+runtime = it.summary()["runtime"]
+print("RESULT " + json.dumps({"invokes": invokes, "ti_wait": calls["ti_wait"],
+      **{k: runtime[k] for k in ("vulkan_device", "host_wait", "perf_boost")}}), flush=True)
+'''
+
+
+@pytest.mark.skipif("vulkan" not in os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl"),
+                    reason="vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
+@pytest.mark.parametrize("wait", ["fence", "taichi"])
+def test_vulkan_waits_on_a_fence_and_lets_taichi_clean_up_periodically(tmp_path, wait):
+    from tflite_taichi import vulkan_host
+    env = dict(os.environ, TFLITE_TAICHI_VULKAN_WAIT=wait, TFLITE_TAICHI_CACHE_DIR=str(tmp_path / "cache"))
+    result = _result(VULKAN_WAITS, cwd=tmp_path, env=env)
+    assert result["vulkan_device"], result           # the physical device, named
+    if wait == "fence":
+        assert result["host_wait"] == "fence"
+        # Taichi's own wait (which frees its command buffers) once per FULL_WAIT_EVERY invokes
+        assert result["ti_wait"] == result["invokes"] // vulkan_host.FULL_WAIT_EVERY, result
+    else:
+        assert result["host_wait"] == "ti_wait" and result["ti_wait"] >= result["invokes"], result
+    # NVIDIA devices hold a CUDA context for the clocks; others (lavapipe) say why not
+    assert result["perf_boost"].startswith(("on:", "off:", "starting")), result
+    if "llvmpipe" in result["vulkan_device"]:
+        assert result["perf_boost"] == "off: not an NVIDIA device"

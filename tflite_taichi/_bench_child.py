@@ -276,6 +276,20 @@ def _ours_summary(rt):
     return out
 
 
+def _hold_cuda_context() -> bool:
+    """LiteRT's GPU path with the NVIDIA clock boost our vulkan backend takes (vulkan_host.py):
+    a CUDA primary context on device 0, held for the process, so the two compare at equal
+    clocks (TFLITE_TAICHI_BENCH_CUDA_CONTEXT=1)."""
+    import ctypes
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    ctx, dev = ctypes.c_void_p(), ctypes.c_int()
+    return (cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+            and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0)
+
+
 def main(path: str) -> int:
     with open(path) as f:
         spec = json.load(f)
@@ -286,6 +300,8 @@ def main(path: str) -> int:
     ours = spec["backend"] != "litert" and spec["backend"] not in LITERT_GPU
     try:
         import numpy as np
+        if spec["backend"] in LITERT_GPU and os.environ.get("TFLITE_TAICHI_BENCH_CUDA_CONTEXT") == "1":
+            result["cuda_context"] = _hold_cuda_context()
         rt, feeds, start = _start(spec, np)
         result["start"] = start
         result["matched"] = rt.matched

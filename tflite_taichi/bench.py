@@ -394,6 +394,8 @@ def bench_backend(model_path: str, backend: str, inputs_npz: str, workdir: str, 
     row["matched"] = result.get("matched")
     if "fully_accelerated" in result:
         row["fully_accelerated"] = result["fully_accelerated"]
+    if "cuda_context" in result:
+        row["cuda_context"] = result["cuda_context"]
     if ours:
         s = result["summary"]
         runtime = s.get("runtime")
@@ -405,6 +407,9 @@ def bench_backend(model_path: str, backend: str, inputs_npz: str, workdir: str, 
                     "waits_per_invoke": runtime["waits_per_invoke"] if runtime else 0,
                     "device_kind": runtime["device"] if runtime else None,
                     "cache_state": row["warm"]["cache_state"]})
+        for key in ("host_wait", "perf_boost"):         # vulkan: vulkan_host.py
+            if runtime and key in runtime:
+                row[key] = runtime[key]
     if "profile" in result:
         row["profile"] = result["profile"]
     row["outputs"] = spec["outputs"]

@@ -8,7 +8,8 @@ on the device between invokes, enqueue every launch of an invoke and wait once
 ~50 us). Nothing here imports the `taichi` Python package: a warm start never loads it.
 
 Only what the delegate needs is bound: runtimes, memory (allocate, map, copy, free, export),
-AOT modules, kernels with ndarray arguments, flush and wait, and the last error. Every call that
+AOT modules, kernels with ndarray arguments, flush and wait, the Vulkan runtime's handles (for
+vulkan_host.py's wait), and the last error. Every call that
 can fail is checked against `ti_get_last_error`, and a failure raises `CapiError` naming the
 call and Taichi's message. Structures follow `taichi/taichi_core.h` of Taichi 1.7.4 (the C API
 version the library reports is checked against it when it loads).
@@ -122,6 +123,13 @@ class InteropInfo(C.Structure):      # TiCpuMemoryInteropInfo and TiCudaMemoryIn
     _fields_ = [("ptr", C.c_void_p), ("size", C.c_uint64)]
 
 
+class VulkanRuntimeInterop(C.Structure):    # TiVulkanRuntimeInteropInfo (taichi_vulkan.h)
+    _fields_ = [("get_instance_proc_addr", C.c_void_p), ("api_version", C.c_uint32),
+                ("instance", C.c_void_p), ("physical_device", C.c_void_p), ("device", C.c_void_p),
+                ("compute_queue", C.c_void_p), ("compute_queue_family_index", C.c_uint32),
+                ("graphics_queue", C.c_void_p), ("graphics_queue_family_index", C.c_uint32)]
+
+
 # -- the library ------------------------------------------------------------------------------
 def _taichi_root() -> Optional[str]:
     """The installed taichi package's folder, found without importing it."""
@@ -184,6 +192,7 @@ _SIGNATURES = {
     "ti_export_cpu_memory": (_VOID, [_P, _P, C.POINTER(InteropInfo)]),
     "ti_import_cpu_memory": (_P, [_P, _P, C.c_size_t]),
     "ti_export_cuda_memory": (_VOID, [_P, _P, C.POINTER(InteropInfo)]),
+    "ti_export_vulkan_runtime": (_VOID, [_P, C.POINTER(VulkanRuntimeInterop)]),
 }
 
 _lib = None

@@ -220,6 +220,8 @@ class Program:
         from tflite_taichi import backend as ti_backend
         ti_backend.ensure_python_taichi(self.backend)
         caps = [] if self.device.llvm else self.device.capabilities()
+        off = set(filter(None, os.environ.get("TFLITE_TAICHI_SPIRV_CAPS_OFF", "").split(",")))
+        caps = [c for c in caps if c.split("=", 1)[0] not in off]   # an A/B switch (README)
         with TAICHI_LOCK:
             module = codegen.aot_module(caps)
             for names, code in zip(self.kernel_names(), self.codes):
@@ -383,7 +385,7 @@ def _release(device, buffers, link, module) -> None:
     try:
         with TAICHI_LOCK:
             if device.kind == "capi":
-                device.wait()
+                device.drain()          # Taichi's own wait: it lets go of the buffers' commands
             if link is not None:
                 link.close()
             for b in buffers:

@@ -122,6 +122,8 @@ class CapiDevice:
             raise capi.CapiError(f"Taichi's C API cannot start a {backend} runtime here: "
                                  f"{capi.ERRORS.get(code, code)} {message}".strip(), code)
         self._cuda = _CudaDriver() if self.arch == "cuda" else None
+        self.vulkan_device = None
+        self._fence, self._fence_waits = self._vulkan_host(), 0
         # loaded modules by cache key, kept for the process: Taichi's gfx runtime never
         # unregisters a module's kernels (destroying one frees nothing: measured 3.8 MB per
         # load on lavapipe), and an LLVM module's load compiles machine code again
@@ -261,10 +263,57 @@ class CapiDevice:
     def launcher(self, kernel, buffers) -> "CapiLaunch":
         return CapiLaunch(self, kernel, buffers)
 
+    def _vulkan_host(self):
+        """Vulkan: the fence the host polls instead of ti_wait and the NVIDIA clock boost
+        (vulkan_host.py says why); the fence unless TFLITE_TAICHI_VULKAN_WAIT=taichi. None where
+        the runtime cannot give them (warned: waits go through Taichi, slower on some drivers)."""
+        self.boost_state = None
+        if self.arch != "vulkan":
+            return None
+        from tflite_taichi import vulkan_host
+        try:
+            with TAICHI_LOCK:
+                host = vulkan_host.VulkanHost(self.lib, self.runtime)
+        except capi.CapiError as e:
+            warnings.warn(f"vulkan: waiting through Taichi's ti_wait: {e}", RuntimeWarning,
+                          stacklevel=2)
+            return None
+        self.vulkan_device = host.info
+        self._boost, self.boost_state = vulkan_host.boost_for(host.info)
+        if os.environ.get("TFLITE_TAICHI_VULKAN_WAIT", "fence") == "taichi":
+            return None
+        return host
+
+    @property
+    def uses_fence(self) -> bool:
+        return self._fence is not None
+
+    @property
+    def perf_boost(self) -> Optional[str]:
+        """Where the NVIDIA clock boost stands (vulkan), else None."""
+        boost = getattr(self, "_boost", None)
+        return boost.state if boost is not None else self.boost_state
+
     def wait(self) -> None:
+        """Return when every enqueued launch and copy has finished. Vulkan polls its fence and
+        lets Taichi's own wait (which frees its flushed command buffers) run every
+        FULL_WAIT_EVERY waits, once the queue is idle."""
+        with TAICHI_LOCK:
+            if self._fence is not None:
+                self.lib.ti_flush(self.runtime)
+                capi.check(self.lib, f"flush on {self.backend}")
+                self._fence.wait()
+                self._fence_waits += 1
+                if self._fence_waits < self._fence.full_wait_every:
+                    return
+            self.drain()
+
+    def drain(self) -> None:
+        """Taichi's own wait: the queue idle and every command buffer Taichi keeps freed."""
         with TAICHI_LOCK:
             self.lib.ti_wait(self.runtime)
             capi.check(self.lib, f"wait on {self.backend}")
+            self._fence_waits = 0
 
     def flush(self) -> None:
         with TAICHI_LOCK:

@@ -355,6 +355,16 @@ def _as_shape(value) -> Optional[tuple]:
     return tuple(shape)
 
 
+def _vulkan_info(device) -> dict:
+    """A C API Vulkan device's physical device, how the host waits and the clock boost
+    (vulkan_host.py); nothing for other devices."""
+    if getattr(device, "arch", None) != "vulkan" or getattr(device, "kind", None) != "capi":
+        return {}
+    return {"vulkan_device": repr(device.vulkan_device) if device.vulkan_device else None,
+            "host_wait": "fence" if device.uses_fence else "ti_wait",
+            "perf_boost": device.perf_boost}
+
+
 def _serialised(method):
     """Holds the interpreter's lock for the call: calls from several threads run one at a time,
     each whole (README, "Threads and processes")."""
@@ -707,7 +717,8 @@ class Interpreter:
                 "waits_last_invoke": program.waits if state.invoked else None,
                 "tensors_in": len(layout.host_written), "tensors_out": len(layout.host_read),
                 "tensors_on_device": len(layout.offsets) - len(layout.host_written) - len(layout.host_read),
-                "build_s": round(program.build_s, 3)}
+                "build_s": round(program.build_s, 3),
+                **_vulkan_info(program.device)}
 
     @_serialised
     def profile(self) -> dict:

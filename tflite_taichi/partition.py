@@ -76,6 +76,11 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
     reason = _tensor_reason(runtime_inputs + list(node.outputs), fp16)
     if reason is not None:      # first: the tensors' types are the deeper reason (ARG_MAX's int32)
         return reason
+    for spec in node.inputs:    # a float constant is data the kernel reads from the weights
+        if (spec is not None and spec.value is not None and np.dtype(spec.dtype).kind == "f"
+                and not carried_by_arena(spec, runtime=False)):
+            return (f"constant '{spec.name}' is {np.dtype(spec.dtype).name}; the delegate's "
+                    "weights are float32 (or float16)")
     if opdef.taichi is None:
         return "no Taichi implementation of this op yet"
     return opdef.supports(node)
