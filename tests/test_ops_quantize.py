@@ -190,3 +190,31 @@ def test_dequantize_in_float32_is_the_float64_formula_bit_for_bit(dtype, data, p
         actual = dequantize(q, quant)
     assert actual.dtype == np.float32
     np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_host_quantize_equals_the_float64_formula(dtype, per_channel):
+    """quantize()'s in-place float32 path (the IO of int8 models) against TFLite's formula
+    computed directly: round half away from zero of x / scale in float32, plus the zero point,
+    clamped; NaN to the zero point. Ties, +-inf, -0 and values far outside the range included."""
+    from tflite_taichi.ops.base import Quantization
+    from tflite_taichi.quant.floatview import quantize, quantized_range
+    rng = np.random.default_rng(7)
+    lo, hi = quantized_range(dtype)
+    for trial in range(40):
+        if per_channel:
+            q = Quantization(scale=rng.uniform(1e-4, 2, 5).astype(np.float32),
+                             zero_point=rng.integers(-20, 20, 5), quantized_dimension=3)
+        else:
+            q = Quantization(scale=np.array([rng.uniform(1e-4, 2)], np.float32),
+                             zero_point=np.array([rng.integers(-100, 100)]))
+        x = (rng.standard_normal((2, 3, 4, 5)) * [0.01, 1, 100, 1e6, 1e30][trial % 5]).astype(np.float32)
+        x.ravel()[:6] = np.float32(q.scale[0]) * np.array([0.5, -0.5, 1.5, -1.5, 2.5, -2.5], np.float32)
+        x.ravel()[6:10] = [np.nan, np.inf, -np.inf, -0.0]
+        scale, zp = q.broadcastable(4)
+        with np.errstate(invalid="ignore", over="ignore"):
+            y = (x / scale.astype(np.float32)).astype(np.float64)
+            expected = np.sign(y) * np.floor(np.abs(y) + 0.5) + zp
+        expected = np.clip(np.where(np.isnan(expected), np.broadcast_to(zp, x.shape), expected), lo, hi)
+        np.testing.assert_array_equal(quantize(x, q, dtype), expected.astype(dtype))
