@@ -56,7 +56,8 @@ def quantize(x: np.ndarray, quant: Quantization, dtype) -> np.ndarray:
     scale, zero_point = quant.broadcastable(np.ndim(x))
     lo, hi = quantized_range(dtype)
     with np.errstate(invalid="ignore", over="ignore"):
-        q = np.divide(np.asarray(x, np.float32), scale.astype(np.float32), dtype=np.float32)
+        # asarray: a 0-d input divides to a numpy scalar, which cannot be written in place
+        q = np.asarray(np.divide(np.asarray(x, np.float32), scale.astype(np.float32), dtype=np.float32))
         q += np.copysign(np.float32(0.5), q)
         np.trunc(q, out=q)
         zp = zero_point.astype(np.float32)
