@@ -27,8 +27,9 @@ import numpy as np
 from tflite_taichi.errors import ModelError
 
 
-class DataDependentShape(Exception):
-    """Raised by an op's infer: its output shape is known only from run-time values."""
+class DataDependentShape(ModelError):
+    """Raised by an op's infer: its output shape is known only from run-time values. A
+    ModelError, so that where no invoke-time inference follows it still reads as one."""
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,11 @@ class Node:
         if spec is None:
             raise ModelError(f"op #{self.index} ({self.op}): input {i} ({what}) is missing")
         if spec.value is None:
-            raise ModelError(
-                f"op #{self.index} ({self.op}): {what} (tensor '{spec.name}') must be known "
-                "before invoke (a constant, or computed only from constants and shapes)")
+            # a run-time value (a loop counter in a WHILE body, a computed shape): the op is
+            # inferred again at every invoke with the value known, as LiteRT's dynamic tensors
+            raise DataDependentShape(
+                f"op #{self.index} ({self.op}): {what} (tensor '{spec.name}') is known only at "
+                "invoke")
         return spec.value
 
     def fail(self, message: str) -> ModelError:

@@ -16,20 +16,24 @@ settings.register_profile("debug", max_examples=50, deadline=None, print_blob=Tr
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 def pytest_configure(config):
-    """The kernel cache of a test run is its own (a temporary folder, removed at the end), set
-    before any worker or subprocess starts so that they all inherit it: tests never write the
-    user's ~/.cache/tflite_taichi. A given TFLITE_TAICHI_CACHE_DIR is used as it is."""
-    if not os.environ.get("TFLITE_TAICHI_CACHE_DIR"):
-        import tempfile
-        folder = tempfile.mkdtemp(prefix="tflite-taichi-test-cache-")
-        os.environ["TFLITE_TAICHI_CACHE_DIR"] = folder
-        config._tflite_taichi_cache = folder
+    """The caches of a test run are its own (temporary folders, removed at the end), set before
+    any worker or subprocess starts so that they all inherit them: tests never write the user's
+    home. Our kernel cache (a given TFLITE_TAICHI_CACHE_DIR is used as it is), and
+    XDG_CACHE_HOME for what Taichi (~/.cache/taichi: its pipeline cache, version check) and Mesa
+    (shader caches) would write there."""
+    import tempfile
+    config._tflite_taichi_temporary = []
+    for variable, prefix in (("TFLITE_TAICHI_CACHE_DIR", "tflite-taichi-test-cache-"),
+                             ("XDG_CACHE_HOME", "tflite-taichi-test-xdg-")):
+        if not os.environ.get(variable) or variable == "XDG_CACHE_HOME":
+            folder = tempfile.mkdtemp(prefix=prefix)
+            os.environ[variable] = folder
+            config._tflite_taichi_temporary.append(folder)
 
 
 def pytest_unconfigure(config):
-    folder = getattr(config, "_tflite_taichi_cache", None)
-    if folder:
-        import shutil
+    import shutil
+    for folder in getattr(config, "_tflite_taichi_temporary", []):
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -539,3 +539,46 @@ def test_eviction_scans_only_every_so_many_commits(tmp_path, monkeypatch):
             f.write(b"x")
         store.commit("f" * 64, folder, "module.tcm", "vulkan", {})
     assert len(scans) == 4                           # a minute since the last scan
+
+
+STALE_LOCK_RUN = r'''
+import warnings
+warnings.simplefilter("ignore")
+from tflite_taichi import Interpreter
+from tflite_taichi.demo import build_demo_model
+it = Interpreter(model_content=build_demo_model(), backend="cpu")   # cold: Taichi's frontend runs
+it.allocate_tensors()
+it.invoke()
+print("RESULT", it.summary()["cache"]["state"], flush=True)
+'''
+
+
+def test_taichi_keeps_its_files_in_our_cache_and_a_stale_lock_there_is_removed(tmp_path):
+    """Issue 14, item 3: Taichi's compilation manager kept ticache.lock in ~/.cache/taichi, and a
+    process killed while holding it left every later one printing "Lock ... failed". Its folder
+    is now inside the cache folder, and a stale lock there is removed before Taichi starts."""
+    home, root = tmp_path / "home", tmp_path / "cache"
+    taichi_dir = root / "taichi"
+    taichi_dir.mkdir(parents=True)
+    home.mkdir()
+    lock, metadata = taichi_dir / "ticache.lock", taichi_dir / "ticache.tcb"
+    lock.write_bytes(b"")
+    metadata.write_bytes(b"")                # Taichi takes the lock only where metadata exists
+    old = time.time() - 2 * cache.STALE_TAICHI_LOCK_S
+    os.utime(lock, (old, old))
+    env = {k: v for k, v in os.environ.items() if k != "XDG_CACHE_HOME"}
+    env.update(HOME=str(home), TFLITE_TAICHI_CACHE_DIR=str(root))
+    out = subprocess.run([sys.executable, "-c", STALE_LOCK_RUN], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "RESULT cold" in out.stdout, out.stderr[-2000:]
+    assert "Lock" not in out.stderr, out.stderr[-2000:]
+    assert not lock.exists()
+    assert not (home / ".cache" / "taichi" / "ticache").exists()
+
+
+def test_a_fresh_taichi_lock_is_left_alone(tmp_path):
+    folder = tmp_path / "taichi"
+    folder.mkdir()
+    (folder / "ticache.lock").write_bytes(b"")    # another process holds it right now
+    assert cache.remove_stale_taichi_lock(str(folder)) is False
+    assert (folder / "ticache.lock").exists()

@@ -1,4 +1,6 @@
 """The model reader: what it reads (checked against LiteRT where it can be) and what it refuses."""
+import re
+
 import numpy as np
 import pytest
 
@@ -143,3 +145,75 @@ def test_missing_file_and_garbage_input_types():
 def test_every_error_is_in_one_family():
     for cls in (ModelError, UnsupportedOpError):
         assert issubclass(cls, TfliteTaichiError)
+
+
+# -- malformed files, in the user's terms (issue 14, item 12) ---------------------------------
+def _model_with_weights():
+    """A model whose file, like a converter's, is mostly constant data (64 KiB of weights)."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 128))
+    w = g.const("w", np.linspace(-1, 1, 128 * 128, dtype=np.float32).reshape(128, 128))
+    y = g.tensor("y", (1, 128))
+    g.op("FULLY_CONNECTED", [x, w, -1], [y])
+    g.output(y)
+    return b.finish()
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.2, 0.5, 0.9, 0.999])
+def test_a_truncated_file_says_so_with_its_name_and_sizes(tmp_path, fraction):
+    data = _model_with_weights()
+    cut = int(len(data) * fraction)
+    path = tmp_path / "model.tflite"
+    path.write_bytes(data[:cut])
+    with pytest.raises(ModelError) as e:
+        Interpreter(model_path=str(path), backend="reference")
+    message = str(e.value)
+    found = re.fullmatch(rf"{re.escape(str(path))} is truncated: .* needs at least (\d+) bytes, "
+                         rf"the file has {cut}", message)
+    assert found, message
+    assert cut < int(found.group(1)) <= len(data), message      # a true lower bound
+
+
+def test_truncated_bytes_say_so_without_the_decoders_text():
+    data = _model_with_weights()
+    for cut in range(8, len(data), 997):
+        with pytest.raises(ModelError) as e:
+            read_model(data[:cut])
+        message = str(e.value)
+        assert message.startswith("the model is truncated: "), (cut, message)
+        assert "unpack_from" not in message and "struct" not in message, (cut, message)
+
+
+@pytest.mark.parametrize("content, says", [
+    (b"x = 1\nprint('not a model')\n", "it looks like text"),
+    ("ceci n'est pas un modèle\n".encode(), "it looks like text"),
+    (b"version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 4526968\n", "git lfs pull"),
+    (b"<!DOCTYPE html><html><body>Not Found</body></html>", "HTML page"),
+    (b"PK\x03\x04" + bytes(60), "zip archive"),
+    (b"\x89HDF\r\n\x1a\n" + bytes(60), "HDF5 file"),
+    (bytes(range(200, 256)) * 2, r"its identifier bytes are b'\\xcc\\xcd\\xce\\xcf'"),
+], ids=["text", "utf-8 text", "git-lfs pointer", "html", "zip", "hdf5", "binary"])
+def test_a_file_of_another_kind_is_named_and_described(tmp_path, content, says):
+    path = tmp_path / "model.tflite"
+    path.write_bytes(content)
+    with pytest.raises(ModelError, match=rf"^{re.escape(str(path))} is not a TFLite model: it does "
+                                         rf"not start with a flatbuffer of identifier TFL3 \(.*{says}"):
+        read_model(str(path))
+
+
+def test_empty_and_tiny_files_are_named(tmp_path):
+    path = tmp_path / "empty.tflite"
+    path.write_bytes(b"")
+    with pytest.raises(ModelError, match=rf"^{re.escape(str(path))} is empty"):
+        read_model(path)
+    path.write_bytes(b"TFL3")
+    with pytest.raises(ModelError, match=rf"^{re.escape(str(path))} is too short .*4 bytes"):
+        read_model(path)
+
+
+def test_a_corrupt_flatbuffer_is_a_model_error_in_the_users_terms():
+    data = bytearray(_mul_model())
+    data[0:4] = (len(data) - 8).to_bytes(4, "little")   # the root table: 8 bytes of the end
+    with pytest.raises(ModelError, match="^the model is (corrupt|truncated)"):
+        read_model(bytes(data))

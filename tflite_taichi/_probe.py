@@ -19,13 +19,35 @@ def fill(a: ti.types.ndarray()):
         a[i] = i * 2.0
 fill(x)
 assert x.to_numpy().tolist() == [0.0, 2.0, 4.0, 6.0], "wrong result"
-renderer = ""
-if name in ("opengl", "gles"):
+
+
+def gl_renderer() -> str:
+    """GL_RENDERER of the context Taichi made current in this thread ("llvmpipe (LLVM ...)" for
+    Mesa's software rasteriser). glGetString from libGL/libGLESv2 where installed, else through
+    EGL, which Taichi's GL backend needs anyway: a machine without libgl1 (the README's packages)
+    must still be told apart from a GPU. "" when nobody can tell (the caller treats that as a
+    software device)."""
+    import ctypes
+    for library in ["libGL.so.1", "libGLESv2.so.2"] if name == "opengl" else ["libGLESv2.so.2"]:
+        try:
+            gl = ctypes.CDLL(library)
+            gl.glGetString.restype = ctypes.c_char_p
+            gl.glGetString.argtypes = [ctypes.c_uint]
+            return (gl.glGetString(0x1F01) or b"").decode(errors="replace")
+        except (OSError, AttributeError):
+            continue
     try:
-        import ctypes
-        gl = ctypes.CDLL("libGL.so.1") if name == "opengl" else ctypes.CDLL("libGLESv2.so.2")
-        gl.glGetString.restype = ctypes.c_char_p
-        renderer = (gl.glGetString(0x1F01) or b"").decode()
-    except Exception:
-        renderer = ""
+        egl = ctypes.CDLL("libEGL.so.1")
+        egl.eglGetProcAddress.restype = ctypes.c_void_p
+        egl.eglGetProcAddress.argtypes = [ctypes.c_char_p]
+        address = egl.eglGetProcAddress(b"glGetString")
+        if address:
+            get_string = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_uint)(address)
+            return (get_string(0x1F01) or b"").decode(errors="replace")
+    except (OSError, AttributeError):
+        pass
+    return ""
+
+
+renderer = gl_renderer() if name in ("opengl", "gles") else ""
 print("PROBE-OK", got, renderer, flush=True)

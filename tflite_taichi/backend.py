@@ -23,6 +23,7 @@ from tflite_taichi.errors import BackendUnavailable
 TAICHI_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles", "cpu")
 AUTO_ORDER = ("cuda", "vulkan", "metal", "opengl")   # hardware GPUs, best first
 SOFTWARE_DEVICE_MARKERS = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
+GFX_PROBED = ("vulkan", "opengl", "gles")   # archs whose device may be software (Metal is not)
 FP16_BACKENDS = ("cuda", "vulkan", "cpu")            # no u16 in Taichi's GL SPIR-V path
 
 _lock = threading.Lock()
@@ -71,7 +72,11 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
             result = (False, False, tail[0][:300])
         else:
             software = any(m in out.lower() for m in SOFTWARE_DEVICE_MARKERS)
-            device = _device_name(out) or ok_line[0].split(" ", 2)[-1]
+            device = (_device_name(out) or ok_line[0].split(" ", 2)[-1]).strip()
+            if name in GFX_PROBED and device in ("", name):
+                # a device nobody can name (no renderer string, no Vulkan device line) is
+                # treated as software: auto must never pick a CPU in disguise by default
+                software, device = True, "unknown device (treated as software)"
             result = (True, software, device)
     _probe_cache[name] = result
     if not result[2].startswith("probe timed out"):
@@ -162,10 +167,14 @@ def ensure_python_taichi(name: str) -> None:
         from tflite_taichi.ops.tiutil import realize
         ti = realize()                  # Taichi imported, the ops' decorators applied
         arch = ti.cpu if name == "cpu" else getattr(ti, name)
+        offline_dir = cache.taichi_offline_dir(_cache_root)
+        cache.remove_stale_taichi_lock(offline_dir)
+        where = {"offline_cache_file_path": offline_dir} if offline_dir else {}
         try:
             with TAICHI_LOCK, cache.driver_env(_cache_root):
                 ti.init(arch=arch, enable_fallback=False, offline_cache=False,
-                        advanced_optimization=False, cfg_optimization=False, log_level=ti.WARN)
+                        advanced_optimization=False, cfg_optimization=False, log_level=ti.WARN,
+                        **where)
         except Exception as e:  # taichi raises RuntimeError for a missing arch
             raise BackendUnavailable(f"{name} is not available: {e}") from None
         got = ti.lang.impl.current_cfg().arch.name

@@ -349,6 +349,33 @@ def _chmod_private(folder: str) -> None:
 
 
 # -- one cache folder --------------------------------------------------------------------------
+def taichi_offline_dir(root: Optional[str]) -> Optional[str]:
+    """Where Taichi's Python frontend keeps its compilation manager's files (ticache.tcb and
+    its lock) for a cache folder: inside it, not in ~/.cache/taichi, so a test run's temporary
+    cache takes them along and a user's cache_dir holds everything that is ours."""
+    return os.path.join(root, "taichi") if root else None
+
+
+TAICHI_LOCK_FILE = "ticache.lock"
+STALE_TAICHI_LOCK_S = 60.0   # Taichi holds it for a metadata read or write (milliseconds)
+
+
+def remove_stale_taichi_lock(folder: Optional[str]) -> bool:
+    """Remove Taichi's lock file in `folder` if a process killed mid-write left it: Taichi
+    takes it with O_CREAT|O_EXCL and never times it out, so every later process prints
+    "Lock ... failed" and skips the cache. True if one was removed."""
+    if not folder:
+        return False
+    path = os.path.join(folder, TAICHI_LOCK_FILE)
+    try:
+        if time.time() - os.stat(path).st_mtime <= STALE_TAICHI_LOCK_S:
+            return False
+        os.remove(path)
+        return True
+    except OSError:              # absent, or removed by another process in between
+        return False
+
+
 @contextlib.contextmanager
 def driver_env(root: Optional[str]):
     """The GPU drivers' cache variables pointed into DIR while a runtime starts (the drivers
@@ -658,6 +685,11 @@ def driver_fingerprint() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+# what a probe's answer means: 2 = an unnamed GL/Vulkan device counts as software (answers of
+# earlier versions called llvmpipe a GPU where libGL was missing: not reused)
+PROBE_VERSION = 2
+
+
 def stored_probe(root: Optional[str], backend: str) -> Optional[tuple]:
     """The probe result recorded in root/probes.json for this driver stack, if recent."""
     if root is None:
@@ -665,6 +697,7 @@ def stored_probe(root: Optional[str], backend: str) -> Optional[tuple]:
     record, _ = _read_json(os.path.join(root, PROBES))
     entry = record.get(backend) if isinstance(record, dict) else None
     if (not isinstance(entry, dict) or entry.get("fingerprint") != driver_fingerprint()
+            or entry.get("probe") != PROBE_VERSION
             or not isinstance(entry.get("time"), (int, float))
             or not 0 <= time.time() - entry["time"] <= PROBE_TTL_S):
         return None
@@ -682,6 +715,6 @@ def store_probe(root: Optional[str], backend: str, result: tuple) -> None:
     with contextlib.suppress(OSError), locked(root):
         record, _ = _read_json(path)
         record = record if isinstance(record, dict) else {}
-        record[backend] = {"fingerprint": driver_fingerprint(), "time": time.time(),
+        record[backend] = {"fingerprint": driver_fingerprint(), "probe": PROBE_VERSION, "time": time.time(),
                            "result": [bool(result[0]), bool(result[1]), str(result[2])]}
         _write_json(path, record)

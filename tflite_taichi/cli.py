@@ -1,7 +1,8 @@
-"""tflite-taichi: run | inspect | demo."""
+"""The tflite-taichi command line (its subcommands are listed by build_parser)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -13,6 +14,22 @@ import numpy as np
 from tflite_taichi.errors import TfliteTaichiError
 from tflite_taichi.interpreter import BACKENDS, Interpreter
 from tflite_taichi.testing import random_input
+
+
+class UsageError(Exception):
+    """A mistake in the command line (a file --input names, an input name): main() prints it as
+    one line, `tflite-taichi <command>: error: ...`, and exits with 2, as argparse does."""
+
+
+def at_least_one(text: str) -> int:
+    """argparse type of --runs: a count of invokes, so 0 or less is a mistake, not "once"."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
 
 
 def _fmt_quant(detail) -> str:
@@ -31,29 +48,130 @@ def _fmt_tensor(d) -> str:
     return f"{d['name']} {d['shape'].tolist()} {np.dtype(d['dtype']).name}{_fmt_quant(d)}"
 
 
-def _load_inputs(it, pairs, seed):
-    rng = np.random.default_rng(seed)
+def _parse_input_args(pairs) -> dict:
+    """--input NAME=file.npy arguments -> {NAME: path}, before any file is read."""
     given = {}
     for pair in pairs or []:
         name, sep, path = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--input takes NAME=file.npy, got {pair!r}")
-        given[name] = np.load(path, allow_pickle=False)
-    details = it.get_input_details()
-    unknown = set(given) - {d["name"] for d in details}
+        if not sep or not name or not path:
+            raise UsageError(f"--input takes NAME=file.npy, got {pair!r}")
+        if name in given:
+            raise UsageError(f"--input {name} is given twice")
+        given[name] = path
+    return given
+
+
+def _read_npy(name: str, path: str) -> np.ndarray:
+    """The array numpy.save wrote to `path` (for input `name`); a UsageError naming both if not."""
+    magic = np.lib.format.MAGIC_PREFIX
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(magic))
+            if head != magic:
+                # np.load would try the file as a pickle (refused) and say "pickled data"
+                kind = "a .npz archive" if head.startswith(b"PK") else "not a .npy file"
+                raise UsageError(f"--input {name}: {path} is {kind}; give one array saved with "
+                                 "numpy.save")
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+    except FileNotFoundError:
+        raise UsageError(f"--input {name}: no such file: {path}") from None
+    except OSError as e:
+        raise UsageError(f"--input {name}: cannot read {path}: {e.strerror or e}") from None
+    except (ValueError, EOFError) as e:     # a truncated file, an array of Python objects
+        raise UsageError(f"--input {name}: {path} is not a readable .npy file ({e})") from None
+
+
+def _inputs_by_name(it) -> dict:
+    """{every name --input accepts: the input's detail}: each model input's tensor name, and
+    its name in the signatures of the main graph (e.g. `keras_tensor`, as
+    get_signature_list() gives it, beside the tensor's `serving_default_keras_tensor:0`)."""
+    details = {d["index"]: d for d in it.get_input_details()}
+    names = {d["name"]: d for d in details.values()}
+    for sig in it.model.signatures:
+        if sig.subgraph_index == it.model.main.index:
+            for name, t in sig.inputs.items():
+                if t in details:
+                    names.setdefault(name, details[t])
+    return names
+
+
+def _match_inputs(it, given: dict) -> dict:
+    """{input tensor index: (NAME, path)} of the --input arguments, by tensor or signature name;
+    a UsageError lists the names there are."""
+    names = _inputs_by_name(it)
+    unknown = [name for name in given if name not in names]
     if unknown:
-        raise SystemExit(f"unknown input name(s) {sorted(unknown)}; inputs: {[d['name'] for d in details]}")
-    for d in details:
-        if d["name"] in given and tuple(given[d["name"]].shape) != tuple(d["shape"]):
-            it.resize_tensor_input(d["index"], given[d["name"]].shape)
-    it.allocate_tensors()
+        raise UsageError(f"the model has no input named {', '.join(map(repr, unknown))}; its "
+                         f"inputs: {', '.join(map(repr, names))}")
+    matched = {}
+    for name, path in given.items():
+        index = names[name]["index"]
+        if index in matched:
+            raise UsageError(f"--input {matched[index][0]} and --input {name} name the same "
+                             f"input, '{names[name]['name']}'")
+        matched[index] = (name, path)
+    return matched
+
+
+def _load_inputs(it, pairs, seed):
+    """Resize, allocate and set the inputs: the given arrays, seeded random ones for the rest.
+    Every file is read before allocate_tensors(), which may compile for a minute."""
+    given = _match_inputs(it, _parse_input_args(pairs))
+    arrays = {index: _read_npy(name, path) for index, (name, path) in given.items()}
+    rng = np.random.default_rng(seed)
+    for d in it.get_input_details():
+        if d["index"] in arrays and tuple(arrays[d["index"]].shape) != tuple(d["shape"]):
+            it.resize_tensor_input(d["index"], arrays[d["index"]].shape)
+    with _compile_progress_bar():
+        it.allocate_tensors()
     feeds = {}
     for d in it.get_input_details():
-        feeds[d["index"]] = given.get(d["name"])
+        feeds[d["index"]] = arrays.get(d["index"])
         if feeds[d["index"]] is None:
             feeds[d["index"]] = random_input(d, rng, 0.0, 1.0)
         it.set_tensor(d["index"], feeds[d["index"]])
     return feeds
+
+
+class _KernelBar:
+    """delegate.compile_progress's callback as one tqdm bar of the kernels compiled, made at the
+    first report (a warm cache reports nothing, so shows nothing); each program that compiles
+    adds its kernels to the total."""
+
+    def __init__(self, stream):
+        self.stream, self.bar = stream, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if done == 0 and self.bar is None:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc="compiling kernels", unit="kernel", file=self.stream)
+        elif done == 0:
+            self.bar.total += total
+            self.bar.refresh()
+        else:
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@contextlib.contextmanager
+def _compile_progress_bar():
+    """A progress bar of kernel compiles on stderr while the block runs, when stderr is a
+    terminal (a cold cache compiles for seconds to a minute, silently otherwise); nothing in a
+    pipe or a log."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from tflite_taichi.delegate import compile_progress
+    bar = _KernelBar(sys.stderr)
+    try:
+        with compile_progress(bar):
+            yield
+    finally:
+        bar.close()
 
 
 def _print_profile(it) -> None:
@@ -73,7 +191,7 @@ def cmd_run(args) -> int:
                      profile=args.profile)
     _load_inputs(it, args.input, args.seed)
     times = []
-    for _ in range(max(args.runs, 1)):
+    for _ in range(args.runs):
         start = time.perf_counter()
         it.invoke()
         times.append(time.perf_counter() - start)
@@ -94,7 +212,10 @@ def cmd_run(args) -> int:
     if args.profile:
         _print_profile(it)
     if args.output:
-        np.savez(args.output, **outputs)
+        try:
+            np.savez(args.output, **outputs)
+        except OSError as e:
+            raise UsageError(f"--output {args.output}: cannot write it: {e.strerror or e}") from None
         print(f"  outputs written to {args.output}")
     return 0
 
@@ -149,7 +270,8 @@ def cmd_demo(args) -> int:
     warnings.simplefilter("ignore", DelegateWarning)     # the summary line below says it
     for backend in ("auto", "reference"):
         it = Interpreter(model_path=path, backend=backend)
-        it.allocate_tensors()
+        with _compile_progress_bar():
+            it.allocate_tensors()
         d = it.get_input_details()[0]
         x = random_input(d, np.random.default_rng(0), 0.0, 1.0)
         it.set_tensor(d["index"], x)
@@ -185,7 +307,7 @@ def cmd_bench(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tflite-taichi", description=__doc__)
+    p = argparse.ArgumentParser(prog="tflite-taichi")
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a model on random (seeded) or given inputs")
     run.add_argument("model")
@@ -194,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", metavar="NAME=file.npy")
     run.add_argument("--output", metavar="out.npz")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--runs", type=int, default=1, help="invokes to time (default 1)")
+    run.add_argument("--runs", type=at_least_one, default=1, help="invokes to time (default 1)")
     run.add_argument("--profile", action="store_true",
                      help="per-partition and per-CPU-op times and kernel launches")
     run.set_defaults(func=cmd_run)
@@ -203,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--tensors", action="store_true", help="also list every tensor")
     ins.set_defaults(func=cmd_inspect)
     demo = sub.add_parser("demo", help="build a small model and run it")
-    demo.add_argument("--runs", type=int, default=5)
+    demo.add_argument("--runs", type=at_least_one, default=5, help="invokes to time (default 5)")
     demo.set_defaults(func=cmd_demo)
     from tflite_taichi.bench import add_arguments as bench_arguments
     bench = sub.add_parser("bench", help="time a model on LiteRT and each backend of ours, side by side")
@@ -211,6 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_arguments(bench)
     bench.add_argument("--json", metavar="out.json", help="also write every number as JSON")
     bench.set_defaults(func=cmd_bench)
+    # the top line of --help names every subcommand: taken from the parser, so none is left out
+    p.description = "tflite-taichi: " + " | ".join(sub.choices)
     return p
 
 
@@ -218,6 +342,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except UsageError as e:
+        print(f"tflite-taichi {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except TfliteTaichiError as e:
         print(f"tflite-taichi: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

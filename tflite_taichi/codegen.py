@@ -19,7 +19,9 @@ launch one kernel per op.
 This module is the only part of the delegate that needs Taichi's Python frontend: a program
 whose AOT module is in the cache plans its partitions (`plan`) but never builds kernels.
 """
+import contextlib
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -312,6 +314,21 @@ def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
             + f" in one buffer; Taichi indexes buffers with 32-bit integers (at most "
             f"{MAX_BUFFER_ELEMENTS:,}): use backend='reference' or smaller shapes")
     return PartitionCode(partition, p, chunks, fusions, aliased, at_load, fp16)
+
+
+@contextlib.contextmanager
+def intended_unrolling():
+    """Taichi's "You are unrolling more than 32 iterations" SyntaxWarning silenced while our
+    kernels compile (only that warning, only in this block; the compiles run under TAICHI_LOCK).
+    Our kernels unroll on purpose: a kernel is a `ti.static` loop over its steps, counted and
+    capped by chunk_ranges (CHUNK_STEPS; TFLITE_TAICHI_CHUNK_STEPS may ask for more), and the ops'
+    static loops (ADD_N's inputs, a conv's taps and tiles) are bounded by the model's shapes.
+    The warning's advice (a dynamic loop, ti.init(unrolling_limit=0)) is for authors of Taichi
+    code, not for our users, who would only see Taichi's text with a file:line of ours."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="You are unrolling more than",
+                                category=SyntaxWarning, module="taichi")
+        yield
 
 
 def _make_kernel(steps: list, fp16: bool):

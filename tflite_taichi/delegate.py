@@ -18,6 +18,8 @@ What `allocate_tensors()` builds for a Taichi backend, and what `invoke()` runs:
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import os
 import shutil
@@ -26,7 +28,7 @@ import time
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -74,6 +76,42 @@ def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = Fal
         at += max(n, 1)
     layout.size = max(at, 1)
     return layout
+
+
+# -- compile progress ---------------------------------------------------------------------------
+# A cold cache compiles every kernel (seconds to a minute); whoever asks (the CLI's progress bar)
+# is told as each one is done. The library prints nothing itself. A context variable, not a
+# global: interpreters built at the same time in other threads report to their own callers.
+_compile_progress: contextvars.ContextVar = contextvars.ContextVar(
+    "tflite_taichi_compile_progress", default=None)
+
+
+@contextlib.contextmanager
+def compile_progress(callback: Callable[[int, int], None]):
+    """Within this block, every program whose kernels are compiled (not loaded from the cache)
+    calls `callback(done, total)` with its kernel count: (0, total) before the first kernel
+    compiles, then once after each. Each subgraph with delegated partitions is a program of its
+    own (a WHILE's body, say) and reports its own count."""
+    token = _compile_progress.set(callback)
+    try:
+        yield
+    finally:
+        _compile_progress.reset(token)
+
+
+def _kernel_compiled_reporter(total: int) -> Callable[[], None]:
+    """A function to call after each of `total` kernels compiles (a no-op when nobody asked)."""
+    callback = _compile_progress.get()
+    if callback is None or total <= 0:
+        return lambda: None
+    done = 0
+    callback(done, total)
+
+    def one_more():
+        nonlocal done
+        done += 1
+        callback(done, total)
+    return one_more
 
 
 def _host_dtype(spec):
@@ -222,11 +260,13 @@ class Program:
         caps = [] if self.device.llvm else self.device.capabilities()
         off = set(filter(None, os.environ.get("TFLITE_TAICHI_SPIRV_CAPS_OFF", "").split(",")))
         caps = [c for c in caps if c.split("=", 1)[0] not in off]   # an A/B switch (README)
-        with TAICHI_LOCK:
+        with TAICHI_LOCK, codegen.intended_unrolling():
             module = codegen.aot_module(caps)
+            compiled = _kernel_compiled_reporter(self.launches)
             for names, code in zip(self.kernel_names(), self.codes):
                 for name, kernel in zip(names, codegen.build_kernels(code)):
-                    module.add_kernel(kernel, name=name)
+                    module.add_kernel(kernel, name=name)        # Taichi compiles it here
+                    compiled()
             if self.device.llvm:            # cuda/x64: a .tcm archive crashes the C API loader
                 rel = "module"
                 os.mkdir(os.path.join(folder, rel), 0o700)
@@ -280,10 +320,12 @@ class Program:
         """Python device: compile every kernel now, in allocate_tensors(), as TFLite's GPU
         delegate builds its programs there, not in the first invoke (one launch on the zeroed
         buffers, whose results nobody reads)."""
-        with TAICHI_LOCK:
+        with TAICHI_LOCK, codegen.intended_unrolling():
+            compiled = _kernel_compiled_reporter(self.launches)
             for launches in self._launches:
                 for launch in launches:
-                    launch()
+                    launch()                # the first launch compiles
+                    compiled()
             self.device.wait()
 
     # -- invoke -------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Every error the package raises on purpose derives from `TfliteTaichiError`, so
 `except tflite_taichi.errors.TfliteTaichiError` catches all of them; each also derives from
-the builtin a tf.lite user would expect (ValueError for bad data, RuntimeError for state).
-Messages name the tensor or op concerned.
+the builtin a tf.lite user would expect (ValueError for bad data, RuntimeError for state, and
+both where LiteRT raises ValueError for a state: `NotReadyError`). Messages name the tensor or
+op concerned.
 """
 
 
@@ -37,6 +38,16 @@ class InputError(TfliteTaichiError, ValueError):
 
 class InterpreterStateError(TfliteTaichiError, RuntimeError):
     """An Interpreter method was called in the wrong state (e.g. invoke before allocate)."""
+
+
+class NotReadyError(InterpreterStateError, ValueError):
+    """The interpreter, or the tensor asked for, is not ready: allocate_tensors() has not run
+    (or must run again after resize_tensor_input() or close()), or the tensor's value needs a
+    successful invoke() first (an intermediate, an output whose shape depends on the data).
+
+    Also a ValueError because LiteRT raises ValueError in these states ("Tensor data is null",
+    "Tensor is unallocated") and code written for tf.lite catches that; it stays a RuntimeError
+    through InterpreterStateError, which is what LiteRT's invoke() before allocate raises."""
 
 
 class BackendUnavailable(TfliteTaichiError, RuntimeError):

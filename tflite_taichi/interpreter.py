@@ -16,7 +16,8 @@ from typing import Optional
 import numpy as np
 
 from tflite_taichi import graph as graph_mod
-from tflite_taichi.errors import BackendUnavailable, InputError, InterpreterStateError, ModelError
+from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError, ModelError,
+                                  NotReadyError)
 from tflite_taichi.model import read_model
 from tflite_taichi.quant import dequantize, is_float_view, model_kind, quantize
 
@@ -252,7 +253,7 @@ class _SubgraphState:
             again = (" again: resize_tensor_input() changed the input shapes"
                      if self._good is not None else
                      " again: close() freed its memory" if self.closed else "")
-            raise InterpreterStateError(f"{what} called before allocate_tensors(){again}")
+            raise NotReadyError(f"{what} called before allocate_tensors(){again}")
 
     def invoke(self):
         """Run the graph on the inputs set. If it raises, no output has a value until the next
@@ -300,17 +301,27 @@ class _SubgraphState:
             return quantize(value, tensor.quantization, tensor.dtype)
         return value.astype(tensor.dtype, copy=False)
 
+    def require_value(self, t):
+        """Refuses, as LiteRT does ("Tensor data is null", a ValueError), a tensor whose data
+        does not exist yet: an output whose shape depends on the data, before an invoke() has
+        computed it (its placeholder's shape would be made up)."""
+        if self.prepared is not None and t in self.prepared.dynamic and not self.invoked:
+            name = self.subgraph.tensors[t].name
+            raise NotReadyError(f"tensor {t} ('{name}') has no value yet: its shape depends on "
+                                "the input data, known after invoke()")
+
     def read(self, t):
         """A tensor's current contents in the model's dtype (a fresh array)."""
-        if self.subgraph.tensors[t].dtype is None:
-            raise InterpreterStateError(f"tensor {t} ('{self.subgraph.tensors[t].name}') is a "
-                                        "resource handle; it has no data to read")
         name = self.subgraph.tensors[t].name
+        if self.subgraph.tensors[t].dtype is None:      # LiteRT: a ValueError too
+            raise InputError(f"tensor {t} ('{name}') is a resource handle; it has no data to "
+                             "read (READ_VARIABLE's output holds the variable's value)")
         if self.failed is not None and t not in self.subgraph.inputs and not (
                 self.prepared is not None and t in self.prepared.constants):
-            raise InterpreterStateError(
+            raise NotReadyError(
                 f"tensor {t} ('{name}') has no value: the last invoke() failed ({self.failed}); "
                 "fix the inputs and invoke() again")
+        self.require_value(t)
         if t in self.io:
             return self.io[t].copy()
         if t in self.variables:     # the state now, as LiteRT's get_tensor of a variable tensor
@@ -323,8 +334,42 @@ class _SubgraphState:
             raise InterpreterStateError(
                 f"tensor {t} ('{name}') lives inside a delegated partition: create the Interpreter "
                 "with experimental_preserve_all_tensors=True to read intermediates")
-        raise InterpreterStateError(f"tensor {t} ('{name}') has no value: it is an intermediate "
-                                    "and no invoke() has computed it")
+        raise NotReadyError(f"tensor {t} ('{name}') has no value: it is an intermediate and no "
+                            "invoke() has computed it")
+
+
+# tensor types without a numpy form of their data, as LiteRT's details name them (its
+# TfLiteTypeToPyArrayType): a handle or a variant is a Python object, a string bytes
+_DETAILS_TYPES = {"STRING": np.bytes_, "COMPLEX128": np.complex128, "RESOURCE": np.object_,
+                  "VARIANT": np.object_}
+
+
+def _invoked_shape(state, t, declared):
+    """A tensor of run-time shape: the last invoke's shape once it has run (an output's, or an
+    intermediate's the run kept), as LiteRT reports it; until then the declared one, as LiteRT."""
+    if not state.invoked:
+        return declared
+    if t in state.io:
+        return state.io[t].shape
+    value = state.values.get(t)
+    return np.shape(value) if value is not None else declared
+
+
+def _details_dtype(tensor):
+    if tensor.dtype is not None:
+        return tensor.dtype.type
+    return _DETAILS_TYPES.get(tensor.type_name)
+
+
+def _sparsity_details(tensor) -> dict:
+    """As LiteRT's 'sparsity_parameters': {} for a dense tensor; 'block_map' only when the file
+    stores that (optional) vector, as LiteRT copies the file's fields as they are."""
+    if tensor.sparsity is None:
+        return {}
+    details = tensor.sparsity.details()
+    if not tensor.block_map_stored:
+        del details["block_map"]
+    return details
 
 
 def _init_subgraphs(model, resolved) -> list:
@@ -476,8 +521,8 @@ class Interpreter:
         tensor = state.subgraph.tensors[t]
         shape = (state.prepared.specs[t].shape if state.prepared is not None
                  else state.input_shapes.get(t, tensor.shape))
-        if state.prepared is not None and t in state.prepared.dynamic and t in state.io:
-            shape = state.io[t].shape          # known since the last invoke, as in LiteRT
+        if state.prepared is not None and t in state.prepared.dynamic:
+            shape = _invoked_shape(state, t, shape)
         q = tensor.quantization
         if q is None:
             scales, zero_points, dim = np.zeros(0, np.float32), np.zeros(0, np.int32), 0
@@ -489,11 +534,11 @@ class Interpreter:
             "index": t,
             "shape": np.array(shape, dtype=np.int32),
             "shape_signature": np.array(tensor.shape_signature, dtype=np.int32),
-            "dtype": tensor.dtype.type if tensor.dtype is not None else None,
+            "dtype": _details_dtype(tensor),
             "quantization": per_tensor,
             "quantization_parameters": {"scales": scales, "zero_points": zero_points,
                                         "quantized_dimension": dim, "block_size": 0},
-            "sparsity_parameters": tensor.sparsity.details() if tensor.sparsity is not None else {},
+            "sparsity_parameters": _sparsity_details(tensor),
         }
 
     # -- the tf.lite API -------------------------------------------------------------------
@@ -557,7 +602,10 @@ class Interpreter:
 
         def view():
             state.require_allocated("tensor()()")
-            return state.io[tensor.index] if tensor.index in state.io else state.read(tensor.index)
+            if tensor.index not in state.io:
+                return state.read(tensor.index)
+            state.require_value(tensor.index)
+            return state.io[tensor.index]
         return view
 
     @_serialised

@@ -11,6 +11,7 @@ import importlib
 import math
 import mmap
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Optional
@@ -88,6 +89,8 @@ class Tensor:
     data: Optional[np.ndarray] = None    # constant contents, a view on the model bytes
                                          # (a sparse constant: its densified copy)
     sparsity: Optional[Sparsity] = None  # the sparsity parameters it was stored with
+    block_map_stored: bool = False       # they hold a block_map vector (an optional field,
+                                         # which LiteRT's tensor details list only when stored)
 
     @property
     def type_name(self) -> str:
@@ -150,13 +153,22 @@ def _mod(name):
 
 
 class _Reader:
-    """Walks the flatbuffer with every length and index checked against the file."""
+    """Walks the flatbuffer with every length and index checked against the file.
 
-    def __init__(self, buf, max_tensor_bytes=None):
+    file_name: the path the model came from (None for bytes); messages about the file as a
+    whole name it, so that a user loading several models knows which one is broken."""
+
+    def __init__(self, buf, max_tensor_bytes=None, file_name=None):
         self.buf = buf
         self.size = len(buf)
         self.max_tensor_bytes = (default_max_tensor_bytes(self.size) if max_tensor_bytes is None
                                  else max_tensor_bytes)
+        self.subject = file_name if file_name is not None else "the model"
+        self.holding = "the file has" if file_name is not None else "it has"
+
+    def truncated(self, needed: int, what: str = "the flatbuffer", why: str = "") -> ModelError:
+        return ModelError(f"{self.subject} is truncated: {what} needs at least {needed} bytes, "
+                          f"{self.holding} {self.size}{why}")
 
     def length(self, n: int, what: str, elem_size: int = 4) -> int:
         if n < 0 or n * elem_size > self.size:
@@ -186,40 +198,93 @@ def read_model(source, max_tensor_bytes: Optional[int] = None) -> Model:
     if max_tensor_bytes is not None and (isinstance(max_tensor_bytes, bool) or not isinstance(
             max_tensor_bytes, (int, np.integer)) or max_tensor_bytes <= 0):
         raise InputError(f"max_tensor_bytes must be a positive int (or None), got {max_tensor_bytes!r}")
-    keepalive = None
+    keepalive, file_name = None, None
     if isinstance(source, (str, os.PathLike)):
+        file_name = os.fspath(source)
         try:
             with open(source, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size == 0:
-                    raise ModelError(f"{os.fspath(source)}: empty file")
+                    raise ModelError(f"{file_name} is empty (0 bytes): not a TFLite model")
                 buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as e:
-            raise ModelError(f"cannot read model file {os.fspath(source)}: {e.strerror}") from None
+            raise ModelError(f"cannot read model file {file_name}: {e.strerror}") from None
         keepalive = buf
     elif isinstance(source, (bytes, bytearray, memoryview)):
         buf = bytes(source) if not isinstance(source, bytes) else source
     else:
         raise ModelError(f"model must be a path or bytes, got {type(source).__name__}")
+    r = _Reader(buf, None if max_tensor_bytes is None else int(max_tensor_bytes), file_name)
     try:
-        model = _parse(_Reader(buf, None if max_tensor_bytes is None else int(max_tensor_bytes)))
+        model = _parse(r)
     except ModelError:
         raise
     except (IndexError, struct.error, ValueError, OverflowError, TypeError, UnicodeDecodeError,
             AttributeError, RecursionError) as e:
-        raise ModelError(f"malformed model file (flatbuffer decode failed: {e})") from None
+        raise _decode_failure(r, e) from None
     model._keepalive = keepalive
     return model
 
 
-def _parse(r: _Reader) -> Model:
+# Python's struct says how far a read past the end of the buffer wanted to go (the text of
+# CPython's unpack_from since 3.7); the flatbuffer bindings read everything through it
+_STRUCT_READ_PAST_END = re.compile(r"requires a buffer of at least (\d+) bytes")
+
+
+def _decode_failure(r: _Reader, error: Exception) -> ModelError:
+    """A low-level decode failure in the user's terms. A read past the end of the data is what a
+    cut-off download or copy gives: the file is truncated, and how much of it at least is
+    missing is known; anything else is a corrupt flatbuffer (the decoder's text for a report)."""
+    past_end = _STRUCT_READ_PAST_END.search(str(error)) if isinstance(error, struct.error) else None
+    if past_end is not None and int(past_end.group(1)) > r.size:
+        return r.truncated(int(past_end.group(1)))
+    return ModelError(f"{r.subject} is corrupt: its flatbuffer is malformed (the decoder said: "
+                      f"{error})")
+
+
+def _looks_like(head: bytes) -> str:
+    """What a file that is not a TFLite model seems to be, from its first bytes: the usual
+    mix-ups (a Git LFS pointer checked out instead of the model, an archive or a Keras file,
+    a web page saved by a download) get a hint at what to do."""
+    if head.startswith(b"version https://git-lfs"):
+        return "it is a Git LFS pointer: fetch the model itself with `git lfs pull`"
+    if head.startswith(b"PK\x03\x04"):
+        return "it is a zip archive (a MediaPipe .task bundle holds .tflite files inside)"
+    if head.startswith(b"\x89HDF\r\n\x1a\n"):
+        return "it is an HDF5 file (a Keras model: convert it with tf.lite.TFLiteConverter)"
+    if head.lstrip().lower().startswith((b"<!doctype html", b"<html")):
+        return "it looks like an HTML page (a download that returned a web page?)"
+    if _is_text(head):
+        return "it looks like text"
+    return f"its identifier bytes are {head[4:8]!r}"
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 3:     # not a character cut off by the end of `head`
+            return False
+        text = head[:e.start].decode("utf-8")
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
+
+
+def _check_header(r: _Reader) -> None:
+    """The first 8 bytes: the root table's offset, then the identifier TFL3. The identifier is
+    checked first: a file of another kind has no meaningful root offset."""
     if r.size < 8:
-        raise ModelError(f"malformed model file: {r.size} bytes is too short for a flatbuffer")
+        raise ModelError(f"{r.subject} is too short to be a TFLite model: {r.size} bytes, a "
+                         "flatbuffer has at least 8")
+    if r.buf[4:8] != b"TFL3":
+        raise ModelError(f"{r.subject} is not a TFLite model: it does not start with a flatbuffer "
+                         f"of identifier TFL3 ({_looks_like(bytes(r.buf[:512]))})")
     root = struct.unpack_from("<I", r.buf, 0)[0]
     if root + 4 > r.size:
-        raise ModelError("malformed model file: the root offset points past the end (truncated?)")
-    if r.buf[4:8] != b"TFL3":
-        raise ModelError("not a TFLite model: the file identifier is not 'TFL3'")
+        raise r.truncated(root + 4, why=" (its root offset points past the end)")
+
+
+def _parse(r: _Reader) -> Model:
+    _check_header(r)
     m = tflite.Model.GetRootAs(r.buf, 0)
 
     opcodes = []
@@ -296,8 +361,7 @@ def _buffer_data(r: _Reader, buf_obj, what: str):
     offset, size = int(buf_obj.Offset()), int(buf_obj.Size())
     if offset > 1:
         if offset + size > r.size:
-            raise ModelError(f"{what}: data at offset {offset} size {size} lies past the end "
-                             f"of the {r.size}-byte file")
+            raise r.truncated(offset + size, f"{what} (data at offset {offset}, size {size})")
         return np.frombuffer(r.buf, dtype=np.uint8, count=size, offset=offset)
     n = buf_obj.DataLength()
     if n == 0:
@@ -305,7 +369,7 @@ def _buffer_data(r: _Reader, buf_obj, what: str):
     r.length(n, what, 1)
     start = buf_obj._tab.Vector(buf_obj._tab.Offset(4))
     if start + n > r.size:
-        raise ModelError(f"{what}: data runs past the end of the file (truncated?)")
+        raise r.truncated(start + n, what)
     return np.frombuffer(r.buf, dtype=np.uint8, count=n, offset=start)
 
 
@@ -385,6 +449,7 @@ def _read_sparse_constant(r: _Reader, sp, tensor: Tensor, raw, what: str):
                         block_map=r.int_vector(sp, "BlockMap", f"{what} sparsity block_map"),
                         dim_metadata=tuple(dims))
     tensor.sparsity = sparsity
+    tensor.block_map_stored = not sp.BlockMapIsNone()
     if raw is None:             # no stored values: not a constant (as LiteRT: an empty buffer
         check_tensor_bytes(r.max_tensor_bytes, what, tensor.shape, tensor.dtype, tensor.quantization)
         return                  # is no read-only data); its readers fail as for any unset tensor

@@ -12,6 +12,9 @@ dependency.
 """
 from __future__ import annotations
 
+import os
+import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Optional
@@ -134,8 +137,10 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
             for step in run:
                 reasons.setdefault(step.op.index, None)
                 if reasons[step.op.index] is None:
-                    reasons[step.op.index] = (f"the delegate keeps only the {max_partitions} "
-                                              "largest partition(s) (max_delegated_partitions)")
+                    reasons[step.op.index] = (
+                        f"CPU ops cut it off from the delegated partition, and the delegate keeps "
+                        f"only the {max_partitions} largest partition(s) (max_delegated_partitions"
+                        f"={max_partitions}{', the default' if max_partitions == 1 else ''})")
     items = []
     for delegated, group in groups:
         if delegated and id(group) in kept_ids:
@@ -226,12 +231,57 @@ def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False) ->
 
 
 def _warn(schedule: Schedule, graph: PreparedGraph):
+    """TFLite's delegate warnings, one line per op kind and reason (with the op codes), then
+    one summary line naming where the delegated ops run. The full list, op by op, is
+    summary()["fallback"] (and `tflite-taichi inspect`)."""
     names = {s.op.index: s.op.name for s in graph.steps}
     where = f" of subgraph {graph.subgraph.index}" if graph.subgraph.index else ""
+    groups: dict = {}
     for index, reason in sorted(schedule.refused.items()):
-        warnings.warn(f"WARNING: op code #{index} ({names[index]}){where} cannot be handled by "
-                      f"this delegate: {reason}", DelegateWarning, stacklevel=5)
+        # reasons that differ only in the tensor they name ('c0', 'c1') are one kind
+        groups.setdefault((names[index], re.sub(r"'[^']*'", "''", reason)), []).append(index)
+    for (name, _), indices in groups.items():
+        reason = schedule.refused[indices[0]]
+        if len(indices) == 1:
+            ops = f"op code #{indices[0]} ({name})"
+        else:
+            shown = ", ".join(f"#{i}" for i in indices[:8]) + (", ..." if len(indices) > 8 else "")
+            ops = f"{len(indices)} {name} ops (op codes {shown})"
+            if any(schedule.refused[i] != reason for i in indices):
+                reason += f" (op #{indices[0]}'s words; the others name their own tensors)"
+        _warn_user(f"WARNING: {ops}{where} cannot be handled by this delegate: {reason}")
     delegated = sum(len(p.steps) for p in schedule.partitions)
-    warnings.warn(f"INFO: {delegated} of {len(graph.steps)} ops{where} run on the GPU delegate in "
-                  f"{len(schedule.partitions)} partition(s); {len(graph.steps) - delegated} run on "
-                  f"the CPU ({len(graph.folded)} folded at prepare)", DelegateWarning, stacklevel=5)
+    _warn_user(f"INFO: {delegated} of {len(graph.steps)} ops{where} run on {_delegate_name()} in "
+               f"{len(schedule.partitions)} partition(s); {len(graph.steps) - delegated} run on "
+               f"the CPU ({len(graph.folded)} folded at prepare)")
+
+
+def _delegate_name() -> str:
+    from tflite_taichi import backend
+    name = backend.current()
+    if name == "cpu":
+        return "the delegate's cpu backend (Taichi on the CPU, no GPU)"
+    return f"the GPU delegate ({name})" if name else "the GPU delegate"
+
+
+_PACKAGE_DIRS: Optional[tuple] = None
+
+
+def _warn_user(message: str) -> None:
+    """A DelegateWarning attributed to the user's line that led here (allocate_tensors(), the
+    Interpreter's construction), not to our internals: Python then prints that line."""
+    global _PACKAGE_DIRS
+    if _PACKAGE_DIRS is None:
+        import tflite_taichi
+        from tflite_taichi import ops, quant
+        _PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                              for m in (tflite_taichi, ops, quant))
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIRS):
+        frame = frame.f_back
+    if frame is None:
+        warnings.warn(message, DelegateWarning, stacklevel=2)
+        return
+    registry = frame.f_globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, DelegateWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__", "__main__"), registry=registry)
