@@ -111,10 +111,11 @@ def test_malformed_size_is_refused(op, size):
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_non_constant_size_is_refused(op):
+def test_size_given_at_run_time_matches_litert(op):
     model = one_op_model(op, [Input((1, 2, 2, 1)), Input((2,), np.int32)], [Output((1, 4, 4, 1))])
-    with pytest.raises(ModelError, match=op):
-        run_ours(model, [np.zeros((1, 2, 2, 1), np.float32), np.array([4, 4], np.int32)])
+    x = np.random.default_rng(5).uniform(-1, 1, (1, 2, 2, 1)).astype(np.float32)
+    for size in ([4, 4], [3, 5]):
+        check_against_litert(model, [x, np.array(size, np.int32)])
 
 
 @pytest.mark.parametrize("op", OPS)
