@@ -1,4 +1,5 @@
-"""Padding, slicing and splitting: PAD, PADV2, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V.
+"""Padding, slicing and splitting: PAD, PADV2, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V,
+DYNAMIC_UPDATE_SLICE (numpy only: no Taichi part yet).
 
 STRIDED_SLICE follows numpy indexing (TensorFlow's tf.strided_slice): a spec of `len(begin)`
 entries, each a slice `begin:end:stride`, an index (shrink_axis_mask), a new axis
@@ -457,3 +458,49 @@ SPLIT = register_op(OpDef(name="SPLIT", infer=_infer_split, reference=_split,
 SPLIT_V = register_op(OpDef(name="SPLIT_V", infer=_infer_split, reference=_split,
                             parse=_parse_split, options_class="SplitVOptions",
                             taichi=_split_taichi, min_inputs=3, max_inputs=3))
+
+
+# -- DYNAMIC_UPDATE_SLICE ---------------------------------------------------------------------
+# operand with `update` written at start_indices (one per dimension, run-time values allowed:
+# a KV cache's position, a converted WHILE loop's step counter). As LiteRT (and XLA's
+# dynamic_update_slice), each start is clamped so that the update lies inside the operand.
+def _infer_dynamic_update_slice(node):
+    operand, update, starts = node.inputs[0], node.inputs[1], node.inputs[2]
+    if len(update.shape) != len(operand.shape):
+        raise node.fail(f"update has rank {len(update.shape)}, the operand {len(operand.shape)}")
+    if any(u > n for u, n in zip(update.shape, operand.shape)):
+        raise node.fail(f"update {list(update.shape)} does not fit the operand {list(operand.shape)}")
+    if np.dtype(update.dtype) != np.dtype(operand.dtype):
+        raise node.fail(f"update is {np.dtype(update.dtype).name}, the operand "
+                        f"{np.dtype(operand.dtype).name}")
+    if not (_same_grid(update.quantization, operand.quantization)
+            and _same_grid(node.outputs[0].quantization, operand.quantization)):
+        # LiteRT copies the integers as they are: with another grid that would be a silent
+        # rescale by the ratio of the scales, so such a model is refused
+        raise node.fail("operand, update and output must share one quantization (LiteRT copies "
+                        "the stored integers unchanged)")
+    if (not np.issubdtype(np.dtype(starts.dtype), np.integer) or len(starts.shape) != 1
+            or starts.shape[0] != len(operand.shape)):
+        raise node.fail(f"start_indices must be a 1-D int32/int64 tensor of {len(operand.shape)} "
+                        f"entries, has {np.dtype(starts.dtype).name} {list(starts.shape)}")
+    return [tuple(operand.shape)]
+
+
+def _same_grid(a, b) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return (np.array_equal(a.scale, b.scale) and np.array_equal(a.zero_point, b.zero_point)
+            and (not a.per_channel or a.quantized_dimension == b.quantized_dimension))
+
+
+def _dynamic_update_slice(node, inputs):
+    operand, update, starts = inputs[0], inputs[1], np.asarray(inputs[2]).astype(np.int64)
+    starts = np.clip(starts, 0, np.subtract(operand.shape, update.shape))
+    out = np.array(operand, copy=True)
+    out[tuple(slice(s, s + u) for s, u in zip(starts.tolist(), update.shape))] = update
+    return [out]
+
+
+DYNAMIC_UPDATE_SLICE = register_op(OpDef(
+    name="DYNAMIC_UPDATE_SLICE", infer=_infer_dynamic_update_slice,
+    reference=_dynamic_update_slice, min_inputs=3, max_inputs=3))

@@ -429,3 +429,42 @@ def test_split_v_errors():
                   "SPLIT_V", "axis -3 is out of range")
     _expect_error(one_op_model("SPLIT_V", [x, _i32([3, -2]), _i32(1)], two, num_splits=2),
                   "SPLIT_V", "negative size")
+
+
+# -- DYNAMIC_UPDATE_SLICE ---------------------------------------------------------------------
+@st.composite
+def dynamic_update_case(draw):
+    shape = draw(S.shapes(1, 4, 1, 5))
+    update = tuple(draw(st.integers(1, n)) for n in shape)
+    # starts beyond either end are clamped (LiteRT and XLA), so draw some there too
+    starts = [draw(st.integers(-2, n + 1)) for n in shape]
+    return shape, update, starts
+
+
+@given(case=dynamic_update_case(), dtype=st.sampled_from(["float32", "int8", "int32"]),
+       index_dtype=st.sampled_from([np.int32, np.int64]), seed=S.seeds(), data=st.data())
+def test_dynamic_update_slice_matches_litert(case, dtype, index_dtype, seed, data):
+    shape, update_shape, starts = case
+    if dtype == "int8":
+        q = data.draw(S.quant_params())
+        np_dtype = np.int8
+    else:
+        q, np_dtype = None, np.dtype(dtype).type
+    model = one_op_model("DYNAMIC_UPDATE_SLICE", [Input(shape, np_dtype, q), Input(update_shape, np_dtype, q),
+                                                  Input((len(shape),), index_dtype)],
+                         [Output(shape, np_dtype, q)])
+    rng = np.random.default_rng(seed)
+    if np_dtype == np.float32:
+        operand, update = (rng.uniform(-3, 3, s).astype(np.float32) for s in (shape, update_shape))
+    else:
+        lo, hi = (-128, 127) if np_dtype == np.int8 else (-1000, 1000)
+        operand, update = (rng.integers(lo, hi + 1, s).astype(np_dtype) for s in (shape, update_shape))
+    out = check_against_litert(model, [operand, update, np.array(starts, index_dtype)], units=0)
+    assert out[0].dtype == np.dtype(np_dtype)
+
+
+def test_dynamic_update_slice_refuses_a_second_grid():
+    a, b = (0.1, 0), (0.2, 0)
+    model = one_op_model("DYNAMIC_UPDATE_SLICE", [Input((4,), np.int8, a), Input((2,), np.int8, b),
+                                                  Input((1,), np.int32)], [Output((4,), np.int8, a)])
+    _expect_error(model, "DYNAMIC_UPDATE_SLICE", "share one quantization")
