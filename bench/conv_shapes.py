@@ -19,6 +19,7 @@ import sys
 import numpy as np
 
 from cost_constants import invoke_us, run_children   # bench/, the script's folder
+from gemm_micro import chain_model
 
 # (name, kind, input H=W, C_in, C_out, stride): MobileNet v1 224's layers
 LAYERS = [("stem 3x3/2", "conv3", 224, 3, 32, 2),
@@ -49,7 +50,10 @@ def _model(kind, h, c_in, c_out, stride):
 
 
 def _chain(kind, h, c, layers):
-    """`layers` copies of a C -> C pointwise or 3x3 depthwise conv at h x h, stride 1, RELU6."""
+    """`layers` copies of a C -> C pointwise (gemm_micro's chain) or 3x3 depthwise conv at h x h,
+    stride 1, RELU6."""
+    if kind == "pw":
+        return chain_model(h, c, layers)
     from tflite_taichi.builder import ModelBuilder
     rng = np.random.default_rng(0)
     b = ModelBuilder()
@@ -59,12 +63,8 @@ def _chain(kind, h, c, layers):
         out = g.tensor(f"y{i}", (1, h, h, c))
         bias = g.const(f"b{i}", np.zeros(c, np.float32))
         opts = dict(padding="SAME", stride_h=1, stride_w=1, fused_activation_function="RELU6")
-        if kind == "dw":
-            w = g.const(f"w{i}", rng.uniform(-0.3, 0.3, (1, 3, 3, c)).astype(np.float32))
-            g.op("DEPTHWISE_CONV_2D", [t, w, bias], [out], depth_multiplier=1, **opts)
-        else:
-            w = g.const(f"w{i}", (rng.uniform(-1, 1, (c, 1, 1, c)) / np.sqrt(c)).astype(np.float32))
-            g.op("CONV_2D", [t, w, bias], [out], **opts)
+        w = g.const(f"w{i}", rng.uniform(-0.3, 0.3, (1, 3, 3, c)).astype(np.float32))
+        g.op("DEPTHWISE_CONV_2D", [t, w, bias], [out], depth_multiplier=1, **opts)
         t = out
     g.output(t)
     return b.finish()

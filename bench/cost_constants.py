@@ -28,6 +28,7 @@ CHAIN = 32
 
 def _models():
     from tflite_taichi.builder import ModelBuilder
+    from tflite_taichi.demo import build_tiny_mlp
     from tflite_taichi.testing import Const, Input, Output, one_op_model
     rng = np.random.default_rng(0)
     b = ModelBuilder()
@@ -48,24 +49,12 @@ def _models():
         g.op("ADD", [t, g.const(f"c{i}", np.full((1, 8), 0.5, np.float32))], [out])
         t = out
     g.output(t)
-    b = ModelBuilder()                  # a tiny MLP classifier: what `auto` should keep on the CPU
-    g = b.subgraph()
-    x = g.input("x", (1, 32))
-    h = g.tensor("h", (1, 64))
-    g.op("FULLY_CONNECTED", [x, g.const("w1", rng.uniform(-1, 1, (64, 32)).astype(np.float32)),
-                             g.const("b1", np.zeros(64, np.float32))], [h], fused_activation_function="RELU")
-    z = g.tensor("z", (1, 10))
-    g.op("FULLY_CONNECTED", [h, g.const("w2", rng.uniform(-1, 1, (10, 64)).astype(np.float32)),
-                             g.const("b2", np.zeros(10, np.float32))], [z])
-    y = g.tensor("y", (1, 10))
-    g.op("SOFTMAX", [z], [y], beta=1.0)
-    g.output(y)
-    mlp = b.finish()
+    adds = b.finish()
     return {
-        "mlp": mlp,
+        "mlp": build_tiny_mlp(),
         "relu8": one_op_model("RELU", [Input((1, 8))], [Output((1, 8))]),
         "pools": pools,
-        "adds": b.finish(),
+        "adds": adds,
         "add64k": one_op_model("ADD", [Input((1, 65536)), Input((1, 65536))], [Output((1, 65536))]),
         "conv3x3": one_op_model("CONV_2D", [Input((1, 64, 64, 16)),
                                             Const(rng.uniform(-1, 1, (16, 3, 3, 16)).astype(np.float32)),

@@ -9,26 +9,12 @@ import numpy as np
 
 from tflite_taichi import costs
 from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.demo import build_tiny_mlp
 from tflite_taichi.graph import prepare
 from tflite_taichi.partition import build_schedule
 
 
-def mlp():
-    """A tiny MLP classifier: FC 32 -> 64 (RELU) -> 10, softmax."""
-    rng = np.random.default_rng(0)
-    b = ModelBuilder()
-    g = b.subgraph()
-    x = g.input("x", (1, 32))
-    h = g.tensor("h", (1, 64))
-    g.op("FULLY_CONNECTED", [x, g.const("w1", rng.uniform(-1, 1, (64, 32)).astype(np.float32)),
-                             g.const("b1", np.zeros(64, np.float32))], [h], fused_activation_function="RELU")
-    z = g.tensor("z", (1, 10))
-    g.op("FULLY_CONNECTED", [h, g.const("w2", rng.uniform(-1, 1, (10, 64)).astype(np.float32)),
-                             g.const("b2", np.zeros(10, np.float32))], [z])
-    y = g.tensor("y", (1, 10))
-    g.op("SOFTMAX", [z], [y], beta=1.0)
-    g.output(y)
-    return b.finish()
+mlp = build_tiny_mlp       # FC 32 -> 64 (RELU) -> 10, softmax
 
 
 def big_conv():

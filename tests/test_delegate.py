@@ -90,6 +90,18 @@ def test_max_delegated_partitions_keeps_the_largest(taichi_workers):
         assert "max_delegated_partitions" in s["fallback"][1]["reason"]
 
 
+def _script_result(path, source: str):
+    """Write `source` to `path`, run it in a fresh process in its folder, and return its
+    `RESULT <json>` line (its output on failure)."""
+    import json
+    path.write_text(source)
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
+                         cwd=path.parent)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+    assert lines, out.stdout[-2000:] + out.stderr[-3000:]
+    return json.loads(lines[0][7:])
+
+
 GROUPED_WARNINGS = r"""
 import json, warnings
 import numpy as np
@@ -116,13 +128,7 @@ def test_delegate_warnings_come_one_per_op_kind_from_the_users_line(tmp_path):
     """Issue 14, item 5: one warning per op kind and reason (TFLite prints one line per kind),
     attributed to the user's call, not to our internals; summary() keeps every op."""
     script = tmp_path / "user_code.py"
-    script.write_text(GROUPED_WARNINGS)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path)
-    import json
-    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-    assert lines, out.stdout[-2000:] + out.stderr[-2000:]
-    result = json.loads(lines[0][7:])
+    result = _script_result(script, GROUPED_WARNINGS)
     messages = [m for m, _, _ in result["lines"]]
     assert len(messages) == 2, messages                    # the group and the summary line
     assert messages[0].startswith("WARNING: 6 ADD ops (op codes #0, #1, #2, #3, #4, #5) cannot be "
@@ -268,14 +274,7 @@ def test_auto_without_a_gpu_runs_convolutions_on_numpy(tmp_path):
     numpy runs faster there (backend.CPU_REFERENCE_OPS, measured in bench/results/cpu_2core.md)
     left on the reference path, saying why; the outputs are the reference's."""
     from tflite_taichi.backend import CPU_REFERENCE_OPS
-    script = tmp_path / "auto_cpu.py"
-    script.write_text(AUTO_CPU_SCRIPT)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path)
-    import json
-    lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT")]
-    assert lines, out.stdout[-2000:] + out.stderr[-3000:]
-    result = json.loads(lines[0][7:])
+    result = _script_result(tmp_path / "auto_cpu.py", AUTO_CPU_SCRIPT)
     if result is None:
         assert not NO_GPU, "TFLITE_TAICHI_EXPECT_GPU=none, yet auto picked a GPU backend"
         pytest.skip("this machine has a hardware GPU: auto does not pick the CPU")

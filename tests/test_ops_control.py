@@ -540,21 +540,27 @@ def test_delegate_runs_around_if_and_while_like_the_reference(taichi_workers, sh
 
 
 # -- a converted recurrent loop: the body slices its step by the loop counter ------------------
-def sequence_loop_model(steps, features):
+def sequence_loop_model(steps, features, write_states=False):
     """What TF's converter writes for a recurrent layer it does not fuse (issue 14, item 4):
     a WHILE whose body reads step i of the sequence with SLICE(seq, [i, 0], [1, F]), the begin
     computed from the loop counter (so only known at invoke), and carries the state:
-    h = TANH(0.5 * h + x_i) for i in 0..steps-1; outputs the last h."""
+    h = TANH(0.5 * h + x_i) for i in 0..steps-1; outputs the last h. write_states: it also
+    writes every step's state into a (steps, F) output, as converted layers with
+    return_sequences do (DYNAMIC_UPDATE_SLICE(out, h, [i, 0])), and outputs that instead."""
     b = ModelBuilder()
     g = b.subgraph("main")
     seq, h0 = g.input("seq", (steps, features)), g.input("h0", (1, features))
     ins = [g.const("i0", I32(0)), g.const("n", I32(steps)), h0, seq]
     outs = [g.tensor("i_out", (), I32), g.tensor("n_out", (), I32), g.tensor("h_out", (1, features)),
             g.tensor("seq_out", (steps, features))]
-    g.op("WHILE", ins, outs, cond_subgraph_index=1, body_subgraph_index=2)
-    g.output(outs[2])
     carried = [("i", (), I32, None), ("n", (), I32, None), ("h", (1, features), np.float32, None),
                ("seq", (steps, features), np.float32, None)]
+    if write_states:
+        ins.append(g.const("out0", np.zeros((steps, features), np.float32)))
+        outs.append(g.tensor("states", (steps, features)))
+        carried.append(("out", (steps, features), np.float32, None))
+    g.op("WHILE", ins, outs, cond_subgraph_index=1, body_subgraph_index=2)
+    g.output(outs[-1] if write_states else outs[2])
     _count_cond(b, carried)
 
     def body(sg, v):
@@ -566,7 +572,13 @@ def sequence_loop_model(steps, features):
         sg.op("SLICE", [v[3], begin, sg.const("size", np.array([1, features], I32))], [x_i])
         half = _binary(sg, "MUL", v[2], sg.const("half", np.float32(0.5)), (1, features), name="half_h")
         pre = _binary(sg, "ADD", half, x_i, (1, features), name="pre")
-        return [_counter(sg, v[0]), v[1], _unary(sg, pre, "TANH", (1, features), name="h_next"), v[3]]
+        h = _unary(sg, pre, "TANH", (1, features), name="h_next")
+        nexts = [_counter(sg, v[0]), v[1], h, v[3]]
+        if write_states:
+            written = sg.tensor("written", (steps, features))
+            sg.op("DYNAMIC_UPDATE_SLICE", [v[4], h, begin], [written])
+            nexts.append(written)
+        return nexts
     _subgraph(b, "body", carried, body)
     return b.finish()
 
@@ -584,45 +596,12 @@ def test_a_loop_slicing_by_its_counter_matches_litert(steps, features, seed):
     np.testing.assert_allclose(out[0], h, rtol=1e-5, atol=1e-6)
 
 
-def sequence_writing_loop_model(steps, features):
-    """The same loop writing every step's state into a (steps, F) output, as converted
-    recurrent layers with return_sequences do: DYNAMIC_UPDATE_SLICE(out, h, [i, 0])."""
-    b = ModelBuilder()
-    g = b.subgraph("main")
-    seq, h0 = g.input("seq", (steps, features)), g.input("h0", (1, features))
-    zeros = g.const("out0", np.zeros((steps, features), np.float32))
-    ins = [g.const("i0", I32(0)), g.const("n", I32(steps)), h0, seq, zeros]
-    outs = [g.tensor("i_out", (), I32), g.tensor("n_out", (), I32), g.tensor("h_out", (1, features)),
-            g.tensor("seq_out", (steps, features)), g.tensor("states", (steps, features))]
-    g.op("WHILE", ins, outs, cond_subgraph_index=1, body_subgraph_index=2)
-    g.output(outs[4])
-    carried = [("i", (), I32, None), ("n", (), I32, None), ("h", (1, features), np.float32, None),
-               ("seq", (steps, features), np.float32, None), ("out", (steps, features), np.float32, None)]
-    _count_cond(b, carried)
-
-    def body(sg, v):
-        i1 = sg.tensor("i1", (1,), I32)
-        sg.op("RESHAPE", [v[0], sg.const("one_dim", np.array([1], I32))], [i1])
-        begin = sg.tensor("begin", (2,), I32)
-        sg.op("CONCATENATION", [i1, sg.const("zero", np.array([0], I32))], [begin], axis=0)
-        x_i = sg.tensor("x_i", (1, features))
-        sg.op("SLICE", [v[3], begin, sg.const("size", np.array([1, features], I32))], [x_i])
-        half = _binary(sg, "MUL", v[2], sg.const("half", np.float32(0.5)), (1, features), name="half_h")
-        pre = _binary(sg, "ADD", half, x_i, (1, features), name="pre")
-        h = _unary(sg, pre, "TANH", (1, features), name="h_next")
-        written = sg.tensor("written", (steps, features))
-        sg.op("DYNAMIC_UPDATE_SLICE", [v[4], h, begin], [written])
-        return [_counter(sg, v[0]), v[1], h, v[3], written]
-    _subgraph(b, "body", carried, body)
-    return b.finish()
-
-
 @given(steps=st.integers(1, 6), features=st.integers(1, 5), seed=S.seeds())
 def test_a_loop_writing_its_steps_matches_litert(steps, features, seed):
     rng = np.random.default_rng(seed)
     inputs = [rng.uniform(-1, 1, (steps, features)).astype(np.float32),
               rng.uniform(-1, 1, (1, features)).astype(np.float32)]
-    out = check_against_litert(sequence_writing_loop_model(steps, features), inputs)
+    out = check_against_litert(sequence_loop_model(steps, features, write_states=True), inputs)
     h, states = inputs[1], []
     for i in range(steps):
         h = np.tanh(0.5 * h + inputs[0][i:i + 1])

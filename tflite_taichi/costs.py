@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-# numpy (the reference path): us per op (an MLP's FULLY_CONNECTED/SOFTMAX: (58.0 - 13.4) / 3;
-# a chain of ADDs costs 1.4 per op: the heavier is kept, so that in doubt work stays on the GPU),
+# numpy (the reference path): us per op (an MLP's FULLY_CONNECTED/SOFTMAX: (58.0 - 13.4) / 3, the
+# heavier per-op figure, so that in doubt work stays on the GPU; the H200 run's "chain of ADDs",
+# 1.4 us per op, timed the MLP again: a bug in bench/cost_constants.py since fixed; on the 2-core
+# machine a real 32-ADD chain costs 2.8 us per op, below 15 either way),
 # ns per element touched (a 64K ADD), ns per multiply-add (the slower of a 3x3 conv of 16
 # channels and a GEMM-shaped FC: 0.16)
 NUMPY = {"op_us": 15.0, "ns_per_element": 0.21, "ns_per_mac": 0.16}

@@ -50,3 +50,23 @@ def build_demo_model(seed: int = 0) -> bytes:
     g.output(probs)
     b.signature("serving_default", 0, {"image": x}, {"probabilities": probs})
     return b.finish()
+
+
+def build_tiny_mlp(seed: int = 0) -> bytes:
+    """A tiny MLP classifier, FC 32 -> 64 (RELU) -> 10, softmax: the model backend='auto' should
+    keep on the CPU (costs.py; measured by bench/cost_constants.py, tested by tests/test_costs.py)."""
+    rng = np.random.default_rng(seed)
+    b = ModelBuilder(description="tflite_taichi tiny MLP")
+    g = b.subgraph()
+    x = g.input("x", (1, 32))
+    h = g.tensor("h", (1, 64))
+    g.op("FULLY_CONNECTED", [x, g.const("w1", rng.uniform(-1, 1, (64, 32)).astype(np.float32)),
+                             g.const("b1", np.zeros(64, np.float32))], [h], fused_activation_function="RELU")
+    z = g.tensor("z", (1, 10))
+    g.op("FULLY_CONNECTED", [h, g.const("w2", rng.uniform(-1, 1, (10, 64)).astype(np.float32)),
+                             g.const("b2", np.zeros(10, np.float32))], [z])
+    y = g.tensor("y", (1, 10))
+    g.op("SOFTMAX", [z], [y], beta=1.0)
+    g.output(y)
+    return b.finish()
+

@@ -37,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from tflite_taichi import capi
+from tflite_taichi import capi, vulkan_host
 from tflite_taichi.errors import BackendUnavailable
 
 TAICHI_LOCK = threading.RLock()
@@ -122,7 +122,7 @@ class CapiDevice:
             raise capi.CapiError(f"Taichi's C API cannot start a {backend} runtime here: "
                                  f"{capi.ERRORS.get(code, code)} {message}".strip(), code)
         self._cuda = _CudaDriver() if self.arch == "cuda" else None
-        self.vulkan_device = None
+        self.vulkan_device, self._boost, self._boost_off = None, None, None
         self._fence, self._fence_waits = self._vulkan_host(), 0
         # loaded modules by cache key, kept for the process: Taichi's gfx runtime never
         # unregisters a module's kernels (destroying one frees nothing: measured 3.8 MB per
@@ -267,10 +267,8 @@ class CapiDevice:
         """Vulkan: the fence the host polls instead of ti_wait and the NVIDIA clock boost
         (vulkan_host.py says why); the fence unless TFLITE_TAICHI_VULKAN_WAIT=taichi. None where
         the runtime cannot give them (warned: waits go through Taichi, slower on some drivers)."""
-        self.boost_state = None
         if self.arch != "vulkan":
             return None
-        from tflite_taichi import vulkan_host
         try:
             with TAICHI_LOCK:
                 host = vulkan_host.VulkanHost(self.lib, self.runtime)
@@ -279,7 +277,7 @@ class CapiDevice:
                           stacklevel=2)
             return None
         self.vulkan_device = host.info
-        self._boost, self.boost_state = vulkan_host.boost_for(host.info)
+        self._boost, self._boost_off = vulkan_host.boost_for(host.info)
         if os.environ.get("TFLITE_TAICHI_VULKAN_WAIT", "fence") == "taichi":
             return None
         return host
@@ -291,8 +289,7 @@ class CapiDevice:
     @property
     def perf_boost(self) -> Optional[str]:
         """Where the NVIDIA clock boost stands (vulkan), else None."""
-        boost = getattr(self, "_boost", None)
-        return boost.state if boost is not None else self.boost_state
+        return self._boost.state if self._boost is not None else self._boost_off
 
     def wait(self) -> None:
         """Return when every enqueued launch and copy has finished. Vulkan polls its fence and
@@ -304,7 +301,7 @@ class CapiDevice:
                 capi.check(self.lib, f"flush on {self.backend}")
                 self._fence.wait()
                 self._fence_waits += 1
-                if self._fence_waits < self._fence.full_wait_every:
+                if self._fence_waits < vulkan_host.FULL_WAIT_EVERY:
                     return
             self.drain()
 

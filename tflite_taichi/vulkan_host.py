@@ -105,7 +105,6 @@ class VulkanHost:
         _ok(self.vk["vkCreateFence"](self.device, C.byref(create), None, C.byref(self.fence)),
             "vkCreateFence")
         self.spin_s = 0.0 if self.info.is_cpu else SPIN_S
-        self.full_wait_every = FULL_WAIT_EVERY
 
     def wait(self) -> None:
         """Return once everything submitted to the queue so far has finished."""
