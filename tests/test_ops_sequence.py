@@ -427,7 +427,9 @@ def test_activation_none_is_the_identity(case, seed):
     B = case["n_batch"]
     h0, c0 = np.zeros((B, case["n_output"])), np.zeros((B, case["n_cell"]))
     actual = run_ours(lstm_model(case, "zero"), [x])[0]
-    assert_float_close(actual, numpy_lstm(case, x.astype(np.float64), h0, c0))
+    # the module's comparison (a new draw, seed 533027892, had two layer-normed cells nearly
+    # equal: 2.5e-6 off an output of 0.083, the 1/std amplification MIN_LAYER_NORM_STD describes)
+    assert_lstm_close(actual, numpy_lstm(case, x.astype(np.float64), h0, c0), case, x, h0, c0)
 
 
 def test_litert_activation_none_multiplies_by_the_cell_gate():
