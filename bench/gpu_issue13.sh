@@ -13,6 +13,9 @@
 #                                                   # (ti_wait) then fence (vulkan_host.py): cost_constants'
 #                                                   # empty invoke and task slope, and bench.py
 #   bash bench/gpu_issue13.sh chains [N]            # conv_shapes.py --chain N (default 10), cuda + vulkan
+#   bash bench/gpu_issue13.sh codes MODELS...       # int8 IO as codes (TensorRef.codes): bench.py side by
+#                                                   # side (LiteRT CPU 16 threads + GPU, ours), then ours
+#                                                   # with TFLITE_TAICHI_IO_CODES=0 (numpy (de)quantizes)
 set -u
 source bench/gpu_setup.sh
 export TFLITE_TAICHI_CACHE_DIR=/tmp/issue13-cache
@@ -58,6 +61,11 @@ case "$what" in
   chains)
     (cd bench && python3 conv_shapes.py --backends cuda vulkan --runs 100 --chain "${1:-10}" \
       --json "$OUT/conv_chains.json") ;;
+  codes)
+    python3 bench/bench.py "$@" --backends litert litert_gpu cuda vulkan --threads 16 --runs 100 \
+      --warmup 10 --out "$OUT/codes" --title "H200: LiteRT CPU and GPU, ours with int8 IO on the device" 2>&1 | grep -v "step/s"
+    TFLITE_TAICHI_IO_CODES=0 python3 bench/bench.py "$@" --backends cuda vulkan --runs 100 --warmup 10 \
+      --out "$OUT/codes_off" --title "H200: ours, TFLITE_TAICHI_IO_CODES=0 (numpy (de)quantizes the IO)" 2>&1 | grep -v "step/s" ;;
   profile)
     python3 bench/profile_invoke.py "$1" --backend cuda --runs 50 --kernel-profiler --tasks 25 2>&1 | grep -v -E "SyntaxWarning|Save a field" ;;
 esac

@@ -31,10 +31,17 @@ ARENA, WEIGHTS, IO_IN, IO_OUT, SCRATCH = 0, 1, 2, 3, 4
 @ti.data_oriented
 class TensorRef:
     """A tensor's place: which buffer, its offset, its shape and row-major strides, and for an
-    op output whose tensor is quantized in the model, the grid to snap values to."""
+    op output whose tensor is quantized in the model, the grid to snap values to.
+
+    `codes`: the buffer holds the tensor's integer codes q (as float32, exact for 8/16 bits)
+    rather than its real values (q - zp) * scale: for the model's quantized inputs and outputs
+    in io, so that the host only casts them (numpy's quantize of a 257x257x21 output costs 3 ms
+    on the host, the cast 0.2: the device does the arithmetic). Loads and stores convert, so an
+    op reads and writes real values either way, bit for bit the same (the store's snap computes
+    the same q, the load the same product)."""
 
     def __init__(self, buffer: int, offset: int, shape: tuple, quant: Optional[tuple] = None,
-                 storage: str = "f32"):
+                 storage: str = "f32", codes: bool = False):
         self.buffer = buffer
         self.storage = storage          # the buffers' element type: "f32", or "f16" for fp16 precision
         self.offset = int(offset)
@@ -49,6 +56,9 @@ class TensorRef:
         # (scale, zero_point, qmin, qmax) of a per-tensor quantized output
         self.quant = quant
         self.quantized = quant is not None
+        if codes and (quant is None or buffer not in (IO_IN, IO_OUT)):
+            raise ValueError("integer codes are for quantized tensors in io")
+        self.codes = bool(codes)
         if quant is not None:
             self.q_scale, self.q_zero, self.q_min, self.q_max = (float(v) for v in quant)
 
@@ -69,27 +79,38 @@ class TensorRef:
             v = io[1][self.offset + flat]
         else:
             v = io[2][self.offset + flat]
+        if ti.static(self.codes):
+            v = (v - self.q_zero) * self.q_scale
         return v
+
+    @ti.func
+    def code(self, value):
+        """The integer code storing `value` gives a quantized tensor, as a float32:
+        q = clamp(round_half_away(x / scale) + zp, qmin, qmax)."""
+        q = ti.cast(value, ti.f32) / self.q_scale   # divide, as quant.fake_quant: bit-identical
+        q = ti.math.sign(q) * ti.floor(ti.abs(q) + 0.5) + self.q_zero
+        # NaN has no grid point: the zero point (real 0), as quant.quantize
+        return ti.select(ti.math.isnan(q), ti.cast(self.q_zero, ti.f32),
+                         ti.min(ti.max(q, self.q_min), self.q_max))
 
     @ti.func
     def snap(self, value):
         """`value` as storing it here makes it: through the quantization simulation when the
-        tensor is quantized, q = clamp(round_half_away(x / scale) + zp, qmin, qmax);
-        x = (q - zp) * scale (float32 either way)."""
+        tensor is quantized, x = (code(x) - zp) * scale (float32 either way)."""
         v = ti.cast(value, ti.f32)
         if ti.static(self.quantized):
-            q = v / self.q_scale        # divide, as quant.fake_quant does: bit-identical rounding
-            q = ti.math.sign(q) * ti.floor(ti.abs(q) + 0.5) + self.q_zero
-            # NaN has no grid point: the zero point (real 0), as quant.quantize
-            q = ti.select(ti.math.isnan(q), ti.cast(self.q_zero, ti.f32),
-                          ti.min(ti.max(q, self.q_min), self.q_max))
-            v = (q - self.q_zero) * self.q_scale
+            v = (self.code(v) - self.q_zero) * self.q_scale
         return v
 
     @ti.func
     def store(self, arena: ti.template(), io: ti.template(), flat, value):
-        """Write element `flat`, snapped to the tensor's grid where it is quantized (snap)."""
-        v = self.snap(value)
+        """Write element `flat`, snapped to the tensor's grid where it is quantized (snap), or
+        as its code (`codes`)."""
+        v = ti.cast(value, ti.f32)
+        if ti.static(self.codes):
+            v = self.code(v)
+        else:
+            v = self.snap(v)
         if ti.static(self.buffer == ARENA and self.storage == "f16"):
             arena[self.offset + flat] = ti.cast(v, ti.f16)
         elif ti.static(self.buffer == ARENA):
@@ -191,7 +212,7 @@ def _take_place(ref_like, ref):
     """Give a ref that stands in for `ref` (LoadRef, EpilogueRef) its place, shape and grid,
     so that ops read them as they would the TensorRef."""
     for name in ("buffer", "storage", "offset", "shape", "strides", "size", "rank", "quant",
-                 "quantized", "q_scale", "q_zero", "q_min", "q_max"):
+                 "quantized", "codes", "q_scale", "q_zero", "q_min", "q_max"):
         if hasattr(ref, name):
             setattr(ref_like, name, getattr(ref, name))
 

@@ -90,6 +90,47 @@ def test_max_delegated_partitions_keeps_the_largest(taichi_workers):
         assert "max_delegated_partitions" in s["fallback"][1]["reason"]
 
 
+def _int8_io_model():
+    """int8: y = x + c and s = x - c on the device; a = |s| on the CPU; z = y * a on the device
+    again (reading y from io, where the first partition left it); v = |z| and b = |u| on the
+    CPU. Outputs y, z, v, b."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    shape = (1, 6, 6, 3)
+    x = g.input("x", shape, np.int8, quantization=(0.05, 3))
+    u = g.input("u", shape, np.int8, quantization=(0.05, -7))
+    c = g.const("c", np.array([-100, 17, 90], np.int8), quantization=(0.01, -1))
+    y = g.tensor("y", shape, np.int8, quantization=(0.06, -5))
+    s = g.tensor("s", shape, np.int8, quantization=(0.06, 2))
+    a = g.tensor("a", shape, np.int8, quantization=(0.03, -128))
+    z = g.tensor("z", shape, np.int8, quantization=(0.2, 4))
+    v = g.tensor("v", shape, np.int8, quantization=(0.2, -128))
+    au = g.tensor("b", shape, np.int8, quantization=(0.03, -128))
+    g.op("ADD", [x, c], [y])
+    g.op("SUB", [x, c], [s])
+    g.op("CUSTOM:CpuOnlyAbs", [s], [a])
+    g.op("MUL", [y, a], [z])
+    g.op("CUSTOM:CpuOnlyAbs", [z], [v])
+    g.op("CUSTOM:CpuOnlyAbs", [u], [au])
+    g.output(y, z, v, au)
+    return b.finish()
+
+
+def test_int8_inputs_and_outputs_travel_as_codes_where_no_cpu_op_reads_them(taichi_workers):
+    """The device quantizes the model's int8 output y and dequantizes its input x (the host
+    casts: TensorRef.codes), also where the second partition reads y from io; u and z, which
+    CPU ops read, and v and b, which CPU ops write, stay real values on the host. Held to the
+    reference to one unit (check_delegate): a code read as a real value, or a real value stored
+    as a code, is off by tens of units."""
+    model = _int8_io_model()
+    rng = np.random.default_rng(3)
+    inputs = [rng.integers(-128, 128, (1, 6, 6, 3)).astype(np.int8) for _ in range(2)]
+    for backend, s in check_delegate(model, taichi_workers, inputs, expect_all_delegated=False,
+                                     max_delegated_partitions=2, **PLUGINS).items():
+        assert [p["ops"] for p in s["partitions"]] == [[0, 1], [3]], backend
+        assert s["runtime"]["tensors_as_codes"] == ["x", "y"], backend
+
+
 def _script_result(path, source: str):
     """Write `source` to `path`, run it in a fresh process in its folder, and return its
     `RESULT <json>` line (its output on failure)."""

@@ -275,8 +275,9 @@ class PartitionCode:
 
 
 def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
-         io_offsets: dict) -> PartitionCode:
-    """The partition's fusions, chunks and memory plan (no Taichi compile)."""
+         io_offsets: dict, io_codes=()) -> PartitionCode:
+    """The partition's fusions, chunks and memory plan (no Taichi compile); `io_codes`: the io
+    tensors held as integer codes (planner.plan_partition)."""
     # bench/'s A/B switch (a kernel switch: cache.KERNEL_SWITCHES): "store" fuses into stores
     # only, "none" runs every op as a step of its own
     mode = os.environ.get("TFLITE_TAICHI_FUSION", "all")
@@ -302,7 +303,7 @@ def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
     late_reads = [(u, late[j]) for j in at_load for u in steps[j].op.inputs if u != -1]
     p = plan_partition(partition, graph, fp16, io_offsets, early_writes=early, virtual=virtual,
                        aliases={steps[j].op.outputs[0]: src for j, src in aliased.items()},
-                       late_reads=late_reads)
+                       late_reads=late_reads, io_codes=io_codes)
     sizes = {"arena": p.arena_size, "weights": p.weights.size, "scratch": p.scratch_size}
     big = {k: int(v) for k, v in sizes.items() if int(v) > MAX_BUFFER_ELEMENTS}
     if big:

@@ -38,6 +38,7 @@ from tflite_taichi.device import TAICHI_LOCK
 from tflite_taichi.errors import ModelError, TfliteTaichiError
 from tflite_taichi.graph import PreparedGraph
 from tflite_taichi.partition import Partition, Schedule
+from tflite_taichi.quant import is_float_view
 
 
 @dataclass
@@ -47,6 +48,9 @@ class IoLayout:
     counts: dict = field(default_factory=dict)       # tensor -> elements
     host_written: list = field(default_factory=list)  # tensors the host puts (model inputs, CPU results)
     host_read: list = field(default_factory=list)     # partition outputs the host takes back
+    # the model's quantized inputs and outputs held as integer codes (TensorRef.codes): the host
+    # puts and takes them in the model's dtype, with a cast instead of numpy's (de)quantize
+    codes: set = field(default_factory=set)
     size: int = 1
 
     def range(self, t) -> tuple:
@@ -58,10 +62,9 @@ def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = Fal
     partitions read, each at its own offset (a tensor is written once per invoke)."""
     partitions = schedule.partitions
     on_device = {t for p in partitions for t in p.outputs}
-    read_by_host = set(graph.subgraph.outputs)
-    for item in schedule.items:
-        if not isinstance(item, Partition):
-            read_by_host.update(t for t in item.op.inputs if t != -1)
+    read_by_cpu = {t for item in schedule.items if not isinstance(item, Partition)
+                   for t in item.op.inputs if t != -1}
+    read_by_host = set(graph.subgraph.outputs) | read_by_cpu
     written, read, device_only = [], [], []
     for p in partitions:
         for t in p.inputs:
@@ -70,12 +73,38 @@ def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = Fal
         for t in p.outputs:
             (read if (t in read_by_host or preserve_all) else device_only).append(t)
     layout, at = IoLayout(host_written=written, host_read=read), 0
+    sg = graph.subgraph
+    layout.codes = _io_codes(graph, cpu_read=read_by_cpu,
+                             candidates=(set(sg.inputs) & set(written)) | (set(sg.outputs) & on_device))
     for t in written + read + device_only:
         n = int(np.prod(graph.specs[t].shape, dtype=np.int64))
         layout.offsets[t], layout.counts[t] = at, n
         at += max(n, 1)
     layout.size = max(at, 1)
     return layout
+
+
+def io_codes_enabled() -> bool:
+    """TFLITE_TAICHI_IO_CODES=0: the model's quantized IO as real values, (de)quantized by numpy
+    on the host (bench/'s A/B switch; the plan's digest tells the two apart)."""
+    return os.environ.get("TFLITE_TAICHI_IO_CODES", "1").strip() != "0"
+
+
+def _io_codes(graph: PreparedGraph, cpu_read: set, candidates: set) -> set:
+    """Of `candidates` (the subgraph's inputs that partitions read, its outputs that partitions
+    write), those that can travel as integer codes: quantized per tensor with 8 or 16 bits
+    (codes exact in float32) and read by no CPU step (CPU steps read real values from the
+    host's dict)."""
+    if not io_codes_enabled():
+        return set()
+    found = set()
+    for t in candidates:
+        spec = graph.specs[t]
+        q = spec.quantization
+        if (t not in cpu_read and spec.value is None and is_float_view(spec.dtype, q)
+                and q.scale.size == 1 and np.dtype(spec.dtype).itemsize <= 2):
+            found.add(t)
+    return found
 
 
 # -- compile progress ---------------------------------------------------------------------------
@@ -133,7 +162,7 @@ class Program:
                              f"indexes buffers with 32-bit integers (at most "
                              f"{codegen.MAX_BUFFER_ELEMENTS:,}): use backend='reference' or "
                              "smaller shapes")
-        self.codes = [codegen.plan(p, graph, backend, fp16, self.layout.offsets)
+        self.codes = [codegen.plan(p, graph, backend, fp16, self.layout.offsets, self.layout.codes)
                       for p in schedule.partitions]
         self._code_of = {id(c.partition): c for c in self.codes}
         self.cache_state = None                 # ('warm' | 'cold', reason) of the module
@@ -348,9 +377,14 @@ class Program:
                 waits, pending, launched = waits + 1, set(), False
         return waits + (1 if pending or launched else 0)
 
-    def run(self, values: dict, run_cpu_step, timings: Optional[dict] = None) -> dict:
+    def run(self, values: dict, run_cpu_step, timings: Optional[dict] = None,
+            into: Optional[dict] = None) -> dict:
         """Run the schedule: partitions on the device, CPU steps through `run_cpu_step(step,
-        values)` (which stores its outputs in values). `values` holds the constants and feeds."""
+        values)` (which stores its outputs in values). `values` holds the constants and feeds:
+        real values (float views), except the tensors in `layout.codes`, which come and go as
+        integer codes in the model's dtype. `into`: tensor -> a host array to take it into when
+        it has the tensor's shape and host dtype (the interpreter's output arrays): values[t]
+        is then that array."""
         layout, link, d = self.layout, self._link, self.device
         d.affinity.check_thread("invoke()")
         specs = self.graph.specs
@@ -363,6 +397,16 @@ class Program:
                      for t in tensors]
             link.put(items)
 
+        def host_form(t):
+            return np.dtype(specs[t].dtype if t in layout.codes else _host_dtype(specs[t]))
+
+        def destination(t):
+            dest = (into or {}).get(t)
+            if (dest is None or dest.dtype != host_form(t) or dest.dtype == np.bool_
+                    or tuple(dest.shape) != tuple(specs[t].shape)):
+                return None
+            return dest
+
         def take_pending():
             nonlocal launched
             ranges = [layout.range(t) for t in pending]
@@ -371,10 +415,9 @@ class Program:
                 d.wait()
             self.waits += 1
             launched = False
-            for t, flat in zip(pending, link.take(ranges)):
-                spec = specs[t]
-                dtype = _host_dtype(spec)
-                value = flat.reshape(spec.shape)
+            for t, flat in zip(pending, link.take(ranges, [destination(t) for t in pending])):
+                dtype = host_form(t)
+                value = flat.reshape(specs[t].shape)
                 values[t] = value > 0.5 if dtype == np.bool_ else value.astype(dtype, copy=False)
             pending.clear()
 

@@ -344,7 +344,10 @@ class CapiLaunch:
 class HostLink:
     """Moves float32 ranges of a program's io buffer between host and device:
     `put([(offset, array)])` enqueues host -> device; `request(ranges)` enqueues device -> host
-    for ranges the host will read after the next wait, `take(ranges)` returns them then."""
+    for ranges the host will read after the next wait, `take(ranges, into)` returns them then:
+    each a new float32 array, or, where `into` gives a contiguous array of the range's size,
+    that array, filled (cast to its dtype) straight from the link's memory: one pass instead of
+    a copy and then a cast or a second copy (a 257x257x21 output: 5.5 MB)."""
 
     def put(self, items) -> None:
         raise NotImplementedError
@@ -352,11 +355,27 @@ class HostLink:
     def request(self, ranges) -> None:
         pass
 
-    def take(self, ranges) -> list:
+    def take(self, ranges, into=None) -> list:
         raise NotImplementedError
 
     def close(self) -> None:
         pass
+
+
+def _deliver(source: np.ndarray, dest) -> np.ndarray:
+    """`source` (float32, the link's memory) as a fresh array, or cast into `dest`."""
+    if dest is None:
+        return source.copy()
+    np.copyto(dest.reshape(-1), source, casting="unsafe")
+    return dest
+
+
+def _destinations(ranges, into) -> list:
+    """`into` checked against `ranges`: an array where it fits the range contiguously, else None."""
+    into = list(into) if into is not None else []
+    into += [None] * (len(ranges) - len(into))
+    return [d if d is not None and d.flags.c_contiguous and d.size == count else None
+            for (_, count), d in zip(ranges, into)]
 
 
 def _merged(ranges) -> list:
@@ -398,15 +417,15 @@ class StagingLink(HostLink):
             for offset, count in _merged(ranges):
                 self.device.copy(self.download, offset, self.io, offset, count)
 
-    def take(self, ranges) -> list:
+    def take(self, ranges, into=None) -> list:
         d, out = self.device, []
         with TAICHI_LOCK:
             ptr = d.map(self.download)
             try:
-                for offset, count in ranges:
-                    a = np.empty(count, np.float32)
-                    C.memmove(a.ctypes.data, ptr + 4 * offset, 4 * count)
-                    out.append(a)
+                for (offset, count), dest in zip(ranges, _destinations(ranges, into)):
+                    mapped = np.ctypeslib.as_array(
+                        (C.c_float * max(count, 1)).from_address(ptr + 4 * offset))[:count]
+                    out.append(_deliver(mapped, dest))
             finally:
                 d.unmap(self.download)
         return out
@@ -431,12 +450,12 @@ class CudaLink(HostLink):
             view[...] = array
             self.cuda.copy_in(self.ptr + 4 * offset, view)
 
-    def take(self, ranges) -> list:
+    def take(self, ranges, into=None) -> list:
         out = []
-        for offset, count in ranges:
+        for (offset, count), dest in zip(ranges, _destinations(ranges, into)):
             view = self.pinned[offset:offset + count]
             self.cuda.copy_out(view, self.ptr + 4 * offset)
-            out.append(view.copy())
+            out.append(_deliver(view, dest))
         return out
 
     def close(self) -> None:
@@ -454,8 +473,9 @@ class HostMemoryLink(HostLink):
         for offset, array in items:
             self.view[offset:offset + array.size] = array
 
-    def take(self, ranges) -> list:
-        return [self.view[offset:offset + count].copy() for offset, count in ranges]
+    def take(self, ranges, into=None) -> list:
+        return [_deliver(self.view[offset:offset + count], dest)
+                for (offset, count), dest in zip(ranges, _destinations(ranges, into))]
 
 
 class _CudaDriver:
@@ -601,14 +621,14 @@ class PythonLink(HostLink):
             for offset, array in items:
                 put(self.io.handle, np.ascontiguousarray(array, np.float32), offset)
 
-    def take(self, ranges) -> list:
+    def take(self, ranges, into=None) -> list:
         _, take = self.device.copy_kernels()
         out = []
         with TAICHI_LOCK:
-            for offset, count in ranges:
+            for (offset, count), dest in zip(ranges, _destinations(ranges, into)):
                 a = np.empty(count, np.float32)
                 take(self.io.handle, a, offset)
-                out.append(a)
+                out.append(a if dest is None else _deliver(a, dest))
         return out
 
 

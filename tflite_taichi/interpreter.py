@@ -224,8 +224,9 @@ class _SubgraphState:
     def _run_schedule(self, feeds: dict) -> dict:
         values = {**self.prepared.constants, **feeds}
         timings = self.timings if self.options["profile"] else None
-        if self.program is not None:
-            return self.program.run(values, self._run_cpu_step, timings)
+        if self.program is not None:        # outputs straight into the io arrays, where they fit
+            into = {t: self.io[t] for t in self.subgraph.outputs}
+            return self.program.run(values, self._run_cpu_step, timings, into)
         for position, item in enumerate(self.schedule.items):
             start = time.perf_counter() if timings is not None else 0.0
             self._run_cpu_step(item, values)
@@ -274,11 +275,14 @@ class _SubgraphState:
 
     def _invoke(self):
         feeds = {}
+        # inputs the delegate takes as integer codes go as they are (its kernels dequantize them)
+        codes = self.program.layout.codes if self.program is not None else ()
         for t in self.subgraph.inputs:
             tensor = self.subgraph.tensors[t]
             data = self.io[t]
             feeds[t] = (dequantize(data, tensor.quantization)
-                        if is_float_view(tensor.dtype, tensor.quantization) else data)
+                        if is_float_view(tensor.dtype, tensor.quantization) and t not in codes
+                        else data)
         feeds.update(self.variables)    # the state the last invoke left (steps overwrite it)
         self.values = {}
         self.invoked = False
@@ -288,6 +292,8 @@ class _SubgraphState:
             values = self._run_schedule(feeds)
         for t in self.subgraph.outputs:
             value = self._to_model_dtype(t, values[t])
+            if value is self.io[t]:     # the delegate took it there (Program.run's `into`)
+                continue
             if value.shape == self.io[t].shape:
                 np.copyto(self.io[t], value)
             else:               # a data-dependent shape (graph.run_step): this invoke's
@@ -297,6 +303,8 @@ class _SubgraphState:
 
     def _to_model_dtype(self, t, value):
         tensor = self.subgraph.tensors[t]
+        if self.program is not None and t in self.program.layout.codes:
+            return value                # the device quantized it (delegate.IoLayout.codes)
         if is_float_view(tensor.dtype, tensor.quantization):
             return quantize(value, tensor.quantization, tensor.dtype)
         return value.astype(tensor.dtype, copy=False)
@@ -765,6 +773,8 @@ class Interpreter:
                 "waits_last_invoke": program.waits if state.invoked else None,
                 "tensors_in": len(layout.host_written), "tensors_out": len(layout.host_read),
                 "tensors_on_device": len(layout.offsets) - len(layout.host_written) - len(layout.host_read),
+                # quantized inputs/outputs the device (de)quantizes: the host only casts them
+                "tensors_as_codes": sorted(state.subgraph.tensors[t].name for t in layout.codes),
                 "build_s": round(program.build_s, 3),
                 **_vulkan_info(program.device)}
 

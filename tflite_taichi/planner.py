@@ -40,7 +40,8 @@ class Plan:
         """What the generated kernels bake in as constants: sizes and every tensor's place."""
         def place(ref):
             return (getattr(ref, "buffer", None), getattr(ref, "offset", None),
-                    getattr(ref, "shape", None), getattr(ref, "quant", None))
+                    getattr(ref, "shape", None), getattr(ref, "quant", None),
+                    getattr(ref, "codes", False))
         return (self.arena_size, self.io_size, int(self.weights.size), self.scratch_size,
                 sorted((t, place(r)) for t, r in self.refs.items()),
                 sorted((k, place(r)) for k, r in self.packed.items()),
@@ -119,7 +120,7 @@ def local_io_layout(p: Partition, graph: PreparedGraph) -> dict:
 
 
 def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_offsets=None,
-                   early_writes=None, virtual=(), aliases=None, late_reads=()) -> Plan:
+                   early_writes=None, virtual=(), aliases=None, late_reads=(), io_codes=()) -> Plan:
     """`io_offsets`: tensor -> its offset in the program's io buffer, for every input and
     output of the partition (default: a layout of this partition alone).
     `early_writes`: tensor -> the step that really writes it when earlier than its op (an op
@@ -128,7 +129,9 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_of
     `aliases`: tensor -> the tensor whose memory it addresses (a reshape: codegen.aliases);
     the source then lives until the alias's last reader.
     `late_reads`: (tensor, step) pairs of reads at a later step than the reading op's own (an
-    op computed at its reader's loads: codegen.load_fusions)."""
+    op computed at its reader's loads: codegen.load_fusions).
+    `io_codes`: io tensors held as their integer codes (delegate.io_layout: the model's quantized
+    inputs and outputs that only the device and the host's casts see; TensorRef.codes)."""
     specs = graph.specs
     storage = "f16" if fp16 else "f32"
     io_offsets = io_offsets if io_offsets is not None else local_io_layout(p, graph)
@@ -155,13 +158,15 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_of
     arena, io_end, used = _Arena(), 0, {}
     for t in p.inputs:
         shape = specs[t].shape
-        refs[t] = TensorRef(IO_IN, io_offsets[t], shape)
+        refs[t] = (TensorRef(IO_IN, io_offsets[t], shape, _quant_of(specs[t]), codes=True)
+                   if t in io_codes else TensorRef(IO_IN, io_offsets[t], shape))
         used[t] = io_offsets[t]
         io_end = max(io_end, io_offsets[t] + _numel(shape))
     outputs = set(p.outputs)
     for t in p.outputs:
         shape = specs[t].shape
-        refs[t] = TensorRef(IO_OUT, io_offsets[t], shape, _quant_of(specs[t]))
+        refs[t] = TensorRef(IO_OUT, io_offsets[t], shape, _quant_of(specs[t]),
+                            codes=t in io_codes)
         used[t] = io_offsets[t]
         io_end = max(io_end, io_offsets[t] + _numel(shape))
 
@@ -176,7 +181,8 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_of
         refs[t] = TensorRef(ARENA, at, specs[t].shape, _quant_of(specs[t]), storage)
     for t in aliases:                               # the source's place, the alias's shape
         src = refs[root(t)]
-        refs[t] = TensorRef(src.buffer, src.offset, specs[t].shape, src.quant, src.storage)
+        refs[t] = TensorRef(src.buffer, src.offset, specs[t].shape, src.quant, src.storage,
+                            src.codes)
     scratch, scratch_size = {}, 1
     for step in p.steps:             # scratch lives while its op runs: every op's starts at 0
         size = step.opdef.scratch(step.node) if step.opdef.scratch is not None else 0
