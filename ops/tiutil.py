@@ -61,6 +61,7 @@ class TensorRef:
         self.codes = bool(codes)
         if quant is not None:
             self.q_scale, self.q_zero, self.q_min, self.q_max = (float(v) for v in quant)
+            self.q_zero_int = int(round(self.q_zero))
 
     def __repr__(self):
         return f"TensorRef(buf={self.buffer}, off={self.offset}, shape={self.shape})"
@@ -80,7 +81,11 @@ class TensorRef:
         else:
             v = io[2][self.offset + flat]
         if ti.static(self.codes):
-            v = (v - self.q_zero) * self.q_scale
+            # q - zp in integers, then one rounding: the product of two exact float32 values,
+            # as numpy's dequantize computes it. Written in floats, (v - zp) * scale may be
+            # reassociated under fast math (v * scale - zp * scale), and one ulp decides FLOOR,
+            # CEIL, FLOOR_DIV and POW's sign rule at integer points (14 units seen on int8 CEIL)
+            v = ti.cast(ti.cast(v, ti.i32) - self.q_zero_int, ti.f32) * self.q_scale
         return v
 
     @ti.func
@@ -212,7 +217,7 @@ def _take_place(ref_like, ref):
     """Give a ref that stands in for `ref` (LoadRef, EpilogueRef) its place, shape and grid,
     so that ops read them as they would the TensorRef."""
     for name in ("buffer", "storage", "offset", "shape", "strides", "size", "rank", "quant",
-                 "quantized", "codes", "q_scale", "q_zero", "q_min", "q_max"):
+                 "quantized", "codes", "q_scale", "q_zero", "q_zero_int", "q_min", "q_max"):
         if hasattr(ref, name):
             setattr(ref_like, name, getattr(ref, name))
 
