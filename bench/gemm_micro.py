@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-SHAPES = [(112, 64), (56, 128), (28, 256), (14, 512)]      # (side, channels) of MobileNet's pointwise convs
+SHAPES = [(112, 64), (56, 128), (28, 256), (14, 512), (7, 1024)]   # (side, channels): MobileNet's pointwise convs
 CONFIGS = ["off", "64,64,4,4", "32,64,2,4", "32,32,2,2", "64,32,4,2", "16,64,1,4"]
 
 
@@ -52,10 +52,15 @@ def main():
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--runs", type=int, default=100)
     p.add_argument("--configs", nargs="*", default=CONFIGS)
+    p.add_argument("--shapes", nargs="*", default=[f"{s}x{c}" for s, c in SHAPES],
+                   help="SIDExCHANNELS, e.g. 14x512")
     a = p.parse_args()
+    # a tile config runs tiled whatever its block count (ops/conv.py's GEMM_MIN_BLOCKS would send
+    # small shapes back to the gather, and the A/B would compare a kernel with itself)
+    os.environ["TFLITE_TAICHI_GEMM_MIN_BLOCKS"] = "1"
     from tflite_taichi import Interpreter
     print(f"backend {a.backend}, {a.layers} chained 1x1 CONV_2D (RELU6) per shape, {a.runs} invokes")
-    for side, ch in SHAPES:
+    for side, ch in (tuple(int(v) for v in spec.split("x")) for spec in a.shapes):
         model = chain_model(side, ch, a.layers)
         x = np.random.default_rng(1).uniform(0, 1, (1, side, side, ch)).astype(np.float32)
         reference = None

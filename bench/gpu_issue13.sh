@@ -13,6 +13,8 @@
 #                                                   # (ti_wait) then fence (vulkan_host.py): cost_constants'
 #                                                   # empty invoke and task slope, and bench.py
 #   bash bench/gpu_issue13.sh chains [N]            # conv_shapes.py --chain N (default 10), cuda + vulkan
+#   bash bench/gpu_issue13.sh split MODELS...       # pointwise convs split by their thread count, then
+#                                                   # TFLITE_TAICHI_POINTWISE_SPLIT=0 (by outputs), ours only
 #   bash bench/gpu_issue13.sh codes MODELS...       # int8 IO as codes (TensorRef.codes): bench.py side by
 #                                                   # side (LiteRT CPU 16 threads + GPU, ours), then ours
 #                                                   # with TFLITE_TAICHI_IO_CODES=0 (numpy (de)quantizes)
@@ -61,6 +63,12 @@ case "$what" in
   chains)
     (cd bench && python3 conv_shapes.py --backends cuda vulkan --runs 100 --chain "${1:-10}" \
       --json "$OUT/conv_chains.json") ;;
+  split)
+    for v in 1 0; do
+      echo "=== TFLITE_TAICHI_POINTWISE_SPLIT=$v"
+      TFLITE_TAICHI_POINTWISE_SPLIT=$v python3 bench/bench.py "$@" --backends cuda vulkan opengl --runs 200 \
+        --warmup 20 --out "$OUT/split_$v" --title "H200: ours, TFLITE_TAICHI_POINTWISE_SPLIT=$v" 2>&1 | grep -v "step/s"
+    done ;;
   codes)
     python3 bench/bench.py "$@" --backends litert litert_gpu cuda vulkan --threads 16 --runs 100 \
       --warmup 10 --out "$OUT/codes" --title "H200: LiteRT CPU and GPU, ours with int8 IO on the device" 2>&1 | grep -v "step/s"

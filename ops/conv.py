@@ -209,14 +209,27 @@ class ConvStep:
 PIXEL_TILE = 4     # pixels per thread in a pointwise conv: each weight load feeds 4 FMAs
 
 
+def pointwise_splits(pixels: int, c_in: int, c_out: int) -> int:
+    """Partial sums per output of a PointwiseConvStep: its threads (a PIXEL_TILE of pixels by
+    one output channel each) counted, not its outputs, so a classifier tail's 14x14x512 conv
+    (25K threads of 512 terms) splits in 3 and its 7x7x1024 one in 5.
+    TFLITE_TAICHI_POINTWISE_SPLIT=0 (bench/'s A/B switch) counts outputs, as other convs do."""
+    if os.environ.get("TFLITE_TAICHI_POINTWISE_SPLIT", "1").strip() == "0":
+        return split_k(pixels * c_out, c_in)
+    return split_count(-(-pixels // PIXEL_TILE) * c_out, c_in, SPLIT_K_MIN_TERMS)
+
+
 @ti.data_oriented
 class PointwiseConvStep:
     """A 1x1, stride-1, ungrouped CONV_2D (most of a MobileNet's work) as a matrix product with
     register tiling: each thread computes PIXEL_TILE neighbouring pixels of one output channel,
     so every weight it loads (packed [I, O], coalesced across the warp) feeds PIXEL_TILE
-    multiply-adds, and the pixels' inputs are the same for the whole warp (broadcast)."""
+    multiply-adds, and the pixels' inputs are the same for the whole warp (broadcast).
+    With `splits` > 1 (pointwise_splits: too few threads to fill a GPU) each thread sums one
+    chunk of the input channels into scratch, and a second task adds the chunks, the bias and
+    the activation."""
 
-    def __init__(self, x, w, b, out, act):
+    def __init__(self, x, w, b, out, act, scratch=None, splits=1):
         self.x, self.w, self.out = x, w, out
         self.has_bias = b is not None
         self.b = b if b is not None else w
@@ -225,23 +238,57 @@ class PointwiseConvStep:
         self.pixels = out.size // self.c_out
         self.tiles = -(-self.pixels // PIXEL_TILE)
         self.act = act
+        self.splits = splits if scratch is not None else 1
+        self.scratch = scratch if scratch is not None else out
+        self.chunk = -(-self.c_in // self.splits)
+        self.n_out = out.size
+
+    @ti.func
+    def tile_sums(self, arena: ti.template(), weights: ti.template(), io: ti.template(),
+                  tile, co, c_lo, c_hi, start):
+        """Sums over input channels [c_lo, c_hi) for the tile's pixels, each from `start`."""
+        acc = ti.Vector([start] * PIXEL_TILE)
+        p0 = tile * PIXEL_TILE
+        for c in range(c_lo, c_hi):
+            wv = self.w.load(arena, weights, io, c * self.c_out + co)
+            for t in ti.static(range(PIXEL_TILE)):
+                p = ti.min(p0 + t, self.pixels - 1)     # a last, partial tile re-reads
+                acc[t] += self.x.load(arena, weights, io, p * self.c_in + c) * wv
+        return acc
+
+    @ti.func
+    def bias(self, arena: ti.template(), weights: ti.template(), io: ti.template(), co):
+        b = 0.0
+        if ti.static(self.has_bias):
+            b = self.b.load(arena, weights, io, co)
+        return b
 
     @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for tile, co in ti.ndrange(self.tiles, self.c_out):
-            b = 0.0
-            if ti.static(self.has_bias):
-                b = self.b.load(arena, weights, io, co)
-            acc = ti.Vector([b] * PIXEL_TILE)
-            p0 = tile * PIXEL_TILE
-            for c in range(self.c_in):
-                wv = self.w.load(arena, weights, io, c * self.c_out + co)
+        if ti.static(self.splits == 1):
+            for tile, co in ti.ndrange(self.tiles, self.c_out):
+                acc = self.tile_sums(arena, weights, io, tile, co, 0, self.c_in,
+                                     self.bias(arena, weights, io, co))
+                p0 = tile * PIXEL_TILE
                 for t in ti.static(range(PIXEL_TILE)):
-                    p = ti.min(p0 + t, self.pixels - 1)     # a last, partial tile re-reads
-                    acc[t] += self.x.load(arena, weights, io, p * self.c_in + c) * wv
-            for t in ti.static(range(PIXEL_TILE)):
-                if p0 + t < self.pixels:
-                    self.out.store(arena, io, (p0 + t) * self.c_out + co, activation(acc[t], self.act))
+                    if p0 + t < self.pixels:
+                        self.out.store(arena, io, (p0 + t) * self.c_out + co,
+                                       activation(acc[t], self.act))
+        else:
+            for s, tile, co in ti.ndrange(self.splits, self.tiles, self.c_out):
+                lo = s * self.chunk
+                acc = self.tile_sums(arena, weights, io, tile, co, lo,
+                                     ti.min(lo + self.chunk, self.c_in), 0.0)
+                p0 = tile * PIXEL_TILE
+                for t in ti.static(range(PIXEL_TILE)):
+                    if p0 + t < self.pixels:
+                        self.scratch.store(arena, io, s * self.n_out + (p0 + t) * self.c_out + co,
+                                           acc[t])
+            for flat in range(self.n_out):
+                acc = self.bias(arena, weights, io, flat % self.c_out)
+                for s in range(self.splits):
+                    acc += self.scratch.load(arena, weights, io, s * self.n_out + flat)
+                self.out.store(arena, io, flat, activation(acc, self.act))
 
 
 # Shared-memory GEMM tiles: out[M, N] = x[M, K] @ w[K, N] (+ bias, activation), for a pointwise
@@ -562,12 +609,24 @@ def _reference_conv(node, inputs):
     return [apply_activation(out, o.fused_activation_function)]
 
 
+def _runs_pointwise(node) -> bool:
+    """A 1x1, stride-1, ungrouped conv with a constant (packed) filter: PointwiseConvStep."""
+    o = node.options
+    c_out, k_h, k_w, c_f = node.inputs[1].shape
+    return (node.inputs[1].value is not None and node.inputs[0].shape[3] == c_f
+            and (k_h, k_w, o.stride_h, o.stride_w) == (1, 1, 1, 1))
+
+
 def _conv_splits(node) -> int:
-    return split_k(int(np.prod(node.outputs[0].shape)), node.inputs[1].shape[3])
+    c_out, _, _, c_f = node.inputs[1].shape
+    if _runs_pointwise(node):
+        return pointwise_splits(int(np.prod(node.outputs[0].shape[:3])), c_f, c_out)
+    return split_k(int(np.prod(node.outputs[0].shape)), c_f)
 
 
 def _conv_scratch(node) -> int:
-    return _split_k_scratch(node, node.inputs[1].shape[3])
+    splits = _conv_splits(node)
+    return splits * int(np.prod(node.outputs[0].shape)) if splits > 1 else 0
 
 
 def _pack_filter_out_channels_last(node, i, value):
@@ -587,9 +646,9 @@ def _conv_taichi(node, io):
     if packed and pointwise and _scratch_ref(io, splits) is None and use_gemm_tiles(pixels, c_out, c_f):
         return GemmTileStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
                             pixels, c_f, c_out, o.fused_activation_function)
-    if packed and pointwise and _scratch_ref(io, splits) is None:
+    if packed and pointwise:
         return PointwiseConvStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
-                                 o.fused_activation_function)
+                                 o.fused_activation_function, _scratch_ref(io, splits), splits)
     return ConvStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0], (k_h, k_w),
                     (o.stride_h, o.stride_w), (o.dilation_h, o.dilation_w), (pad_top, pad_left),
                     c_f=c_f, per_group=c_out // groups,

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tflite_taichi.ops.conv import (GEMM_CONFIG, GEMM_K, GEMM_MIN_BLOCKS, SPLIT_K_MIN_TERMS,
-                                    SPLIT_K_THREADS, gemm_blocks, split_k)
+                                    SPLIT_K_THREADS, gemm_blocks, pointwise_splits, split_k)
 from tflite_taichi import Interpreter
 from tflite_taichi.testing import (TAICHI_EXAMPLES, BackendWorker, Const, Input, Output, check_delegate,
                                    model_inputs, one_op_model, quantize_array, strategies)
@@ -37,11 +37,16 @@ def test_the_thresholds_split_what_the_fast_paths_are_for():
     assert split_k(7 * 7 * 1024, 1024) == 2
     assert split_k(SPLIT_K_THREADS, 4096) == 1  # enough threads already
     assert split_k(10, 2 * SPLIT_K_MIN_TERMS - 1) == 1
+    # a pointwise conv counts its threads (4 pixels x 1 channel each): MobileNet's tail splits
+    assert pointwise_splits(14 * 14, 512, 512) == 3
+    assert pointwise_splits(7 * 7, 1024, 1024) == 5
+    assert pointwise_splits(28 * 28, 256, 256) == 2
+    assert pointwise_splits(56 * 56, 128, 128) == 1
 
 
 @st.composite
 def long_reduction_conv(draw):
-    side = draw(st.integers(1, 3))
+    side = draw(st.integers(1, 7))      # 1x1 ones: PointwiseConvStep, up to 13 pixel tiles
     c_in = draw(st.sampled_from([128, 200, 256, 513]))
     c_out = draw(st.integers(1, 40))
     k = draw(st.sampled_from([1, 3]))

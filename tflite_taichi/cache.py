@@ -179,7 +179,7 @@ def taichi_version() -> str:
 KERNEL_SWITCHES = ("TFLITE_TAICHI_NO_SHARED_TILES", "TFLITE_TAICHI_GEMM_TILES",
                    "TFLITE_TAICHI_GEMM_MIN_BLOCKS", "TFLITE_TAICHI_FUSION",
                    "TFLITE_TAICHI_CHUNK_STEPS", "TFLITE_TAICHI_SPIRV_CAPS_OFF",
-                   "TFLITE_TAICHI_IO_CODES")
+                   "TFLITE_TAICHI_IO_CODES", "TFLITE_TAICHI_POINTWISE_SPLIT")
 
 
 def versions() -> dict:
