@@ -169,20 +169,36 @@ def _infer_while(node, runtime):
                         "outputs; it must give one bool")
     _check_bool_scalar(node, cond[0], f"cond subgraph {node.options.cond_subgraph_index} output")
     body_index = node.options.body_subgraph_index
-    body = _outputs(_prepare(node, runtime, body_index, "body", carried))
+    prepared = _prepare(node, runtime, body_index, "body", carried)
+    body = _outputs(prepared)
     if len(body) != len(carried):
         raise node.fail(f"body subgraph {body_index} gives {len(body)} outputs for "
                         f"{len(carried)} loop-carried tensors")
-    for spec, arg in zip(body, carried):
+    for t, spec, arg in zip(prepared.subgraph.outputs, body, carried):
         if _dtype_name(spec) != _dtype_name(arg):
             raise node.fail(f"body subgraph {body_index} output '{spec.name}' is "
                             f"{_dtype_name(spec)}, its loop-carried input '{arg.name}' {_dtype_name(arg)}")
-        if tuple(spec.shape) != tuple(arg.shape):
-            raise node.fail(f"body subgraph {body_index} turns loop-carried '{arg.name}' of shape "
-                            f"{list(arg.shape)} into {list(spec.shape)} ('{spec.name}'): tensors "
-                            "that change shape across iterations (dynamic tensors in LiteRT) are "
-                            "not supported")
+        # an output whose shape the body computes from run-time values (a converted Keras
+        # LSTM writes step i as CONCATENATION(SLICE(..., i), item, SLICE(i + 1, ...)): its
+        # shape is the carried one whatever i is, but known only when it runs) is checked at
+        # every iteration instead (_check_carried_shapes)
+        if t not in prepared.dynamic and tuple(spec.shape) != tuple(arg.shape):
+            raise _changes_shape(node, body_index, arg, spec.name, spec.shape)
     return [tuple(a.shape) for a in carried]
+
+
+def _changes_shape(node, body_index: int, arg, name: str, shape):
+    return node.fail(f"body subgraph {body_index} turns loop-carried '{arg.name}' of shape "
+                     f"{list(arg.shape)} into {list(shape)} ('{name}'): tensors that change shape "
+                     "across iterations (dynamic tensors in LiteRT) are not supported")
+
+
+def _check_carried_shapes(node, body, values: list, carried: list) -> None:
+    """A body's run-time-shaped outputs must come out in their loop-carried shapes."""
+    for t, value, arg in zip(body.subgraph.outputs, values, carried):
+        if t in body.dynamic and tuple(np.shape(value)) != tuple(arg.shape):
+            raise _changes_shape(node, node.options.body_subgraph_index, arg,
+                                 body.specs[t].name, np.shape(value))
 
 
 def _while_reference(node, inputs, runtime):
@@ -194,6 +210,7 @@ def _while_reference(node, inputs, runtime):
     body_specs = _outputs(body)
     while bool(np.asarray(_run(runtime, cond, values, specs)[0]).reshape(-1)[0]):
         values, specs = _run(runtime, body, values, specs), body_specs
+        _check_carried_shapes(node, body, values, carried)
     return [_retag(v, s, out) for v, s, out in zip(values, specs, node.outputs)]
 
 
