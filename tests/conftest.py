@@ -20,12 +20,14 @@ def pytest_configure(config):
     any worker or subprocess starts so that they all inherit them: tests never write the user's
     home. Our kernel cache (a given TFLITE_TAICHI_CACHE_DIR is used as it is), and
     XDG_CACHE_HOME for what Taichi (~/.cache/taichi: its pipeline cache, version check) and Mesa
-    (shader caches) would write there."""
+    (shader caches) would write there, MPLCONFIGDIR for matplotlib's (the benchmark's plots:
+    ~/.config/matplotlib otherwise)."""
     import tempfile
     config._tflite_taichi_temporary = []
     for variable, prefix in (("TFLITE_TAICHI_CACHE_DIR", "tflite-taichi-test-cache-"),
-                             ("XDG_CACHE_HOME", "tflite-taichi-test-xdg-")):
-        if not os.environ.get(variable) or variable == "XDG_CACHE_HOME":
+                             ("XDG_CACHE_HOME", "tflite-taichi-test-xdg-"),
+                             ("MPLCONFIGDIR", "tflite-taichi-test-mpl-")):
+        if not os.environ.get(variable) or variable != "TFLITE_TAICHI_CACHE_DIR":
             folder = tempfile.mkdtemp(prefix=prefix)
             os.environ[variable] = folder
             config._tflite_taichi_temporary.append(folder)

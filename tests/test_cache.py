@@ -71,6 +71,11 @@ def _env(**extra):
     env = dict(os.environ, ENABLE_TAICHI_HEADER_PRINT="False", PYTHONUNBUFFERED="1", **extra)
     for var in cache.DRIVER_ENV:
         env.pop(var, None)           # the cache must not need them
+    # ...but without them, and with the cache off, Taichi writes ~/.cache/taichi (version_info,
+    # ticache/): a home inside the run's temporary folder (conftest) takes that, not the user's
+    home = os.path.join(os.environ["XDG_CACHE_HOME"], "home-of-subprocesses")
+    os.makedirs(home, exist_ok=True)
+    env["HOME"] = extra.get("HOME", home)
     return env
 
 
