@@ -122,11 +122,9 @@ def split_k(n_out: int, channels: int) -> int:
     return split_count(n_out, channels, SPLIT_K_MIN_TERMS)
 
 
-def _split_k_scratch(node, channels: int) -> int:
-    """OpDef.scratch of a split-K op: every partial sum of every output."""
-    n_out = int(np.prod(node.outputs[0].shape))
-    splits = split_k(n_out, channels)
-    return splits * n_out if splits > 1 else 0
+def _split_k_scratch(node, splits: int) -> int:
+    """OpDef.scratch of a split-K op splitting in `splits`: every partial sum of every output."""
+    return splits * int(np.prod(node.outputs[0].shape)) if splits > 1 else 0
 
 
 def _scratch_ref(io, splits):
@@ -135,7 +133,31 @@ def _scratch_ref(io, splits):
 
 
 @ti.data_oriented
-class ConvStep:
+class SplitKStep:
+    """What the convolution and fully-connected steps share: the bias of output channel `co`
+    (0 without one), and the second task of a split reduction (the partial sums in scratch,
+    added to the bias, the activation, the store). Subclasses set has_bias, b, out, act,
+    scratch, splits and n_out."""
+
+    @ti.func
+    def bias(self, arena: ti.template(), weights: ti.template(), io: ti.template(), co):
+        b = 0.0
+        if ti.static(self.has_bias):
+            b = self.b.load(arena, weights, io, co)
+        return b
+
+    @ti.func
+    def add_partials(self, arena: ti.template(), weights: ti.template(), io: ti.template(),
+                     channels: ti.template()):
+        for flat in range(self.n_out):
+            acc = self.bias(arena, weights, io, flat % channels)
+            for s in range(self.splits):
+                acc += self.scratch.load(arena, weights, io, s * self.n_out + flat)
+            self.out.store(arena, io, flat, activation(acc, self.act))
+
+
+@ti.data_oriented
+class ConvStep(SplitKStep):
     """CONV_2D (grouped too) and DEPTHWISE_CONV_2D as one gather. Output channel `co` reads
     input channels (co // per_group) * c_f + c, c < c_f; its filter tap (i, j), channel c is
     filter element co * w_co + (i * k_w + j) * w_tap + c * w_c.
@@ -180,13 +202,6 @@ class ConvStep:
         return acc
 
     @ti.func
-    def bias(self, arena: ti.template(), weights: ti.template(), io: ti.template(), co):
-        b = 0.0
-        if ti.static(self.has_bias):
-            b = self.b.load(arena, weights, io, co)
-        return b
-
-    @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
         if ti.static(self.splits == 1):
             for n, oy, ox, co in ti.ndrange(*self.out.shape):
@@ -199,11 +214,7 @@ class ConvStep:
                 flat = ((n * self.out.shape[1] + oy) * self.out.shape[2] + ox) * self.out.shape[3] + co
                 self.scratch.store(arena, io, s * self.n_out + flat, self.partial(
                     arena, weights, io, n, oy, ox, co, lo, ti.min(lo + self.chunk, self.c_f)))
-            for flat in range(self.n_out):
-                acc = self.bias(arena, weights, io, flat % self.out.shape[3])
-                for s in range(self.splits):
-                    acc += self.scratch.load(arena, weights, io, s * self.n_out + flat)
-                self.out.store(arena, io, flat, activation(acc, self.act))
+            self.add_partials(arena, weights, io, self.out.shape[3])
 
 
 PIXEL_TILE = 4     # pixels per thread in a pointwise conv: each weight load feeds 4 FMAs
@@ -220,7 +231,7 @@ def pointwise_splits(pixels: int, c_in: int, c_out: int) -> int:
 
 
 @ti.data_oriented
-class PointwiseConvStep:
+class PointwiseConvStep(SplitKStep):
     """A 1x1, stride-1, ungrouped CONV_2D (most of a MobileNet's work) as a matrix product with
     register tiling: each thread computes PIXEL_TILE neighbouring pixels of one output channel,
     so every weight it loads (packed [I, O], coalesced across the warp) feeds PIXEL_TILE
@@ -257,13 +268,6 @@ class PointwiseConvStep:
         return acc
 
     @ti.func
-    def bias(self, arena: ti.template(), weights: ti.template(), io: ti.template(), co):
-        b = 0.0
-        if ti.static(self.has_bias):
-            b = self.b.load(arena, weights, io, co)
-        return b
-
-    @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
         if ti.static(self.splits == 1):
             for tile, co in ti.ndrange(self.tiles, self.c_out):
@@ -284,11 +288,7 @@ class PointwiseConvStep:
                     if p0 + t < self.pixels:
                         self.scratch.store(arena, io, s * self.n_out + (p0 + t) * self.c_out + co,
                                            acc[t])
-            for flat in range(self.n_out):
-                acc = self.bias(arena, weights, io, flat % self.c_out)
-                for s in range(self.splits):
-                    acc += self.scratch.load(arena, weights, io, s * self.n_out + flat)
-                self.out.store(arena, io, flat, activation(acc, self.act))
+            self.add_partials(arena, weights, io, self.c_out)
 
 
 # Shared-memory GEMM tiles: out[M, N] = x[M, K] @ w[K, N] (+ bias, activation), for a pointwise
@@ -452,7 +452,7 @@ class TransposeConvStep:
 
 
 @ti.data_oriented
-class FullyConnectedStep:
+class FullyConnectedStep(SplitKStep):
     """out[r, u] = bias[u] + sum_d x[r * depth + d] * w[u * depth + d] (row-major flat views)."""
 
     def __init__(self, x, w, b, out, depth, units, act, packed, scratch=None, splits=1):
@@ -491,13 +491,7 @@ class FullyConnectedStep:
                 lo = s * self.chunk
                 self.scratch.store(arena, io, s * self.n_out + r * self.units + u, self.partial(
                     arena, weights, io, r, u, lo, ti.min(lo + self.chunk, self.depth)))
-            for flat in range(self.n_out):
-                acc = 0.0
-                if ti.static(self.has_bias):
-                    acc = self.b.load(arena, weights, io, flat % self.units)
-                for s in range(self.splits):
-                    acc += self.scratch.load(arena, weights, io, s * self.n_out + flat)
-                self.out.store(arena, io, flat, activation(acc, self.act))
+            self.add_partials(arena, weights, io, self.units)
 
 
 def _data_inputs_supported(node, *indices):
@@ -625,8 +619,7 @@ def _conv_splits(node) -> int:
 
 
 def _conv_scratch(node) -> int:
-    splits = _conv_splits(node)
-    return splits * int(np.prod(node.outputs[0].shape)) if splits > 1 else 0
+    return _split_k_scratch(node, _conv_splits(node))
 
 
 def _pack_filter_out_channels_last(node, i, value):
@@ -882,7 +875,7 @@ def _fc_splits(node) -> int:
 
 
 def _fc_scratch(node) -> int:
-    return _split_k_scratch(node, node.inputs[1].shape[1])
+    return _split_k_scratch(node, _fc_splits(node))
 
 
 def _pack_fc_weights(node, i, value):

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from tflite_taichi import Interpreter
-from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.testing import (assert_float_close, check_against_litert, check_delegate,
                                    model_inputs, run_litert)
+from test_ops_control import _while_with_body
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -76,37 +76,22 @@ def test_a_converted_keras_rnn_around_the_delegate(taichi_workers, name):
 
 
 def _growing_loop() -> bytes:
-    """x: [2] float; the body returns SLICE(x, [0], [int(x[0])]): its shape is decided by the
-    data, so only the invoke can tell that x = [1, ...] makes it [1]."""
-    b = ModelBuilder()
-    g = b.subgraph("main")
-    x = g.input("x", (2,))
-    y = g.tensor("y", (2,))
-    g.op("WHILE", [x], [y], cond_subgraph_index=1, body_subgraph_index=2)
-    g.output(y)
-    cond = b.subgraph("cond")
-    cx = cond.input("x", (2,))
-    first = cond.tensor("first", (1,))
-    cond.op("SLICE", [cx, cond.const("b0", np.array([0], np.int32)), cond.const("s1", np.array([1], np.int32))], [first])
-    go = cond.tensor("go", (1,), np.bool_)
-    cond.op("LESS", [first, cond.const("ten", np.array([10], np.float32))], [go])
-    flag = cond.tensor("flag", (), np.bool_)
-    cond.op("RESHAPE", [go, cond.const("scalar", np.array([], np.int32))], [flag])
-    cond.output(flag)
-    body = b.subgraph("body")
-    bx = body.input("x", (2,))
-    head = body.tensor("head", (1,))
-    body.op("SLICE", [bx, body.const("b0", np.array([0], np.int32)), body.const("s1", np.array([1], np.int32))], [head])
-    size = body.tensor("size", (1,), np.int32)
-    body.op("CAST", [head], [size])
-    # x + 1 moves the loop on: unchecked, the second iteration asks for 2 elements of a [1]
-    # (an error of SLICE's, not the WHILE's), not an endless loop of [1]s
-    bumped = body.tensor("bumped", (2,))
-    body.op("ADD", [bx, body.const("one", np.array(1.0, np.float32))], [bumped])
-    out = body.tensor("out", (2,))
-    body.op("SLICE", [bumped, body.const("b0b", np.array([0], np.int32)), size], [out])
-    body.output(out)
-    return b.finish()
+    """x: [2] float (test_ops_control's WHILE on [2], while any x < 10); the body returns
+    SLICE(x + 1, [0], [int(x[0])]): its shape is decided by the data, so only the invoke can
+    tell that x = [1, ...] makes it [1]. (x + 1 moves the loop on: unchecked, the second
+    iteration asks for 2 elements of a [1], an error of SLICE's, not an endless loop.)"""
+    def body(sg, v):
+        start, one = sg.const("b0", np.array([0], np.int32)), sg.const("s1", np.array([1], np.int32))
+        head = sg.tensor("head", (1,))
+        sg.op("SLICE", [v[0], start, one], [head])
+        size = sg.tensor("size", (1,), np.int32)
+        sg.op("CAST", [head], [size])
+        bumped = sg.tensor("bumped", (2,))
+        sg.op("ADD", [v[0], sg.const("one", np.array(1.0, np.float32))], [bumped])
+        out = sg.tensor("out", (2,))
+        sg.op("SLICE", [bumped, start, size], [out])
+        return [out]
+    return _while_with_body(body)
 
 
 def test_a_loop_carried_tensor_that_changes_shape_at_run_time_is_a_model_error():

@@ -156,6 +156,11 @@ class Program:
                  model_cache=None, preserve_all: bool = False):
         self.graph, self.schedule, self.backend, self.fp16 = graph, schedule, backend, fp16
         self.layout = io_layout(schedule, graph, preserve_all)
+        # what the host takes each tensor back as: its codes in the model's dtype, else its
+        # float view (float32, float16 or bool), and the shape it has
+        self._host_forms = {t: (np.dtype(graph.specs[t].dtype if t in self.layout.codes
+                                         else _host_dtype(graph.specs[t])),
+                                tuple(graph.specs[t].shape)) for t in self.layout.host_read}
         if self.layout.size > codegen.MAX_BUFFER_ELEMENTS:
             raise ModelError(f"the tensors passed between the delegate's partitions and the host "
                              f"need {self.layout.size:,} float32 elements in one buffer; Taichi "
@@ -387,9 +392,8 @@ class Program:
         is then that array."""
         layout, link, d = self.layout, self._link, self.device
         d.affinity.check_thread("invoke()")
-        specs = self.graph.specs
         self.waits = 0
-        host_read = set(layout.host_read)
+        host_forms, into = self._host_forms, into or {}     # host_forms: the tensors it reads
         pending, launched = [], False
 
         def put(tensors):
@@ -397,13 +401,10 @@ class Program:
                      for t in tensors]
             link.put(items)
 
-        def host_form(t):
-            return np.dtype(specs[t].dtype if t in layout.codes else _host_dtype(specs[t]))
-
         def destination(t):
-            dest = (into or {}).get(t)
-            if (dest is None or dest.dtype != host_form(t) or dest.dtype == np.bool_
-                    or tuple(dest.shape) != tuple(specs[t].shape)):
+            dest = into.get(t)
+            dtype, shape = host_forms[t]
+            if dest is None or dest.dtype != dtype or dtype == np.bool_ or dest.shape != shape:
                 return None
             return dest
 
@@ -416,8 +417,8 @@ class Program:
             self.waits += 1
             launched = False
             for t, flat in zip(pending, link.take(ranges, [destination(t) for t in pending])):
-                dtype = host_form(t)
-                value = flat.reshape(specs[t].shape)
+                dtype, shape = host_forms[t]
+                value = flat.reshape(shape)
                 values[t] = value > 0.5 if dtype == np.bool_ else value.astype(dtype, copy=False)
             pending.clear()
 
@@ -431,7 +432,7 @@ class Program:
                     for launch in launches:
                         launch()
                 launched = True
-                pending.extend(t for t in item.outputs if t in host_read)
+                pending.extend(t for t in item.outputs if t in host_forms)
                 if timings is not None:         # profiling: wait, so the time is the partition's
                     if pending:
                         take_pending()
