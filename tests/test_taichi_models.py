@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tflite_taichi.testing import assert_float_close, random_input
+from tflite_taichi.testing import assert_float_close, natural_image, random_input, synthetic_portrait
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -17,19 +17,32 @@ RTOL = {"fp32": 1e-4, "fp16": 2e-2}
 pytestmark = pytest.mark.models
 
 
-def _litert_case(path):
+def _noise(path, detail, rng):
+    return random_input(detail, rng, 0.0, 1.0)
+
+
+def _realistic(path, detail, rng):
+    """What the model sees in use (issue 13, item 5: noise is not fp16's criterion): a head and
+    shoulders for the segmenter, a 1/f-spectrum picture for the others."""
+    _, h, w, c = detail["shape"]
+    if "selfie" in os.path.basename(path):
+        return synthetic_portrait(h, w, rng)
+    return natural_image(h, w, rng, c)
+
+
+def _litert_case(path, make_input=_noise):
     it = litert.Interpreter(model_path=path)
     it.allocate_tensors()
     rng = np.random.default_rng(4321)
-    inputs = [random_input(d, rng, 0.0, 1.0) for d in it.get_input_details()]
+    inputs = [make_input(path, d, rng).astype(d["dtype"]) for d in it.get_input_details()]
     for d, x in zip(it.get_input_details(), inputs):
         it.set_tensor(d["index"], x)
     it.invoke()
     return inputs, [it.get_tensor(d["index"]) for d in it.get_output_details()]
 
 
-def _check(worker, path, precision):
-    inputs, expected = _litert_case(path)
+def _check(worker, path, precision, make_input=_noise):
+    inputs, expected = _litert_case(path, make_input)
     worker.submit(open(path, "rb").read(), inputs, precision)
     outputs, summary = worker.result()
     assert summary["backend"] == worker.backend
@@ -46,16 +59,20 @@ def test_float_model_fully_delegated_matches_litert(shared_models, taichi_worker
         _check(worker, os.path.join(shared_models, f"{name}.tflite"), "fp32")
 
 
-# selfie_segmentation's output is a sigmoid of logits near -20 on noise inputs (outputs ~1e-9),
-# so its relative error is the logits' absolute error, and float16 storage of ~40 layers drifts
-# by 3e-2 on an H200's Vulkan and 6.5e-2 on lavapipe (cuda: 1.5e-2): measured, not yet met.
-FP16_NOT_YET = {"selfie_segmentation": "fp16 drift 3e-2..6.5e-2 > 2e-2 (bench/results/gpu_models.md)"}
+# fp16 on realistic inputs (bench/fp16_accuracy.py; bench/results/fp16_accuracy_2core.md). On
+# selfie_segmentation's portrait a few mask pixels (16-40 of 65536, at the head's edge) move by
+# 5-9% of the range even when every tensor is rounded to float16 once with float32 arithmetic
+# (the "ideal f16 storage" column, computed in numpy): the model amplifies a 2**-12 rounding of
+# its early 128x128 layers 400-fold there. No float16 storage of those layers meets 2e-2: it is
+# the criterion's miss, recorded, not a tolerance to widen.
+FP16_NOT_YET = {"selfie_segmentation": "f16 storage of its early layers moves edge pixels by "
+                                       "5-9% of the range, ideal rounding included"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=FP16_NOT_YET[m]))
                                   if m in FP16_NOT_YET else m for m in MODELS])
-def test_fp16_on_vulkan_matches_litert(shared_models, vulkan_workers, name):
-    _check(vulkan_workers[0], os.path.join(shared_models, f"{name}.tflite"), "fp16")
+def test_fp16_on_vulkan_matches_litert_on_realistic_inputs(shared_models, vulkan_workers, name):
+    _check(vulkan_workers[0], os.path.join(shared_models, f"{name}.tflite"), "fp16", _realistic)
 
 
 # Issue #4 asks for 20 seeded inputs; CI runs the first 3 of them (each is a full preserved-tensor

@@ -142,6 +142,27 @@ def synthetic_portrait(height: int, width: int, rng: Optional[np.random.Generato
     return np.clip(img, 0, 1)[None].astype(np.float32)
 
 
+def natural_image(height: int, width: int, rng: np.random.Generator, channels: int = 3) -> np.ndarray:
+    """A [1, H, W, C] float32 picture in 0..1 with a natural image's statistics: an amplitude
+    spectrum falling as 1/f (Field 1987: photographs of scenes have a power spectrum near
+    1/f**2), random phases, the channels sharing most of their structure as colour channels
+    do. Unlike uniform noise it has large smooth regions and few edges, so a model's outputs
+    land where real pictures put them rather than in an activation's tail."""
+    fy = np.fft.fftfreq(height)[:, None]
+    fx = np.fft.rfftfreq(width)[None, :]
+    amplitude = 1.0 / np.maximum(np.hypot(fy, fx), 1.0 / max(height, width))
+    amplitude[0, 0] = 0.0
+
+    def field():
+        phase = rng.uniform(0, 2 * np.pi, amplitude.shape)
+        return np.fft.irfft2(amplitude * np.exp(1j * phase), s=(height, width))
+
+    shared = field()
+    img = np.stack([0.8 * shared + 0.2 * field() for _ in range(channels)], axis=-1)
+    img = (img - img.min()) / max(float(img.max() - img.min()), 1e-12)
+    return img[None].astype(np.float32)
+
+
 def model_inputs(model: bytes, seed: int = 0, low=-3.0, high=3.0) -> list:
     from tflite_taichi.interpreter import Interpreter
     rng = np.random.default_rng(seed)
