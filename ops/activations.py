@@ -1,10 +1,14 @@
-"""Activation ops: SOFTMAX, LOGISTIC, TANH, EXP, RELU, RELU6, RELU_N1_TO_1, PRELU, LEAKY_RELU,
-HARD_SWISH.
+"""Activation ops: SOFTMAX, LOGISTIC, TANH, EXP, RELU, RELU6, RELU_N1_TO_1, RELU_0_TO_1, PRELU,
+LEAKY_RELU, HARD_SWISH.
 
 All are element-wise except SOFTMAX (over the last axis) and PRELU (alpha broadcast against the
 input). On the float view a quantized input arrives holding real values and the runtime
 fake-quantizes the output, so each reference is the plain float formula; LiteRT's int8 lookup
 tables and fixed-point kernels approximate exactly these formulas.
+
+RELU_0_TO_1 (litert-torch writes it for hardsigmoid-like clamps) is min(max(x, 0), 1), NaN
+kept; LiteRT has it for float32, int8 and uint8 (kernels/activations.cc: its int8 kernel
+requantizes into the output's scale and clamps to the quantized 0 and 1).
 
 Taichi: the element-wise ops are one `UnaryStep` (one thread per element, the formula chosen at
 compile time), PRELU a `PreluStep` (alpha broadcast like the reference), SOFTMAX a
@@ -58,7 +62,7 @@ def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape, ta
 
 # -- Taichi ------------------------------------------------------------------------------------
 _UNARY_CODES = {"RELU": 0, "RELU6": 1, "RELU_N1_TO_1": 2, "LOGISTIC": 3, "TANH": 4, "EXP": 5,
-                "HARD_SWISH": 6, "LEAKY_RELU": 7}
+                "HARD_SWISH": 6, "LEAKY_RELU": 7, "RELU_0_TO_1": 8}
 # |x| beyond which tanh is +-1 to within one float32 ulp (1 - tanh(9.1) = 2.5e-8): a backend's
 # tanh built from exp(2x) could give inf/inf = NaN for large |x| (GLSL leaves tanh's accuracy to
 # the driver; lavapipe and llvmpipe saturate correctly), so larger inputs never reach it.
@@ -97,6 +101,8 @@ def _unary_formula(x, code: ti.template(), alpha: ti.template()):
         r = x * ti.min(ti.max(x + 3.0, 0.0), 6.0) / 6.0
     elif ti.static(code == 7):
         r = ti.select(x > 0.0, x, x * alpha)
+    elif ti.static(code == 8):
+        r = keep_nan(x, ti.min(ti.max(x, 0.0), 1.0))
     if ti.static(code == 3 or code == 4):
         r = keep_nan(x, r)      # the cut-offs compare x: with NaN, true on OpenGL (llvmpipe)
     return r
@@ -262,6 +268,7 @@ def _hard_swish(_node, x):
 RELU = _unary("RELU", lambda _n, x: np.maximum(x, 0.0))
 RELU6 = _unary("RELU6", lambda _n, x: np.clip(x, 0.0, 6.0))
 RELU_N1_TO_1 = _unary("RELU_N1_TO_1", lambda _n, x: np.clip(x, -1.0, 1.0))
+RELU_0_TO_1 = _unary("RELU_0_TO_1", lambda _n, x: np.clip(x, 0.0, 1.0))
 LOGISTIC = _unary("LOGISTIC", _logistic)
 TANH = _unary("TANH", lambda _n, x: np.tanh(x))
 EXP = _unary("EXP", lambda _n, x: np.exp(x))

@@ -1,6 +1,6 @@
 """Math ops: ABS, NEG, SQRT, RSQRT, SQUARE, LOG, SIN, COS, FLOOR, CEIL, ROUND, SIGN, ELU, GELU
-(element-wise), POW, FLOOR_DIV, FLOOR_MOD (broadcasting binary, as ops/elementwise.py) and
-ADD_N (any number of same-shape inputs).
+(element-wise), POW, FLOOR_DIV, FLOOR_MOD, ATAN2, RIGHT_SHIFT (broadcasting binary, as
+ops/elementwise.py) and ADD_N (any number of same-shape inputs).
 
 Float semantics are LiteRT's (tflite/kernels/elementwise.cc, floor_div.cc, floor_mod.cc,
 pow.cc, round.cc, activations.cc, gelu.h, add_n.cc, LiteRT 2.3), checked against it:
@@ -14,6 +14,21 @@ pow.cc, round.cc, activations.cc, gelu.h, add_n.cc, LiteRT 2.3), checked against
 - Integer POW is std::pow in double cast to int32: a negative exponent (which LiteRT refuses at
   invoke) truncates toward zero (2^-1 = 0, 1^-n = 1), and a result outside int32 gives INT_MIN
   (x86's conversion, what LiteRT returns on overflow).
+- ATAN2(y, x): the angle of (x, y) in [-pi, pi], C's atan2 (LiteRT's atan2.cc: std::atan2)
+  with its special values: atan2(+-0, +0 or x > 0) = +-0, atan2(+-0, -0 or x < 0) = +-pi,
+  atan2(y != 0, +-0) = +-pi/2, +-inf against +-inf the odd multiples of pi/4, a finite y
+  against +inf +-0 and against -inf +-pi, NaN in either gives NaN. float32 (and float64 on the
+  CPU, as LiteRT). LiteRT does not broadcast (it requires equal ranks and then walks the first
+  input's elements, reading the second as if it had the same shape); here the inputs
+  broadcast (numpy rules), tested against np.arctan2 where the shapes differ.
+- RIGHT_SHIFT(x, n): int8/uint8/int16/uint16/int32/uint32 (LiteRT's types), one dtype for
+  both inputs and the output, broadcasting; an arithmetic shift (a negative x stays negative,
+  rounding toward -inf), the count clamped to [0, bits - 1] as LiteRT's right_shift.cc does
+  to avoid C++'s undefined shifts: a negative count shifts by 0, a count >= the bit width by
+  bits - 1 (a negative x gives -1, a non-negative one 0, an unsigned one its top bit). A
+  quantized tensor is refused: LiteRT would shift its stored integers, which the float view
+  does not carry. It stays on the CPU: integer tensors are not carried by the delegate (its
+  float32 storage holds int32 exactly only below 2^24).
 - GELU: 0.5 x erfc(-x / sqrt 2), or with GeluOptions.approximate the tanh form. numpy has no
   erfc: the reference uses the Chebyshev-fitted erfc of Numerical Recipes (fractional error
   below 1.2e-7, measured 1.05e-7 against math.erfc), in float64.
@@ -31,7 +46,11 @@ Taichi: the element-wise ops are one `MathUnaryStep` (one thread per element, th
 at compile time), POW / FLOOR_DIV / FLOOR_MOD a `MathBinaryStep` (broadcast like BinaryStep),
 ADD_N an `AddNStep`. Float FLOOR_DIV and FLOOR_MOD are exact without float64 (which GLES and
 Metal lack): the quotient or remainder comes from an integer long division of the mantissas.
-SIN and COS reduce |x| > pi by 2 pi in integer arithmetic first (GPUs' native sin loses
+ATAN2 is its own
+polynomial (Cephes' atanf on [0, 1] after reducing by pi/4; relative error about 2e-7) with
+every special value an explicit branch on the bits: GLSL's atan(y, x) leaves x = 0 undefined,
+and GPUs' native arctangents differ in accuracy. SIN and COS reduce |x| > pi by 2 pi in
+integer arithmetic first (GPUs' native sin loses
 accuracy with |x|; see _REDUCTIONS). Domain errors are explicit branches (GLSL leaves log, sqrt,
 pow of negatives undefined); NaN and infinity tests read the bits (fast math may fold x != x);
 on a quantized output a NaN becomes 0, where the reference's fake-quant puts it.
@@ -87,8 +106,8 @@ _ABS, _NEG, _SQRT, _RSQRT, _SQUARE, _LOG, _SIN, _COS, _FLOOR, _CEIL, _ROUND, _SI
 _UNARY_CODES = {"ABS": _ABS, "NEG": _NEG, "SQRT": _SQRT, "RSQRT": _RSQRT, "SQUARE": _SQUARE,
                 "LOG": _LOG, "SIN": _SIN, "COS": _COS, "FLOOR": _FLOOR, "CEIL": _CEIL,
                 "ROUND": _ROUND, "SIGN": _SIGN, "ELU": _ELU, "GELU": _GELU}
-_POW, _FLOOR_DIV, _FLOOR_MOD = range(3)
-_BINARY_CODES = {"POW": _POW, "FLOOR_DIV": _FLOOR_DIV, "FLOOR_MOD": _FLOOR_MOD}
+_POW, _FLOOR_DIV, _FLOOR_MOD, _ATAN2 = range(4)
+_BINARY_CODES = {"POW": _POW, "FLOOR_DIV": _FLOOR_DIV, "FLOOR_MOD": _FLOOR_MOD, "ATAN2": _ATAN2}
 
 _INF, _NAN = float("inf"), float("nan")
 _SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
@@ -119,6 +138,10 @@ _PI = float(np.float32(np.pi))
 # Float FLOOR_DIV: quotients of this magnitude or more are integers in float32 already, so
 # floor(a / b) is exact to float32 rounding and the long division is skipped.
 _BIG_QUOTIENT = float(2 ** 22)
+# ATAN2: Cephes' atanf polynomial, atan(t) ~ t + t^3 (c0 + t^2 (c1 + ...)) for |t| <= tan(pi/8)
+_ATAN_POLY = (-3.33329491539e-1, 1.99777106478e-1, -1.38776856032e-1, 8.05374449538e-2)
+_TAN_PI_8 = float(np.float32(np.sqrt(2.0) - 1.0))
+_PI_4, _PI_2 = float(np.float32(np.pi / 4)), float(np.float32(np.pi / 2))
 
 
 @ti.func
@@ -130,6 +153,11 @@ def _non_finite(v):
 @ti.func
 def _is_nan(v):
     return (ti.bit_cast(v, ti.i32) & 0x7FFFFFFF) > 0x7F800000
+
+
+@ti.func
+def _is_inf(v):
+    return (ti.bit_cast(v, ti.i32) & 0x7FFFFFFF) == 0x7F800000
 
 
 @ti.func
@@ -327,10 +355,52 @@ def _pow(x, y):
 
 
 @ti.func
+def _atan_unit(t):
+    """atan(t) for 0 <= t <= 1: by pi/4 above tan(pi/8), then the odd polynomial."""
+    base = 0.0
+    u = t
+    if t > _TAN_PI_8:
+        base = _PI_4
+        u = (t - 1.0) / (t + 1.0)
+    z = u * u
+    p = 0.0
+    for c in ti.static(_ATAN_POLY[::-1]):
+        p = c + z * p
+    return base + (u + u * z * p)
+
+
+@ti.func
+def _atan2(y, x):
+    """C's atan2 (special values in the module docstring): the angle in the first quadrant
+    from |y| and |x|, then reflected by the signs (from the bits: -0 counts as negative)."""
+    ay, ax = ti.abs(y), ti.abs(x)
+    r = 0.0
+    if _is_nan(y) or _is_nan(x):
+        r = _NAN
+    elif _is_inf(y) or _is_inf(x):
+        if _is_inf(y) and _is_inf(x):
+            r = _PI_4
+        elif _is_inf(y):
+            r = _PI_2
+    elif ay != 0.0 or ax != 0.0:
+        if ay > ax:
+            r = _PI_2 - _atan_unit(ax / ay)
+        else:
+            r = _atan_unit(ay / ax)
+    if _sign_bit(x):
+        r = _PI - r
+    if _sign_bit(y):
+        r = -r
+    return r
+
+
+@ti.func
 def _binary_formula(a, b, code: ti.template()):
     r = 0.0
     if ti.static(code == _POW):
         r = _pow(a, b)
+    elif ti.static(code == _ATAN2):
+        r = _atan2(a, b)
     elif ti.static(code == _FLOOR_DIV):
         r = _floor_div(a, b)
     else:
@@ -563,7 +633,7 @@ def _binary(name, fn, ints):
 
     def reference(node, inputs):
         a, b = (np.asarray(v) for v in inputs)
-        if not _is_int(a):
+        if not _is_int(a) and a.dtype != np.float64:     # float64: an op that takes it (ATAN2)
             a, b = a.astype(np.float32, copy=False), b.astype(np.float32, copy=False)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
             out = fn(a, b)
@@ -577,6 +647,36 @@ def _binary(name, fn, ints):
 POW = _binary("POW", _pow_np, ints=(np.int32,))
 FLOOR_DIV = _binary("FLOOR_DIV", _floor_div_np, ints=(np.int32, np.int8, np.int16))
 FLOOR_MOD = _binary("FLOOR_MOD", _floor_mod_np, ints=(np.int32, np.int64, np.int8, np.int16))
+ATAN2 = _binary("ATAN2", np.arctan2, ints=(np.float64,))   # ints: dtypes beyond float32
+
+
+# -- RIGHT_SHIFT (CPU: integers) -----------------------------------------------------------------
+_SHIFT_DTYPES = tuple(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, np.int32,
+                                             np.uint32))
+
+
+def _infer_right_shift(node):
+    specs = list(node.inputs) + [node.outputs[0]]
+    for spec in specs:
+        if spec.dtype is None or np.dtype(spec.dtype) not in _SHIFT_DTYPES or spec.is_quantized:
+            raise node.fail(f"tensor '{spec.name}' has dtype {_dtype_name(spec)}; RIGHT_SHIFT "
+                            "shifts int8/uint8/int16/uint16/int32/uint32 (not quantized)")
+    if len({np.dtype(spec.dtype) for spec in specs}) > 1:
+        raise node.fail("inputs and output must have the same dtype, got "
+                        + ", ".join(f"'{s.name}' {_dtype_name(s)}" for s in specs))
+    return [broadcast_shapes(node, node.inputs[0].shape, node.inputs[1].shape)]
+
+
+def _right_shift(node, inputs):
+    x, n = (np.asarray(v) for v in inputs)
+    bits = 8 * x.dtype.itemsize
+    # LiteRT's clamp of the count to [0, bits - 1] (C++ leaves other counts undefined)
+    count = np.clip(n.astype(np.int64), 0, bits - 1).astype(x.dtype)
+    return [np.broadcast_to(np.right_shift(x, count), node.outputs[0].shape).copy()]
+
+
+RIGHT_SHIFT = register_op(OpDef(name="RIGHT_SHIFT", infer=_infer_right_shift,
+                                reference=_right_shift, min_inputs=2, max_inputs=2))
 
 
 # -- ADD_N -------------------------------------------------------------------------------------

@@ -155,6 +155,13 @@ class OpDef:
     alias_input: Optional[int] = None        # the output is this input's data, reshaped (RESHAPE,
                                              # SQUEEZE, EXPAND_DIMS): the delegate addresses the
                                              # input instead of copying it
+    index_inputs: Optional[Callable] = None  # node -> {input position: check or None}: plain
+                                             # int32 run-time inputs (ids, indices) its Taichi part
+                                             # reads; partition lets them in, the host writes them
+                                             # into io as float32 (exact below 2**24: the op's
+                                             # supports() refuses larger ranges) and calls
+                                             # check(value) first, which raises InputError for
+                                             # values the op refuses (an id out of range)
     min_inputs: int = 1
     max_inputs: Optional[int] = None
 

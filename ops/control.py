@@ -1,4 +1,4 @@
-"""Control flow: IF and WHILE, which run other subgraphs of the model.
+"""Control flow: IF, WHILE and STABLEHLO_COMPOSITE, which run other subgraphs of the model.
 
 As in LiteRT (kernels/if.cc, while.cc):
 - IF: input 0 is the condition, a bool tensor of one element; the other inputs are handed to
@@ -15,14 +15,28 @@ As in LiteRT (kernels/if.cc, while.cc):
   propagates through it); IF branches whose outputs differ in shape, and WHILE bodies that
   change the shape of a loop-carried tensor, make LiteRT's outputs dynamic: here they are a
   ModelError at prepare (every shape is static after allocate_tensors).
+- STABLEHLO_COMPOSITE (what litert-torch / the StableHLO path writes for a named block such as
+  "odml.scaled_dot_product_attention"): its options (StableHLOCompositeOptions, in the
+  schema's second options union, builtin_options_2) name the block, its version, its
+  attributes (a flexbuffer map, kept as raw bytes: nothing here reads them) and the
+  `decomposition` subgraph that computes it from the same inputs. As LiteRT does when no
+  delegate claims the composite (kernels/stablehlo_composite.cc), it runs that subgraph as a
+  one-branch IF: the inputs (at least one, as LiteRT's Prepare insists) go to the
+  decomposition's inputs and its outputs become the op's, raw tensors crossing as above; the
+  arity must match both ways, every output shape is the decomposition's, and a decomposition
+  output whose shape depends on run-time values (dynamic in LiteRT) is a ModelError at prepare.
+  LiteRT 2.3 checks the index only against the upper end and does not check recursion; here
+  both are ModelErrors naming the op.
 - A subgraph that calls itself, directly or through others, is a ModelError at prepare
   (LiteRT overflows its stack and crashes on such a model).
 
-Both ops are `stateful`: never folded, never delegated (a called subgraph may touch
+All three are `stateful`: never folded, never delegated (a called subgraph may touch
 variables). Their infer and reference take the interpreter's runtime, which prepares a
 called subgraph for given input shapes (`prepare_subgraph`) and runs it on the reference path
 (`run_subgraph`): on a Taichi backend the ops of called subgraphs run on numpy, while the
-calling graph's other ops are delegated as usual.
+calling graph's other ops are delegated as usual. So a composite's decomposition (the
+attention's BATCH_MATMUL, MUL, SOFTMAX, BATCH_MATMUL) runs on numpy, called from the CPU
+between the calling graph's partitions.
 """
 from __future__ import annotations
 
@@ -219,3 +233,59 @@ IF = register_op(OpDef(name="IF", infer=_infer_if, reference=_if_reference, pars
 WHILE = register_op(OpDef(name="WHILE", infer=_infer_while, reference=_while_reference,
                           parse=_parse_while, options_class="WhileOptions", stateful=True,
                           min_inputs=0))
+
+
+# -- STABLEHLO_COMPOSITE ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompositeOptions:
+    name: str                          # "odml.scaled_dot_product_attention", ...
+    decomposition_subgraph_index: int
+    composite_attributes: bytes        # flexbuffer map, as stored (LiteRT's kernels read it)
+    version: int
+
+
+def _parse_composite(opts) -> CompositeOptions:
+    name = opts.Name()
+    attributes = opts.CompositeAttributesAsNumpy()
+    return CompositeOptions(
+        name=name.decode("utf-8", "replace") if name else "",
+        decomposition_subgraph_index=int(opts.DecompositionSubgraphIndex()),
+        composite_attributes=bytes(attributes.tobytes()) if isinstance(attributes, np.ndarray) else b"",
+        version=int(opts.Version()))
+
+
+def _infer_composite(node, runtime):
+    args = list(node.inputs)
+    if not args:            # LiteRT's Prepare insists on one (TF_LITE_ENSURE inputs > 0)
+        raise node.fail("takes at least one input, has none")
+    if any(a is None for a in args):
+        raise node.fail("an input passed to the decomposition is missing (-1)")
+    index = node.options.decomposition_subgraph_index
+    prepared = _prepare(node, runtime, index, "decomposition", args)
+    outs = _outputs(prepared)
+    if len(outs) != len(node.outputs):
+        raise node.fail(f"decomposition subgraph {index} gives {len(outs)} outputs, the op has "
+                        f"{len(node.outputs)}")
+    for t, spec, out in zip(prepared.subgraph.outputs, outs, node.outputs):
+        if _dtype_name(spec) != _dtype_name(out):
+            raise node.fail(f"output '{out.name}' is {_dtype_name(out)}; decomposition subgraph "
+                            f"{index} gives {_dtype_name(spec)} ('{spec.name}')")
+        if t in prepared.dynamic:
+            raise node.fail(f"decomposition subgraph {index} output '{spec.name}' has a shape "
+                            "known only at invoke: outputs whose shape depends on run-time "
+                            "values (dynamic tensors in LiteRT) are not supported")
+    return [tuple(s.shape) for s in outs]
+
+
+def _composite_reference(node, inputs, runtime):
+    args = list(node.inputs)
+    prepared = runtime.prepare_subgraph(node.options.decomposition_subgraph_index,
+                                        [a.shape for a in args], node)
+    results = _run(runtime, prepared, list(inputs), args)
+    return [_retag(v, s, out) for v, s, out in zip(results, _outputs(prepared), node.outputs)]
+
+
+STABLEHLO_COMPOSITE = register_op(OpDef(
+    name="STABLEHLO_COMPOSITE", infer=_infer_composite, reference=_composite_reference,
+    parse=_parse_composite, options_class="StableHLOCompositeOptions", stateful=True,
+    min_inputs=0))          # none: refused by its infer, with a message saying so

@@ -1,5 +1,6 @@
 """Layout and value-generating ops: TILE, BROADCAST_TO, FILL, ZEROS_LIKE, RANGE, REVERSE_V2,
-MIRROR_PAD (REFLECT, SYMMETRIC), BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND.
+MIRROR_PAD (REFLECT, SYMMETRIC), BATCH_TO_SPACE_ND, SPACE_TO_BATCH_ND, MATRIX_DIAG,
+MATRIX_SET_DIAG, REVERSE_SEQUENCE.
 
 Every attribute tensor (multiples, shape, dims, axes, paddings, block shape, crops) must be known
 at prepare (a constant, or folded from constants and shapes): the output shape depends on it.
@@ -22,6 +23,31 @@ per output element); MIRROR_PAD, BATCH_TO_SPACE_ND and SPACE_TO_BATCH_ND are one
 output computing the source element per dimension (static block sizes, paddings, crops);
 ZEROS_LIKE and FILL (whose value is a run-time scalar: with a constant value it is folded) store
 one value everywhere. RANGE has no Taichi part (always folded).
+
+MATRIX_DIAG, MATRIX_SET_DIAG (the main diagonal only, as LiteRT's kernels; TF's _V2/_V3 with
+diagonal offsets are other ops): a batch of matrices in the last two dimensions.
+MATRIX_DIAG [..., N] -> [..., N, N] with the input on the diagonal and the real value 0
+elsewhere; MATRIX_SET_DIAG (input [..., M, N], diagonal [..., min(M, N)]) replaces the
+diagonal. float32, int8 (raw or quantized), uint8, int16, int32, int64, bool. Where LiteRT
+differs: it writes the raw integer 0 off the diagonal of a quantized MATRIX_DIAG (the real value
+-zero_point * scale; here the zero point, the real 0), and moves raw codes where the
+quantizations differ (here the real values, re-snapped); it copies bool as 4-byte floats, which
+reads past its input (garbage: bool is held to numpy here); it never checks MATRIX_SET_DIAG's
+diagonal shape (here: a ModelError unless it is [..., min(M, N)]).
+
+REVERSE_SEQUENCE (ReverseSequenceOptions seq_dim, batch_dim; seq_lengths int32 or int64 with
+one entry per batch_dim slice): in slice b along batch_dim, the first seq_lengths[b] entries
+along seq_dim are reversed, the rest copied; a length of 0 or 1 copies. seq_dim and batch_dim
+must differ and lie in [0, rank) (LiteRT's rule: no negative dims); a length above the
+seq_dim's size is a ModelError as in LiteRT (which checks only the first entry, then writes out
+of bounds), a negative one too (TensorFlow's rule; LiteRT copies). LiteRT takes float32, uint8,
+int16, int32, int64; here also int8 and bool (as numpy).
+
+Taichi: MATRIX_DIAG and MATRIX_SET_DIAG are index maps, one thread per output element
+(`DiagStep`); REVERSE_SEQUENCE with constant seq_lengths is one gather (`ReverseSequenceStep`)
+whose lengths are compiled into the kernel as arithmetic runs (ops/indexing.py's RunTable;
+more than MAX_RUNS runs stay on the CPU). Run-time seq_lengths stay on the CPU: the delegate
+carries no int32 tensors.
 (No `from __future__ import annotations` here: Taichi reads the ti.func annotations.)
 """
 from dataclasses import dataclass
@@ -29,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import OpDef, register_op
+from .indexing import RunTable, _runs_reason, arithmetic_runs
 from .shape import Move, MoveStep, gather_move
 from .tiutil import ti
 
@@ -518,3 +545,213 @@ SPACE_TO_BATCH_ND = register_op(OpDef(name="SPACE_TO_BATCH_ND", infer=_infer_spa
 BATCH_TO_SPACE_ND = register_op(OpDef(name="BATCH_TO_SPACE_ND", infer=_infer_batch_to_space,
                                       reference=_batch_to_space, taichi=_batch_to_space_taichi,
                                       min_inputs=3, max_inputs=3))
+
+
+# -- MATRIX_DIAG / MATRIX_SET_DIAG ------------------------------------------------------------
+_DIAG_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.int8, np.uint8, np.int16, np.int32,
+                                            np.int64, np.bool_))
+
+
+def _same_types(node, specs, what: str):
+    """Every spec of one dtype from _DIAG_DTYPES, quantized alike (LiteRT: output = input)."""
+    for spec in specs:
+        if spec.dtype is None or np.dtype(spec.dtype) not in _DIAG_DTYPES:
+            name = np.dtype(spec.dtype).name if spec.dtype is not None else "opaque"
+            raise node.fail(f"tensor '{spec.name}' has dtype {name}; {what} takes float32, int8, "
+                            "uint8, int16, int32, int64 or bool")
+    kinds = {(np.dtype(s.dtype), s.is_quantized) for s in specs}
+    if len(kinds) > 1:
+        raise node.fail("inputs and output must have one dtype, got " + ", ".join(
+            f"'{s.name}' {'quantized ' if s.is_quantized else ''}{np.dtype(s.dtype).name}"
+            for s in specs))
+
+
+def _infer_matrix_diag(node):
+    x = node.inputs[0]
+    _same_types(node, [x, node.outputs[0]], "MATRIX_DIAG")
+    if x.rank < 1:
+        raise node.fail(f"the diagonal '{x.name}' must have rank >= 1, has shape {list(x.shape)}")
+    return [tuple(x.shape) + (x.shape[-1],)]
+
+
+def _matrix_diag(node, inputs):
+    d = np.asarray(inputs[0])
+    n = d.shape[-1]
+    out = np.zeros(d.shape + (n,), d.dtype)
+    out[..., np.arange(n), np.arange(n)] = d
+    return [out]
+
+
+def _set_diag_shapes(node) -> tuple:
+    """(input shape, diagonal length): TensorFlow's rule, diagonal [..., min(M, N)]."""
+    x, d = node.inputs[0], node.inputs[1]
+    if x.rank < 2:
+        raise node.fail(f"input '{x.name}' must have rank >= 2, has shape {list(x.shape)}")
+    k = min(x.shape[-2:])
+    want = tuple(x.shape[:-2]) + (k,)
+    if tuple(d.shape) != want:
+        raise node.fail(f"diagonal '{d.name}' has shape {list(d.shape)}; input {list(x.shape)} "
+                        f"needs {list(want)}")
+    return tuple(x.shape), k
+
+
+def _infer_matrix_set_diag(node):
+    _same_types(node, [node.inputs[0], node.inputs[1], node.outputs[0]], "MATRIX_SET_DIAG")
+    return [_set_diag_shapes(node)[0]]
+
+
+def _matrix_set_diag(node, inputs):
+    _, k = _set_diag_shapes(node)
+    out = np.array(inputs[0], copy=True)
+    out[..., np.arange(k), np.arange(k)] = inputs[1]
+    return [out]
+
+
+@ti.data_oriented
+class DiagStep:
+    """One thread per output element of a batch of [rows, cols] matrices: the diagonal's entry
+    where row == col, else the base matrix's element (MATRIX_SET_DIAG) or the real 0."""
+
+    def __init__(self, diag, out, base=None):
+        self.diag, self.out, self.base = diag, out, base
+        self.has_base = base is not None
+        self.rows, self.cols = out.shape[-2], out.shape[-1]
+        self.k = min(self.rows, self.cols)          # diagonal entries per matrix
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for f in range(self.out.size):
+            col = f % self.cols
+            row = (f // self.cols) % self.rows
+            v = 0.0
+            if ti.static(self.has_base):
+                v = self.base.load(arena, weights, io, f)
+            if row == col:
+                v = self.diag.load(arena, weights, io, f // (self.rows * self.cols) * self.k + row)
+            self.out.store(arena, io, f, v)
+
+
+def _matrix_diag_taichi(node, io):
+    return DiagStep(io.inputs[0], io.outputs[0])
+
+
+def _matrix_set_diag_taichi(node, io):
+    return DiagStep(io.inputs[1], io.outputs[0], base=io.inputs[0])
+
+
+MATRIX_DIAG = register_op(OpDef(name="MATRIX_DIAG", infer=_infer_matrix_diag,
+                                reference=_matrix_diag, options_class="MatrixDiagOptions",
+                                taichi=_matrix_diag_taichi, stores_once=True,
+                                min_inputs=1, max_inputs=1))
+MATRIX_SET_DIAG = register_op(OpDef(name="MATRIX_SET_DIAG", infer=_infer_matrix_set_diag,
+                                    reference=_matrix_set_diag,
+                                    options_class="MatrixSetDiagOptions",
+                                    taichi=_matrix_set_diag_taichi, stores_once=True,
+                                    min_inputs=2, max_inputs=2))
+
+
+# -- REVERSE_SEQUENCE -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReverseSequenceOptions:
+    seq_dim: int = 0
+    batch_dim: int = 0
+
+
+def _parse_reverse_sequence(opts) -> ReverseSequenceOptions:
+    return ReverseSequenceOptions(int(opts.SeqDim()), int(opts.BatchDim()))
+
+
+def _sequence_dims(node) -> tuple:
+    """(seq_dim, batch_dim), checked as LiteRT does: distinct, in [0, rank)."""
+    rank = node.inputs[0].rank
+    seq, batch = node.options.seq_dim, node.options.batch_dim
+    for what, d in (("seq_dim", seq), ("batch_dim", batch)):
+        if not 0 <= d < rank:
+            raise node.fail(f"{what} {d} is out of range for the input's rank {rank} "
+                            f"(valid: 0..{rank - 1})")
+    if seq == batch:
+        raise node.fail(f"seq_dim and batch_dim are both {seq}")
+    return seq, batch
+
+
+def _check_lengths(node, lengths) -> list:
+    """The lengths as ints, each in [0, size of seq_dim]."""
+    seq, _ = _sequence_dims(node)
+    size = node.inputs[0].shape[seq]
+    values = [int(v) for v in np.asarray(lengths).reshape(-1).tolist()]
+    bad = [v for v in values if not 0 <= v <= size]
+    if bad:
+        raise node.fail(f"seq_lengths {values} must lie in [0, {size}] (the size of seq_dim "
+                        f"{seq}); {bad[0]} does not")
+    return values
+
+
+def _infer_reverse_sequence(node):
+    x, lengths, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    _, batch = _sequence_dims(node)
+    if lengths.dtype is None or np.dtype(lengths.dtype) not in (np.int32, np.int64) \
+            or lengths.is_quantized:
+        raise node.fail(f"seq_lengths '{lengths.name}' must be int32 or int64")
+    if tuple(lengths.shape) != (x.shape[batch],):
+        raise node.fail(f"seq_lengths '{lengths.name}' has shape {list(lengths.shape)}; "
+                        f"batch_dim {batch} needs [{x.shape[batch]}]")
+    if out.dtype is not None and (np.dtype(out.dtype), out.is_quantized) != (
+            np.dtype(x.dtype), x.is_quantized):
+        raise node.fail(f"output '{out.name}' must have the input's dtype")
+    if lengths.value is not None:       # run-time lengths are checked at invoke
+        _check_lengths(node, lengths.value)
+    return [tuple(x.shape)]
+
+
+def _reverse_sequence(node, inputs):
+    seq, batch = _sequence_dims(node)
+    x = np.asarray(inputs[0])
+    out = np.array(x, copy=True)
+    for b, length in enumerate(_check_lengths(node, inputs[1])):
+        index = [slice(None)] * x.ndim
+        index[batch] = b
+        index[seq] = slice(0, length)
+        out[tuple(index)] = np.flip(x[tuple(index)], axis=seq - (batch < seq))
+    return [out]
+
+
+@ti.data_oriented
+class ReverseSequenceStep:
+    """One thread per output element: position q < L along seq_dim (L its batch slice's
+    length, from the compiled table) reads position L - 1 - q, every other reads itself."""
+
+    def __init__(self, x, out, lengths: RunTable, seq: int, batch: int):
+        self.x, self.out, self.lengths = x, out, lengths
+        self.seq_stride, self.seq_size = x.strides[seq], x.shape[seq]
+        self.batch_stride, self.batch_size = x.strides[batch], x.shape[batch]
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for f in range(self.out.size):
+            q = (f // self.seq_stride) % self.seq_size
+            length = self.lengths.at((f // self.batch_stride) % self.batch_size)
+            src = f
+            if q < length:
+                src = f + (length - 1 - 2 * q) * self.seq_stride
+            self.out.store(arena, io, f, self.x.load(arena, weights, io, src))
+
+
+def _reverse_sequence_supports(node):
+    if node.inputs[1].value is None:
+        return "seq_lengths are known only at run time (the delegate carries no int32 tensors)"
+    return _runs_reason(node.inputs[1].value, "seq_lengths")
+
+
+def _reverse_sequence_taichi(node, io):
+    seq, batch = _sequence_dims(node)
+    lengths = _check_lengths(node, node.input_value(1, "seq_lengths"))
+    return ReverseSequenceStep(io.inputs[0], io.outputs[0], RunTable(arithmetic_runs(lengths)),
+                               seq, batch)
+
+
+REVERSE_SEQUENCE = register_op(OpDef(name="REVERSE_SEQUENCE", infer=_infer_reverse_sequence,
+                                     reference=_reverse_sequence, parse=_parse_reverse_sequence,
+                                     options_class="ReverseSequenceOptions",
+                                     taichi=_reverse_sequence_taichi,
+                                     supports=_reverse_sequence_supports, stores_once=True,
+                                     min_inputs=2, max_inputs=2))

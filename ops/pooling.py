@@ -1,12 +1,15 @@
-"""2-D pooling: AVERAGE_POOL_2D and MAX_POOL_2D (NHWC, SAME/VALID, fused activation).
+"""2-D pooling: AVERAGE_POOL_2D, MAX_POOL_2D and L2_POOL_2D (NHWC, SAME/VALID, fused activation).
 
 Windows come from conv.py's `tap_windows` (strided views, no im2col). Padding never takes part: MAX_POOL_2D
 pads with -inf, and AVERAGE_POOL_2D divides each window's sum by the number of input elements
-it covers (TFLite's filter_count), not by the filter area.
+it covers (TFLite's filter_count), not by the filter area. L2_POOL_2D is
+sqrt(sum of squares / filter_count) over the same taps (reference_ops::L2Pool), then the fused
+activation; LiteRT has it for float32 only, and so does this (any other dtype is a ModelError).
 
 The Taichi part is one thread per output element with a serial loop over the window's taps
-inside the input; a global pool (one output position whose window covers the input) is
-reduce.py's split reduction over H and W instead. No `from __future__ import annotations`: Taichi reads the ti.func annotations.
+inside the input; a global average or max pool (one output position whose window covers the
+input) is reduce.py's split reduction over H and W instead (L2 has no such reduction there:
+it stays one thread per output). No `from __future__ import annotations`: Taichi reads the ti.func annotations.
 """
 from dataclasses import dataclass
 
@@ -56,6 +59,11 @@ def _infer_pool(node):
     if spec.dtype is not None and np.dtype(spec.dtype).kind not in "fiu":
         raise node.fail(f"input '{spec.name}' is {np.dtype(spec.dtype).name}; pooling takes "
                         "float or integer tensors")
+    if node.op == "L2_POOL_2D":
+        for t in (spec, node.outputs[0]):
+            if t.dtype is not None and np.dtype(t.dtype) != np.float32:
+                raise node.fail(f"'{t.name}' is {np.dtype(t.dtype).name}; L2_POOL_2D takes and "
+                                "gives float32 only (as LiteRT's kernel)")
     n, _, _, c = spec.shape
     out_h, out_w, _, _ = _geometry(node)
     return [(n, out_h, out_w, c)]
@@ -94,6 +102,13 @@ def _reference_average(node, inputs):
     return [apply_activation(total / count, node.options.fused_activation_function)]
 
 
+def _reference_l2(node, inputs):
+    x = np.asarray(inputs[0], np.float32)
+    squares = _window_reduce(node, x * x, 0.0, np.add)
+    count = _window_reduce(node, np.ones((1,) + x.shape[1:3] + (1,), x.dtype), 0.0, np.add)
+    return [apply_activation(np.sqrt(squares / count), node.options.fused_activation_function)]
+
+
 def _reference_max(node, inputs):
     x = np.asarray(inputs[0])
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
@@ -102,18 +117,24 @@ def _reference_max(node, inputs):
 
 
 # -- Taichi ----------------------------------------------------------------------------------
+POOL_AVERAGE, POOL_MAX, POOL_L2 = 0, 1, 2
+_POOL_KINDS = {"AVERAGE_POOL_2D": POOL_AVERAGE, "MAX_POOL_2D": POOL_MAX, "L2_POOL_2D": POOL_L2}
+
+
 @ti.data_oriented
 class PoolStep:
     """One thread per output element; the window's taps inside the input only (SAME padding
-    never takes part): the max of them, or their sum divided by how many there are."""
+    never takes part): the max of them, their sum divided by how many there are, or the root
+    of their squares' sum divided by how many there are (L2)."""
 
-    def __init__(self, x, out, k, s, pad, act, is_max):
+    def __init__(self, x, out, k, s, pad, act, kind):
         self.x, self.out = x, out
         _, self.in_h, self.in_w, self.c = x.shape
         self.k_h, self.k_w = k
         self.s_h, self.s_w = s
         self.pad_top, self.pad_left = pad
-        self.act, self.is_max = act, is_max
+        self.act, self.kind = act, kind
+        self.is_max = kind == POOL_MAX
 
     @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
@@ -132,11 +153,15 @@ class PoolStep:
                                             ((n * self.in_h + iy) * self.in_w + ix) * self.c + c)
                             if ti.static(self.is_max):
                                 acc = nan_max(acc, v)       # NaN propagates, as np.max
+                            elif ti.static(self.kind == POOL_L2):
+                                acc += v * v
                             else:
                                 acc += v
                             count += 1
-            if ti.static(not self.is_max):
+            if ti.static(self.kind == POOL_AVERAGE):
                 acc = acc / ti.cast(count, ti.f32)
+            elif ti.static(self.kind == POOL_L2):
+                acc = ti.sqrt(acc / ti.cast(count, ti.f32))
             flat = ((n * self.out.shape[1] + oy) * self.out.shape[2] + ox) * self.c + c
             self.out.store(arena, io, flat, activation(acc, self.act))
 
@@ -145,6 +170,8 @@ def _global(node):
     """Whether the one output position's window covers the whole input (a global pool:
     squeeze-excite blocks, classifier heads), and so is a reduction over H and W."""
     o = node.options
+    if node.op == "L2_POOL_2D":         # reduce.py has no sum of squares
+        return False
     out_h, out_w, pad_top, pad_left = _geometry(node)
     _, in_h, in_w, _ = node.inputs[0].shape
     # the window spans input rows -pad_top .. filter_h - 1 - pad_top (pad_top >= 0)
@@ -170,7 +197,7 @@ def _pool_taichi(node, io):
     _, _, pad_top, pad_left = _geometry(node)
     return PoolStep(io.inputs[0], io.outputs[0], (o.filter_h, o.filter_w),
                     (o.stride_h, o.stride_w), (pad_top, pad_left), o.fused_activation_function,
-                    is_max=node.op == "MAX_POOL_2D")
+                    kind=_POOL_KINDS[node.op])
 
 
 AVERAGE_POOL_2D = register_op(OpDef(
@@ -180,5 +207,10 @@ AVERAGE_POOL_2D = register_op(OpDef(
 
 MAX_POOL_2D = register_op(OpDef(
     name="MAX_POOL_2D", infer=_infer_pool, reference=_reference_max, parse=_parse_pool,
+    options_class="Pool2DOptions", taichi=_pool_taichi, scratch=_pool_scratch, min_inputs=1,
+    max_inputs=1, stores_once=True))
+
+L2_POOL_2D = register_op(OpDef(
+    name="L2_POOL_2D", infer=_infer_pool, reference=_reference_l2, parse=_parse_pool,
     options_class="Pool2DOptions", taichi=_pool_taichi, scratch=_pool_scratch, min_inputs=1,
     max_inputs=1, stores_once=True))

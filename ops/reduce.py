@@ -1,5 +1,5 @@
-"""Reductions over constant axes: MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_ANY
-(ReducerOptions.keep_dims).
+"""Reductions over constant axes: MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_ANY,
+REDUCE_ALL (ReducerOptions.keep_dims).
 
 The axes are the second input, a constant int32 tensor (scalar or 1-D); entries may be
 negative (counted from the end) or repeated (counted once). An empty axes tensor reduces
@@ -113,15 +113,21 @@ def _any(x, axes):
     return np.any(x, axis=axes, keepdims=True)
 
 
+def _all(x, axes):
+    return np.all(x, axis=axes, keepdims=True)
+
+
 # -- Taichi ----------------------------------------------------------------------------------
 # One thread per output element; each walks the reduced elements of its input slice serially.
 # Dimensions are grouped statically: size-1 dims dropped and neighbours of the same kind
 # (kept/reduced) merged when contiguous, so a reduction over H and W of NHWC is one loop.
 _SUM, _MEAN, _MAX, _MIN, _PROD = 0, 1, 2, 3, 4
 MEAN_CODE, MAX_CODE = _MEAN, _MAX             # for pooling.py's global pools
-# REDUCE_ANY: bool arrives as 0/1, and any of 0/1 values is their maximum
+# REDUCE_ANY / REDUCE_ALL: bool arrives as 0/1, and any of 0/1 values is their maximum, all
+# their minimum
 _CODES = {"SUM": _SUM, "MEAN": _MEAN, "REDUCE_MAX": _MAX, "REDUCE_MIN": _MIN, "REDUCE_PROD": _PROD,
-          "REDUCE_ANY": _MAX}
+          "REDUCE_ANY": _MAX, "REDUCE_ALL": _MIN}
+_BOOL_REDUCERS = ("REDUCE_ANY", "REDUCE_ALL")
 
 
 def _merged(dims):
@@ -242,17 +248,17 @@ def _reduce_taichi(node, io):
 
 
 def _reduce_supports(node):
-    if np.dtype(node.inputs[0].dtype) == np.bool_ and node.op != "REDUCE_ANY":
+    if np.dtype(node.inputs[0].dtype) == np.bool_ and node.op not in _BOOL_REDUCERS:
         return "a reduction of a bool tensor"
     return None
 
 
-def _infer_any(node):
-    """REDUCE_ANY: bool in and out (LiteRT's PrepareAllOrAny)."""
+def _infer_bool(node):
+    """REDUCE_ANY, REDUCE_ALL: bool in and out (LiteRT's PrepareAllOrAny)."""
     for spec, what in ((node.inputs[0], "input"), (node.outputs[0], "output")):
         if spec.dtype is not None and np.dtype(spec.dtype) != np.bool_:
             raise node.fail(f"{what} '{spec.name}' has dtype {np.dtype(spec.dtype).name}; "
-                            "REDUCE_ANY takes and gives bool")
+                            f"{node.op} takes and gives bool")
     return _infer(node)
 
 
@@ -275,4 +281,5 @@ SUM = _reducer("SUM", _sum)
 REDUCE_MAX = _reducer("REDUCE_MAX", _max)
 REDUCE_MIN = _reducer("REDUCE_MIN", _min)
 REDUCE_PROD = _reducer("REDUCE_PROD", _prod)
-REDUCE_ANY = _reducer("REDUCE_ANY", _any, infer=_infer_any)
+REDUCE_ANY = _reducer("REDUCE_ANY", _any, infer=_infer_bool)
+REDUCE_ALL = _reducer("REDUCE_ALL", _all, infer=_infer_bool)

@@ -55,6 +55,13 @@ Differences from LiteRT, on purpose:
   quantized input. Over a sequence, h stays float between time steps (only the output tensor
   is snapped to its grid).
 
+Shared with BIDIRECTIONAL_SEQUENCE_LSTM (ops/recurrent.py): `cell_layout` validates one
+cell's tensors wherever a `CellInputs` says they sit, `run_cell` runs one over the time steps
+(forward or, for a backward cell, reversed), and `_step` takes that op's auxiliary input and,
+for its hybrid form, the on-the-fly input quantization (`quantize`). LSTM and
+UNIDIRECTIONAL_SEQUENCE_LSTM themselves pass neither, so their hybrid forms keep the float
+view described above.
+
 State: in TFLite, output_state and cell_state are variable tensors, zero when the interpreter
 is allocated, then holding the previous invoke's last state. The reference returns the new
 states after the output and STATE_INPUTS (OpDef.state_inputs) names the inputs they overwrite:
@@ -62,7 +69,8 @@ the runtime keeps them when those inputs are variable tensors (graph.execute), a
 instance stays on the CPU under the delegate (its partitions keep no state). With the state as
 ordinary inputs the ops compute from the values given, on the delegate too.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 import numpy as np
 
@@ -79,6 +87,8 @@ GATE_BIAS = (12, 13, 14, 15)
 PROJECTION_WEIGHTS, PROJECTION_BIAS = 16, 17
 OUTPUT_STATE, CELL_STATE = 18, 19
 LAYER_NORM = (20, 21, 22, 23)
+# Not an input of these ops: where CellInputs puts a bidirectional op's auxiliary input weights.
+AUX_INPUT_TO_GATE = (24, 25, 26, 27)
 GATE_NAMES = ("input", "forget", "cell", "output")
 LAYER_NORM_EPSILON = np.float32(1e-8)   # lstm_eval's kNormalizationConstant
 # The inputs a FULL-kernel op overwrites with its last state (TFLite's variable tensors).
@@ -156,6 +166,36 @@ def _present(node, i) -> bool:
     return i < len(node.inputs) and node.inputs[i] is not None
 
 
+@dataclass(frozen=True)
+class CellInputs:
+    """Where one LSTM cell's tensors sit among a node's inputs. LSTM and
+    UNIDIRECTIONAL_SEQUENCE_LSTM hold them in TFLite's order (lstm_shared.h, the positions
+    above); BIDIRECTIONAL_SEQUENCE_LSTM holds a set per direction: `positions` maps each
+    position above to the node's input (or -1: that op has no such input), and `label`
+    ("forward ", "backward ") names the direction in messages."""
+    node: object
+    positions: Optional[tuple] = None      # None: the positions above
+    label: str = ""
+
+    def index(self, i) -> int:
+        return i if self.positions is None else self.positions[i]
+
+    def present(self, i) -> bool:
+        j = self.index(i)
+        return j >= 0 and _present(self.node, j)
+
+    def spec(self, i):
+        return self.node.inputs[self.index(i)] if self.present(i) else None
+
+    def where(self, i, what) -> str:
+        return f"input {self.index(i)} ({self.label}{what})"
+
+    def values(self, inputs) -> list:
+        """The node's input values rearranged to the positions above (None where absent)."""
+        return [inputs[self.index(i)] if self.present(i) else None
+                for i in range(len(self.positions or range(24)))]
+
+
 def _check_float_tensors(node, what_op):
     for i, spec in enumerate(list(node.inputs) + list(node.outputs)):
         if spec is not None and spec.quantization is None and spec.dtype is not None \
@@ -165,6 +205,14 @@ def _check_float_tensors(node, what_op):
                             "tensors are float, or quantized integers")
 
 
+def check_cell_options(node, opts):
+    """The options every FULL-kernel cell takes: activation and clips."""
+    check_activation(node, opts.fused_activation_function)
+    if not opts.cell_clip >= 0 or not opts.proj_clip >= 0:
+        raise node.fail(f"cell_clip and proj_clip must be >= 0 (0: no clipping), got "
+                        f"{opts.cell_clip} and {opts.proj_clip}")
+
+
 def layout(node) -> LstmLayout:
     """Validate a FULL-kernel LSTM or UNIDIRECTIONAL_SEQUENCE_LSTM node as TFLite's Prepare
     does; ModelError naming the op otherwise."""
@@ -172,28 +220,14 @@ def layout(node) -> LstmLayout:
     sequence = node.op == SEQUENCE_OP
     if opts.kernel_type != KERNEL_FULL:
         raise node.fail("kernel_type BASIC takes the 5-input LSTM cell (see basic_layout)")
-    check_activation(node, opts.fused_activation_function)
-    if not opts.cell_clip >= 0 or not opts.proj_clip >= 0:
-        raise node.fail(f"cell_clip and proj_clip must be >= 0 (0: no clipping), got "
-                        f"{opts.cell_clip} and {opts.proj_clip}")
+    check_cell_options(node, opts)
     if len(node.inputs) not in (20, 24):
         raise node.fail(f"the FULL LSTM kernel takes 20 or 24 inputs, has {len(node.inputs)}")
     if len(node.outputs) != 1:
         raise node.fail(f"has {len(node.outputs)} outputs, the LSTM produces 1")
-    diagonal = sequence and opts.diagonal_recurrent_tensors
-
-    def required(i, what):
-        if not _present(node, i):
-            raise node.fail(f"input {i} ({what}) is required")
-        return node.inputs[i]
-
-    def check_shape(i, what, shape):
-        spec = node.inputs[i]
-        if tuple(spec.shape) != tuple(shape):
-            raise node.fail(f"{what} (input {i}) must have shape {list(shape)}, "
-                            f"got {list(spec.shape)}")
-
-    x = required(INPUT, "input")
+    x = node.inputs[INPUT]
+    if x is None:
+        raise node.fail(f"input {INPUT} (input) is required")
     n_time, time_major = 1, True
     if sequence:
         if x.rank != 3:
@@ -206,25 +240,51 @@ def layout(node) -> LstmLayout:
         if x.rank != 2:
             raise node.fail(f"input must have rank 2 [n_batch, n_input], got shape {list(x.shape)}")
         n_batch, n_input = x.shape
+    L = cell_layout(CellInputs(node), n_batch, n_input,
+                    diagonal=sequence and opts.diagonal_recurrent_tensors,
+                    layer_norm_inputs=len(node.inputs) == 24)
+    _check_float_tensors(node, "LSTM")
+    return replace(L, n_time=n_time, time_major=time_major, sequence=sequence)
+
+
+def cell_layout(cell: CellInputs, n_batch: int, n_input: int, diagonal: bool = False,
+                layer_norm_inputs: bool = False) -> LstmLayout:
+    """Validate one cell's weights, biases and states (at `cell`'s positions) as TFLite's
+    Prepare does, for inputs of n_input values per batch row."""
+    node = cell.node
+
+    def required(i, what):
+        if not cell.present(i):
+            raise node.fail(f"{cell.where(i, what)} is required")
+        return cell.spec(i)
+
+    def check_shape(i, what, shape):
+        spec = cell.spec(i)
+        if tuple(spec.shape) != tuple(shape):
+            raise node.fail(f"{cell.label}{what} (input {cell.index(i)}) must have shape "
+                            f"{list(shape)}, got {list(spec.shape)}")
+
     w_o = required(INPUT_TO_GATE[3], "input-to-output weights")
     if w_o.rank != 2:
-        raise node.fail(f"input-to-output weights must have rank 2, got shape {list(w_o.shape)}")
+        raise node.fail(f"{cell.label}input-to-output weights must have rank 2, got shape "
+                        f"{list(w_o.shape)}")
     n_cell = w_o.shape[0]
     r_o = required(RECURRENT_TO_GATE[3], "recurrent-to-output weights")
     if r_o.rank != (1 if diagonal else 2):
-        raise node.fail(f"recurrent-to-output weights must have rank {1 if diagonal else 2}"
+        raise node.fail(f"{cell.label}recurrent-to-output weights must have rank "
+                        f"{1 if diagonal else 2}"
                         f"{' (diagonal_recurrent_tensors)' if diagonal else ''}, got shape "
                         f"{list(r_o.shape)}")
     n_output = r_o.shape[0] if diagonal else r_o.shape[1]
     recurrent_shape = (n_cell,) if diagonal else (n_cell, n_output)
 
-    cifg = not _present(node, INPUT_TO_GATE[0])
-    if cifg != (not _present(node, RECURRENT_TO_GATE[0])):
-        raise node.fail("input-to-input and recurrent-to-input weights must be both present "
-                        "or both absent (CIFG)")
-    if cifg != (not _present(node, GATE_BIAS[0])):
-        raise node.fail("the input gate bias must be present exactly when the input gate "
-                        "weights are (absent for CIFG)")
+    cifg = not cell.present(INPUT_TO_GATE[0])
+    if cifg != (not cell.present(RECURRENT_TO_GATE[0])):
+        raise node.fail(f"{cell.label}input-to-input and recurrent-to-input weights must be "
+                        "both present or both absent (CIFG)")
+    if cifg != (not cell.present(GATE_BIAS[0])):
+        raise node.fail(f"the {cell.label}input gate bias must be present exactly when the "
+                        "input gate weights are (absent for CIFG)")
     for g, name in enumerate(GATE_NAMES):
         if g == 0 and cifg:
             continue
@@ -235,52 +295,52 @@ def layout(node) -> LstmLayout:
         required(GATE_BIAS[g], f"{name} gate bias")
         check_shape(GATE_BIAS[g], f"{name} gate bias", (n_cell,))
 
-    peep = [_present(node, CELL_TO_GATE[g]) for g in (0, 1, 3)]
+    peep = [cell.present(CELL_TO_GATE[g]) for g in (0, 1, 3)]
     peephole = peep[2]
     if cifg and peep[0]:
-        raise node.fail("a CIFG LSTM has no input gate, so no cell-to-input (peephole) weights")
+        raise node.fail(f"a CIFG {cell.label}LSTM has no input gate, so no cell-to-input "
+                        "(peephole) weights")
     if peep[1:] != [peephole, peephole] or (not cifg and peep[0] != peephole):
-        raise node.fail("peephole (cell-to-gate) weights must be all present or all absent")
+        raise node.fail(f"{cell.label}peephole (cell-to-gate) weights must be all present or "
+                        "all absent")
     for g in (0, 1, 3):
-        if _present(node, CELL_TO_GATE[g]):
+        if cell.present(CELL_TO_GATE[g]):
             check_shape(CELL_TO_GATE[g], f"cell-to-{GATE_NAMES[g]} weights", (n_cell,))
 
-    projection = _present(node, PROJECTION_WEIGHTS)
-    projection_bias = _present(node, PROJECTION_BIAS)
+    projection = cell.present(PROJECTION_WEIGHTS)
+    projection_bias = cell.present(PROJECTION_BIAS)
     if projection:
         check_shape(PROJECTION_WEIGHTS, "projection weights", (n_output, n_cell))
     elif projection_bias:
-        raise node.fail("a projection bias needs projection weights")
+        raise node.fail(f"a {cell.label}projection bias needs projection weights")
     elif n_output != n_cell:
-        raise node.fail(f"without projection the output size ({n_output}) must equal the "
-                        f"number of cells ({n_cell})")
+        raise node.fail(f"without projection the {cell.label}output size ({n_output}) must "
+                        f"equal the number of cells ({n_cell})")
     if projection_bias:
         check_shape(PROJECTION_BIAS, "projection bias", (n_output,))
 
-    layer_norm = len(node.inputs) == 24 and _present(node, LAYER_NORM[1])
+    layer_norm = layer_norm_inputs and cell.present(LAYER_NORM[1])
     if layer_norm:
         for g, name in enumerate(GATE_NAMES):
             if g == 0 and cifg:
-                if _present(node, LAYER_NORM[0]):
+                if cell.present(LAYER_NORM[0]):
                     raise node.fail("a CIFG LSTM takes no input layer-norm coefficients")
                 continue
             required(LAYER_NORM[g], f"{name} layer-norm coefficients")
             check_shape(LAYER_NORM[g], f"{name} layer-norm coefficients", (n_cell,))
-    elif len(node.inputs) == 24 and any(_present(node, i) for i in LAYER_NORM):
+    elif layer_norm_inputs and any(cell.present(i) for i in LAYER_NORM):
         raise node.fail("layer-norm coefficients must be all present or all absent "
                         "(the forget gate's decides)")
 
-    _check_float_tensors(node, "LSTM")
     for i, what, n in ((OUTPUT_STATE, "output_state", n_batch * n_output),
                        (CELL_STATE, "cell_state", n_batch * n_cell)):
         spec = required(i, what)
         size = int(np.prod(spec.shape, dtype=np.int64))
         if size != n:
-            raise node.fail(f"{what} (input {i}) must hold {n} elements, got shape "
-                            f"{list(spec.shape)}")
+            raise node.fail(f"{cell.label}{what} (input {cell.index(i)}) must hold {n} "
+                            f"elements, got shape {list(spec.shape)}")
     return LstmLayout(n_batch, n_input, n_cell, n_output, cifg, peephole, projection,
-                      projection_bias, layer_norm, n_time=n_time, time_major=time_major,
-                      diagonal=diagonal, sequence=sequence)
+                      projection_bias, layer_norm, diagonal=diagonal)
 
 
 @dataclass(frozen=True)
@@ -345,13 +405,30 @@ def _normalize(x):
     return ((x - mean) / np.sqrt(variance + LAYER_NORM_EPSILON)).astype(np.float32)
 
 
-def _step(L, opts, get, x, h, c):
-    """One time step on the float view: x [B, I], h [B, O], c [B, C] -> (output [B, O], c')."""
+def _float_product(v, w):
+    """v [B, K] times w [N, K] transposed: a float kernel's matmul."""
+    return v @ w.T
+
+
+def _step(L, opts, get, x, h, c, product=_float_product, quantize=None, aux_x=None):
+    """One time step on the float view: x [B, I], h [B, O], c [B, C] -> (output [B, O], c').
+    A hybrid kernel's `quantize` (v [B, K] -> v as its on-the-fly int8 quantization gives it
+    back, per batch row) applies to every vector a weight matrix multiplies: x, aux_x, h and
+    h' before the projection; None: the float kernel. aux_x [B, I_aux]: the auxiliary input,
+    multiplied by the weights at AUX_INPUT_TO_GATE."""
     act = opts.fused_activation_function
+    if quantize is not None:
+        x, h_in = quantize(x), quantize(h)
+        aux_x = None if aux_x is None else quantize(aux_x)
+    else:
+        h_in = h
 
     def gate(g, cell):
         r = get(RECURRENT_TO_GATE[g])
-        pre = x @ get(INPUT_TO_GATE[g]).T + (h * r if L.diagonal else h @ r.T)
+        pre = product(x, get(INPUT_TO_GATE[g]))
+        if aux_x is not None:
+            pre = pre + product(aux_x, get(AUX_INPUT_TO_GATE[g]))
+        pre = pre + (h * r if L.diagonal else product(h_in, r))
         if L.peephole and CELL_TO_GATE[g] is not None:
             pre = pre + get(CELL_TO_GATE[g]) * cell
         if L.layer_norm:
@@ -368,7 +445,7 @@ def _step(L, opts, get, x, h, c):
     o = _sigmoid(gate(3, c_new))
     h_new = (o * apply_activation(c_new, act)).astype(np.float32)
     if L.projection:
-        out = h_new @ get(PROJECTION_WEIGHTS).T
+        out = product(h_new if quantize is None else quantize(h_new), get(PROJECTION_WEIGHTS))
         if L.projection_bias:
             out = out + get(PROJECTION_BIAS)
         if opts.proj_clip > 0:
@@ -387,6 +464,20 @@ def _getter(inputs):
     return get
 
 
+def run_cell(L, opts, get, x, h, c, reverse=False, quantize=None, aux_x=None):
+    """A cell over time steps: x [T, B, I] (time-major), h [B, O], c [B, C] -> (outputs
+    [T, B, O], last h, last c); `reverse`: from the last step to the first (a bidirectional
+    op's backward cell; outputs stay at their steps). quantize, aux_x [T, B, I_aux]: _step's."""
+    outs = [None] * L.n_time
+    steps = range(L.n_time - 1, -1, -1) if reverse else range(L.n_time)
+    for t in steps:                     # time steps: each needs the last one's state
+        h, c = _step(L, opts, get, x[t], h, c, quantize=quantize,
+                     aux_x=None if aux_x is None else aux_x[t])
+        outs[t] = h
+    y = np.stack(outs) if outs else np.zeros((0, L.n_batch, L.n_output), np.float32)
+    return y, h, c
+
+
 def sequence_lstm(node, inputs):
     """A FULL-kernel op over its time steps on the float view: (output, new output_state, new
     cell_state), shaped like the output tensor, output_state's tensor and cell_state's tensor."""
@@ -398,11 +489,7 @@ def sequence_lstm(node, inputs):
     x = x.reshape(L.n_time, L.n_batch, L.n_input)
     h = get(OUTPUT_STATE).reshape(L.n_batch, L.n_output)
     c = get(CELL_STATE).reshape(L.n_batch, L.n_cell)
-    outs = []
-    for t in range(L.n_time):           # time steps: each needs the last one's state
-        h, c = _step(L, node.options, get, x[t], h, c)
-        outs.append(h)
-    y = np.stack(outs) if outs else np.zeros((0, L.n_batch, L.n_output), np.float32)
+    y, h, c = run_cell(L, node.options, get, x, h, c)
     if L.sequence and not L.time_major:
         y = np.swapaxes(y, 0, 1)
     return (np.ascontiguousarray(y).reshape(L.output_shape),
@@ -485,7 +572,7 @@ def _cell_act(v, act: ti.template()):
 def block_barriers() -> bool:
     """Whether the initialised Taichi runtime gives this op block-shared memory and barriers."""
     from . import tiutil
-    return tiutil.has_shared_memory() and ti.lang.impl.current_cfg().arch.name in BARRIER_ARCHS
+    return tiutil.has_shared_memory() and tiutil.current_arch() in BARRIER_ARCHS
 
 
 def _state_layout(L):

@@ -1,5 +1,5 @@
 """Shape and layout ops: RESHAPE, SHAPE, PACK, UNPACK, EXPAND_DIMS, SQUEEZE, TRANSPOSE,
-CONCATENATION, DEPTH_TO_SPACE, SPACE_TO_DEPTH.
+CONCATENATION, DEPTH_TO_SPACE, SPACE_TO_DEPTH, BROADCAST_ARGS, BITCAST.
 
 All of them move values without arithmetic (CONCATENATION adds its fused activation), so on the
 float view a quantized tensor keeps its real values and the runtime's fake-quant snaps the
@@ -13,12 +13,29 @@ moves (one per input of CONCATENATION/PACK, one per output of UNPACK/SPLIT), eac
 parallel loop, one thread per element moved; adjacent loop dimensions that are contiguous on
 both sides are merged at build time, so a RESHAPE is a 1-D copy. SHAPE is always folded at
 prepare and has no Taichi part.
+
+BROADCAST_ARGS and BITCAST run on the CPU (integer shape vectors; raw bytes, which the float
+view does not carry), folded at prepare when their inputs are constant:
+- BROADCAST_ARGS: two 1-D int32 (or int64) shape vectors of one dtype -> the numpy broadcast of
+  the two shapes, length max(n1, n2) (LiteRT's broadcast_args.cc). Two entries that differ and
+  are both not 1 are a ModelError here (at prepare for constants, at invoke otherwise), where
+  LiteRT aborts the process (TFLITE_CHECK_EQ); a negative entry is one too (no shape has it;
+  LiteRT passes a -1 against a 1 through).
+- BITCAST: the input's bytes reinterpreted as the output tensor's dtype (tf.bitcast, LiteRT's
+  bitcast.cc): same item size, same shape; a wider input [..] gives [.., in_size / out_size];
+  a narrower one needs its last dimension to be out_size / in_size and drops it (rank 0 cannot:
+  LiteRT reads dimension -1 there). A quantized tensor contributes and receives its stored
+  integers (its float view re-quantized, exact on its grid). A bool output holds True for every
+  nonzero byte (numpy bools of other bytes than 0/1 are not well formed: LiteRT hands those
+  out; they compare equal to True).
 (No `from __future__ import annotations` here: Taichi reads the ti.func annotations.)
 """
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+
+from tflite_taichi.quant import dequantize, is_float_view, quantize
 
 from .base import OpDef, register_op
 from .common import apply_activation, check_activation, positive_ints
@@ -539,3 +556,89 @@ SPACE_TO_DEPTH = register_op(OpDef(name="SPACE_TO_DEPTH", infer=_infer_space_to_
                                    reference=_space_to_depth, parse=_parse_block,
                                    options_class="SpaceToDepthOptions",
                                    taichi=_space_to_depth_taichi, min_inputs=1, max_inputs=1))
+
+
+# -- BROADCAST_ARGS ---------------------------------------------------------------------------
+_SHAPE_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def _infer_broadcast_args(node):
+    specs = list(node.inputs) + [node.outputs[0]]
+    for spec in specs:
+        dtype = np.dtype(spec.dtype) if spec.dtype is not None else None
+        if dtype not in _SHAPE_DTYPES or spec.is_quantized:
+            raise node.fail(f"tensor '{spec.name}' must be int32 or int64, got "
+                            f"{dtype.name if dtype is not None else 'opaque'}")
+    if len({np.dtype(spec.dtype) for spec in specs}) > 1:
+        raise node.fail("both shapes and the output must have one dtype, got "
+                        + ", ".join(f"'{s.name}' {np.dtype(s.dtype).name}" for s in specs))
+    for spec in node.inputs:
+        if len(spec.shape) != 1:
+            raise node.fail(f"shape '{spec.name}' must be 1-D, has shape {list(spec.shape)}")
+    return [(max(node.inputs[0].shape[0], node.inputs[1].shape[0]),)]
+
+
+def _broadcast_args(node, inputs):
+    a, b = (_ints(v) for v in inputs)
+    for spec, dims in zip(node.inputs, (a, b)):
+        if any(d < 0 for d in dims):
+            raise node.fail(f"shape '{spec.name}' = {dims} has a negative dimension")
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + a, [1] * (n - len(b)) + b     # aligned at the trailing end
+    out = []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y and 1 not in (x, y):
+            raise node.fail(f"shapes {a[n - len(a):]} and {b} do not broadcast: dimension {i} "
+                            f"is {x} and {y}")
+        out.append(y if x == 1 else x)
+    return [np.array(out, dtype=np.dtype(node.outputs[0].dtype))]
+
+
+BROADCAST_ARGS = register_op(OpDef(name="BROADCAST_ARGS", infer=_infer_broadcast_args,
+                                   reference=_broadcast_args, min_inputs=2, max_inputs=2))
+
+
+# -- BITCAST ----------------------------------------------------------------------------------
+def _item_size(node, spec) -> int:
+    if spec.dtype is None or np.dtype(spec.dtype).kind not in "biufc":
+        raise node.fail(f"tensor '{spec.name}' has no fixed-size numeric dtype to bitcast")
+    return np.dtype(spec.dtype).itemsize
+
+
+def _infer_bitcast(node):
+    x, out = node.inputs[0], node.outputs[0]
+    size_in, size_out = _item_size(node, x), _item_size(node, out)
+    shape = tuple(x.shape)
+    if size_in > size_out:
+        return [shape + (size_in // size_out,)]
+    if size_in < size_out:
+        ratio = size_out // size_in
+        if not shape or shape[-1] != ratio:
+            raise node.fail(f"input '{x.name}' {list(shape)} ({np.dtype(x.dtype).name}) must end "
+                            f"in a dimension of {ratio} to become one {np.dtype(out.dtype).name}")
+        return [shape[:-1]]
+    return [shape]
+
+
+def _stored(spec, value) -> np.ndarray:
+    """A tensor's data as the model stores it: the integers of a quantized (float view) one."""
+    if is_float_view(spec.dtype, spec.quantization):
+        return quantize(value, spec.quantization, spec.dtype)       # exact: on its grid
+    return np.asarray(value, dtype=np.dtype(spec.dtype))
+
+
+def _bitcast(node, inputs):
+    out = node.outputs[0]
+    data = np.ascontiguousarray(_stored(node.inputs[0], inputs[0])).reshape(-1)  # 0-d: no view
+    if np.dtype(out.dtype) == np.bool_:
+        y = data.view(np.uint8) != 0       # well-formed bools (see the module docstring)
+    else:
+        y = data.view(np.dtype(out.dtype))
+    y = y.reshape(out.shape)
+    if is_float_view(out.dtype, out.quantization):
+        return [dequantize(y, out.quantization)]
+    return [y.copy()]
+
+
+BITCAST = register_op(OpDef(name="BITCAST", infer=_infer_bitcast, reference=_bitcast,
+                            min_inputs=1, max_inputs=1))

@@ -258,11 +258,25 @@ SPLIT_THREADS = 65536      # an op with fewer outputs than this leaves a GPU mos
 SHARED_MEMORY_ARCHS = ("cuda", "vulkan", "opengl", "metal", "amdgpu", "dx11", "dx12")
 
 
+def current_arch() -> str:
+    """The Taichi arch this process's delegate runs on ('cuda', 'vulkan', 'x64', ...): the
+    backend the process claimed (backend.ensure_runtime), which is known before Taichi's
+    Python runtime starts - a process whose kernels all come from the cache (Taichi's C API)
+    never starts it, and ops ask this while the partitioner runs, before any compile."""
+    from tflite_taichi import backend        # at call time: the runtime imports ops
+    claimed = backend.current()
+    if claimed is not None:
+        return "x64" if claimed == "cpu" else claimed
+    if ti.lang.impl.get_runtime().prog is None:    # no delegate in this process (inspect)
+        return "none"
+    return ti.lang.impl.current_cfg().arch.name
+
+
 def has_shared_memory() -> bool:
-    """Whether the initialised Taichi runtime's arch gives kernels block-shared memory."""
+    """Whether the delegate's arch gives kernels block-shared memory."""
     if os.environ.get("TFLITE_TAICHI_NO_SHARED_TILES"):    # bench/'s A/B switch, see gpu_bench.sh
         return False
-    return ti.lang.impl.current_cfg().arch.name in SHARED_MEMORY_ARCHS
+    return current_arch() in SHARED_MEMORY_ARCHS
 
 
 def split_count(n_out: int, terms: int, min_terms: int) -> int:

@@ -6,7 +6,8 @@ LOGISTIC and SOFTMAX need output scale 1/256 and zero point -128; TANH takes any
 quantization (its int8 kernel is a lookup table) and is tested both with the canonical 1/128, 0
 and with random parameters; HARD_SWISH needs input_scale / (128 * output_scale) <= 1.
 LOGISTIC, TANH, EXP (lookup tables), SOFTMAX (lookup table of exp) and HARD_SWISH (16-bit fixed
-point) all meet 1 unit."""
+point) all meet 1 unit. RELU_0_TO_1 (int8: requantized, then clamped to the quantized 0 and 1)
+takes any input and output quantization."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -17,7 +18,7 @@ from tflite_taichi.testing import (Const, Input, Output, check_against_litert, o
                                    quantize_array, strategies)
 
 S = strategies()
-UNARY = ["RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "EXP", "HARD_SWISH"]
+UNARY = ["RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "TANH", "EXP", "HARD_SWISH"]
 # Output quantization LiteRT's int8 kernels insist on (None: any).
 FIXED_OUTPUT_QUANT = {"LOGISTIC": (1 / 256, -128), "SOFTMAX": (1 / 256, -128)}
 
@@ -125,6 +126,16 @@ def prelu_int8_case(shapes, const_alpha, qi, qa, qo, seed):
     return model, [x] + ([] if const_alpha else [alpha])
 
 
+def test_relu_0_to_1_int8_clamps_at_the_quantized_0_and_1():
+    """Every int8 code through an output grid whose 0 and 1 fall inside it: below 0 gives 0's
+    code, above 1 gives 1's (an extreme code: round(1 / scale) + zero point), as LiteRT."""
+    q_in, q_out = (0.02, 10), (1 / 200, -100)
+    model = one_op_model("RELU_0_TO_1", [Input((256,), np.int8, q_in)],
+                         [Output((256,), np.int8, q_out)])
+    out = check_against_litert(model, [np.arange(-128, 128).astype(np.int8)])[0]
+    assert out.min() == -100 and out.max() == 100
+
+
 # -- invalid models ----------------------------------------------------------------------------
 def _prepare(model):
     Interpreter(model_content=model, backend="reference").allocate_tensors()
@@ -152,9 +163,15 @@ def test_prelu_alpha_that_does_not_broadcast_is_refused():
                               [Output((2, 3))]))
 
 
-def test_activation_dtype_mismatch_is_refused():
-    with pytest.raises(ModelError, match="TANH.*dtype"):
-        _prepare(one_op_model("TANH", [Input((2, 3))], [Output((2, 3), np.int8, (0.01, 0))]))
+@pytest.mark.parametrize("op", ["TANH", "RELU_0_TO_1"])
+def test_activation_dtype_mismatch_is_refused(op):
+    with pytest.raises(ModelError, match=f"{op}.*dtype"):
+        _prepare(one_op_model(op, [Input((2, 3))], [Output((2, 3), np.int8, (0.01, 0))]))
+
+
+def test_activation_of_an_unsupported_dtype_is_refused():
+    with pytest.raises(ModelError, match=r"RELU_0_TO_1.*'input_0' has dtype int32"):
+        _prepare(one_op_model("RELU_0_TO_1", [Input((2,), np.int32)], [Output((2,), np.int32)]))
 
 
 def test_leaky_relu_non_finite_alpha_is_refused():

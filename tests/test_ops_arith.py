@@ -13,6 +13,10 @@ that coincides with real arithmetic: zero points 0 and one scale (FLOOR_DIV: out
 NEG: no -128 input, which LiteRT wraps to -128). Its int16 tables for RSQRT, LOG and GELU
 interpolate 513 entries and miss by up to thousands of units near their curved ends, so int16
 is compared for ABS and SQRT only.
+
+ATAN2 vs LiteRT with equal shapes (LiteRT does not broadcast), float32 and float64, every pair
+of special values; broadcast shapes and int8 (no LiteRT kernel) against np.arctan2. RIGHT_SHIFT
+vs LiteRT in its six integer types, counts beyond the bit width and negative included.
 """
 import numpy as np
 import pytest
@@ -302,3 +306,113 @@ def test_add_n_shapes_must_match():
 def test_add_n_needs_two_inputs():
     with pytest.raises(ModelError, match="ADD_N"):
         _prepare(one_op_model("ADD_N", [Input((2, 3))], [Output((2, 3))]))
+
+
+# -- ATAN2 -------------------------------------------------------------------------------------
+ATAN2_SPECIALS = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -1e-3, np.inf, -np.inf, np.nan, 1e-30],
+                          np.float32)
+
+
+def atan2_data(rng, shape, magnitude, dtype=np.float32):
+    """Values up to `magnitude`, a fifth of them +-0 (the axes' special cases)."""
+    v = rng.uniform(-magnitude, magnitude, shape)
+    v = np.where(rng.random(shape) < 0.2, np.where(rng.random(shape) < 0.5, 0.0, -0.0), v)
+    return np.asarray(v, dtype).reshape(shape)
+
+
+@given(shape=S.shapes(0, 4), magnitude=st.sampled_from([1e-3, 1.0, 1e4]),
+       dtype=st.sampled_from([np.float32, np.float64]), const_rhs=st.booleans(), seed=S.seeds())
+def test_atan2_matches_litert(shape, magnitude, dtype, const_rhs, seed):
+    # LiteRT's ATAN2 takes equal shapes only (see ops/arith.py)
+    rng = np.random.default_rng(seed)
+    y, x = atan2_data(rng, shape, magnitude, dtype), atan2_data(rng, shape, magnitude, dtype)
+    model = one_op_model("ATAN2", [Input(shape, dtype), Const(x) if const_rhs else Input(shape, dtype)],
+                         [Output(shape, dtype)])
+    check_against_litert(model, [y] + ([] if const_rhs else [x]))
+
+
+@given(shapes=broadcast_pair(), seed=S.seeds())
+def test_atan2_broadcasts_as_numpy(shapes, seed):
+    a_shape, b_shape, out_shape = shapes
+    rng = np.random.default_rng(seed)
+    y, x = atan2_data(rng, a_shape, 3.0), atan2_data(rng, b_shape, 3.0)
+    model = one_op_model("ATAN2", [Input(a_shape), Input(b_shape)], [Output(out_shape)])
+    np.testing.assert_array_equal(_run(model, [y, x]), np.arctan2(y, x))
+
+
+def test_atan2_special_values_match_litert():
+    """Every pair of +-0, +-inf, NaN and finite values: C's atan2 table."""
+    y, x = (v.reshape(-1) for v in np.meshgrid(ATAN2_SPECIALS, ATAN2_SPECIALS))
+    model = one_op_model("ATAN2", [Input(y.shape), Input(x.shape)], [Output(y.shape)])
+    out = check_against_litert(model, [y, x])[0]
+    # the signs of zeros too (assert_float_close does not see them)
+    np.testing.assert_array_equal(np.signbit(out), np.signbit(np.arctan2(y, x)))
+
+
+@given(shapes=broadcast_pair(), qa=S.quant_params(), qb=S.quant_params(),
+       qo=S.quant_params(scale_range=(0.02, 0.05)), seed=S.seeds())
+def test_atan2_int8_is_the_float_formula_snapped(shapes, qa, qb, qo, seed):
+    # LiteRT has no int8 ATAN2: the float view's atan2 of the real values, quantized once
+    from tflite_taichi.quant import dequantize, quantize
+    from tflite_taichi.builder import as_quantization
+    a_shape, b_shape, out_shape = shapes
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-128, 128, a_shape).astype(np.int8)
+    b = rng.integers(-128, 128, b_shape).astype(np.int8)
+    model = one_op_model("ATAN2", [Input(a_shape, np.int8, qa), Input(b_shape, np.int8, qb)],
+                         [Output(out_shape, np.int8, qo)])
+    real = np.arctan2(dequantize(a, as_quantization(qa)), dequantize(b, as_quantization(qb)))
+    expected = quantize(real, as_quantization(qo), np.int8)
+    np.testing.assert_array_equal(_run(model, [a, b]), expected)
+
+
+def test_atan2_needs_floats():
+    with pytest.raises(ModelError, match="ATAN2.*int32"):
+        _prepare(one_op_model("ATAN2", [Input((3,), np.int32), Input((3,), np.int32)],
+                              [Output((3,), np.int32)]))
+    with pytest.raises(ModelError, match="ATAN2.*broadcast"):
+        _prepare(one_op_model("ATAN2", [Input((2, 3)), Input((2,))], [Output((2, 3))]))
+
+
+# -- RIGHT_SHIFT -------------------------------------------------------------------------------
+SHIFT_DTYPES = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32]
+
+
+@pytest.mark.parametrize("dtype", SHIFT_DTYPES)
+@given(shapes=broadcast_pair(), const_rhs=st.booleans(), seed=S.seeds())
+def test_right_shift_matches_litert(dtype, shapes, const_rhs, seed):
+    """The whole value range; counts from -3 to bits + 3 (LiteRT clamps to [0, bits - 1])."""
+    a_shape, b_shape, out_shape = shapes
+    rng = np.random.default_rng(seed)
+    info, bits = np.iinfo(dtype), 8 * np.dtype(dtype).itemsize
+    x = rng.integers(info.min, int(info.max) + 1, a_shape, dtype=np.int64).astype(dtype)
+    n = rng.integers(max(info.min, -3), bits + 4, b_shape).astype(dtype)
+    rhs = Const(n) if const_rhs else Input(b_shape, dtype)
+    model = one_op_model("RIGHT_SHIFT", [Input(a_shape, dtype), rhs], [Output(out_shape, dtype)])
+    check_against_litert(model, [x] + ([] if const_rhs else [n]))
+
+
+def test_right_shift_edge_counts():
+    x = np.array([-7, -7, 7, -1, np.iinfo(np.int32).min, 12], np.int32)
+    n = np.array([1, 40, 40, 31, 31, -2], np.int32)
+    model = one_op_model("RIGHT_SHIFT", [Input((6,), np.int32), Input((6,), np.int32)],
+                         [Output((6,), np.int32)])
+    out = check_against_litert(model, [x, n])[0]
+    np.testing.assert_array_equal(out, [-4, -1, 0, -1, -1, 12])   # rounds toward -inf
+
+
+def test_right_shift_errors():
+    with pytest.raises(ModelError, match="RIGHT_SHIFT.*float32"):
+        _prepare(one_op_model("RIGHT_SHIFT", [Input((3,)), Input((3,))], [Output((3,))]))
+    with pytest.raises(ModelError, match="RIGHT_SHIFT.*quantized"):
+        _prepare(one_op_model("RIGHT_SHIFT", [Input((3,), np.int8, (0.1, 0)), Input((3,), np.int8)],
+                              [Output((3,), np.int8)]))
+    with pytest.raises(ModelError, match="RIGHT_SHIFT.*same dtype"):
+        _prepare(one_op_model("RIGHT_SHIFT", [Input((3,), np.int32), Input((3,), np.int8)],
+                              [Output((3,), np.int32)]))
+    with pytest.raises(ModelError, match="RIGHT_SHIFT.*int64"):
+        _prepare(one_op_model("RIGHT_SHIFT", [Input((3,), np.int64), Input((3,), np.int64)],
+                              [Output((3,), np.int64)]))
+    with pytest.raises(ModelError, match="RIGHT_SHIFT.*broadcast"):
+        _prepare(one_op_model("RIGHT_SHIFT", [Input((2, 3), np.int32), Input((2,), np.int32)],
+                              [Output((2, 3), np.int32)]))

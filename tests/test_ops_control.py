@@ -607,3 +607,70 @@ def test_a_loop_writing_its_steps_matches_litert(steps, features, seed):
         h = np.tanh(0.5 * h + inputs[0][i:i + 1])
         states.append(h[0])
     np.testing.assert_allclose(out[0], np.array(states), rtol=1e-5, atol=1e-6)
+
+
+# -- a KV cache written at a counter-driven position (litert-torch decode loops) --------------
+def kv_cache_loop_model(steps, length, features, index_dtype=I32, q=None):
+    """A decode loop as litert-torch exports it, unrolled into a WHILE by the converter: each
+    iteration i takes token i of `seq` ([1, steps, F], SLICE at [0, i, 0]) and writes it into
+    the cache ([1, length, F]) at position pos + i (DYNAMIC_UPDATE_SLICE at [0, pos + i, 0],
+    the start computed from the loop counter and a run-time `pos`, in `index_dtype`). Outputs
+    the cache. q: one int8 quantization for seq, token and cache (LiteRT's DUS copies integers)."""
+    dtype = np.float32 if q is None else np.int8
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    pos, seq = g.input("pos", (), I32), g.input("seq", (1, steps, features), dtype, q)
+    cache = g.input("cache", (1, length, features), dtype, q)
+    carried = [("i", (), I32, None), ("n", (), I32, None), ("pos", (), I32, None),
+               ("seq", (1, steps, features), dtype, q), ("cache", (1, length, features), dtype, q)]
+    outs = [g.tensor(f"{name}_out", shape, dt, qq) for name, shape, dt, qq in carried]
+    g.op("WHILE", [g.const("i0", I32(0)), g.const("n", I32(steps)), pos, seq, cache], outs,
+         cond_subgraph_index=1, body_subgraph_index=2)
+    g.output(outs[4])
+    _count_cond(b, carried)
+
+    def at(sg, scalar, name, dt=I32):
+        """[0, scalar, 0] as a start-index vector."""
+        one = sg.tensor(f"{name}_1", (1,), I32)
+        sg.op("RESHAPE", [scalar, sg.const(f"{name}_shape", np.array([1], I32))], [one])
+        vec = sg.tensor(f"{name}_i32", (3,), I32)
+        zero = sg.const(f"{name}_zero", np.array([0], I32))
+        sg.op("CONCATENATION", [zero, one, zero], [vec], axis=0)
+        if np.dtype(dt) == np.dtype(I32):
+            return vec
+        cast = sg.tensor(name, (3,), dt)
+        sg.op("CAST", [vec], [cast], in_data_type="INT32", out_data_type="INT64")
+        return cast
+
+    def body(sg, v):
+        token = sg.tensor("token", (1, 1, features), dtype, q)
+        sg.op("SLICE", [v[3], at(sg, v[0], "begin"), sg.const("size", np.array([1, 1, features], I32))],
+              [token])
+        where = _binary(sg, "ADD", v[2], v[0], (), I32, name="where")
+        written = sg.tensor("written", (1, length, features), dtype, q)
+        sg.op("DYNAMIC_UPDATE_SLICE", [v[4], token, at(sg, where, "start", index_dtype)], [written])
+        return [_counter(sg, v[0]), v[1], v[2], v[3], written]
+    _subgraph(b, "body", carried, body)
+    return b.finish()
+
+
+@given(steps=st.integers(1, 4), length=st.integers(1, 6), features=st.integers(1, 4),
+       pos=st.integers(-2, 8), index_dtype=st.sampled_from([I32, np.int64]),
+       q=st.none() | S.quant_params(), seed=S.seeds())
+def test_a_kv_cache_written_at_the_loop_counter_matches_litert(steps, length, features, pos,
+                                                             index_dtype, q, seed):
+    """Positions past either end are clamped so the token lies inside the cache (LiteRT,
+    XLA): a pos + i beyond length - 1 overwrites the last row, a negative one the first."""
+    rng = np.random.default_rng(seed)
+    if q is None:
+        seq = rng.uniform(-1, 1, (1, steps, features)).astype(np.float32)
+        cache = rng.uniform(-1, 1, (1, length, features)).astype(np.float32)
+    else:
+        seq = rng.integers(-128, 128, (1, steps, features)).astype(np.int8)
+        cache = rng.integers(-128, 128, (1, length, features)).astype(np.int8)
+    model = kv_cache_loop_model(steps, length, features, index_dtype, q)
+    out = check_against_litert(model, [I32(pos), seq, cache])[0]
+    expected = cache.copy()
+    for i in range(steps):                     # and it wrote token i where the counter said
+        expected[0, min(max(pos + i, 0), length - 1)] = seq[0, i]
+    np.testing.assert_array_equal(out, expected)

@@ -4,14 +4,19 @@ quantization, as LiteRT requires for these ops), int32 and bool where LiteRT has
 semantics go beyond LiteRT's kernels (REVERSE_V2 with non-contiguous axes, the block ops with
 other ranks than 3 and 4, ZEROS_LIKE of int8/bool) they are checked against numpy and
 element-wise definitions. TFLite has no ONES_LIKE builtin: its converted form (FILL of SHAPE with
-1) is checked instead. Tolerances: tflite_taichi.testing."""
+1) is checked instead. MATRIX_DIAG, MATRIX_SET_DIAG and REVERSE_SEQUENCE vs LiteRT in the types
+where it moves the same values (see ops/layout.py), and against their element-wise definitions
+for bool, int8 on any grids (MATRIX_DIAG's off-diagonal zero point) and REVERSE_SEQUENCE's int8
+and bool, which LiteRT lacks. Tolerances: tflite_taichi.testing."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
 from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.errors import ModelError
 from tflite_taichi.testing import (Const, Input, Output, check_against_litert, model_inputs,
-                                   one_op_model, quantize_array, run_ours, strategies)
+                                   one_op_model, quantize_array, random_input, run_ours,
+                                   strategies)
 from test_ops_shape import _expect_error, _i32, tensor_type
 
 S = strategies()
@@ -395,3 +400,214 @@ def test_block_ops_errors():
                   "batch 6 is not a multiple")
     _expect_error(b2s((4, 2, 2, 1), [2, 2], [[-1, 0], [0, 0]]), "BATCH_TO_SPACE_ND", "negative crops")
     _expect_error(b2s((4, 2, 2, 1), [2, 2], [[3, 2], [0, 0]]), "BATCH_TO_SPACE_ND", "crops [3, 2] exceed")
+
+
+# -- MATRIX_DIAG / MATRIX_SET_DIAG ------------------------------------------------------------
+# LiteRT moves raw values: it agrees with the float view where the tensors share one quantization
+# with zero point 0 (MATRIX_DIAG writes the raw 0 off the diagonal) or any zero point
+# (MATRIX_SET_DIAG writes no new value). Its bool kernels copy 4-byte floats: numpy instead.
+DIAG_LITERT_DTYPES = ["float32", "int8", "int32", "int16", "int64", "uint8"]
+
+
+def _diag_type(data, dtype, zero_point_0=False):
+    if dtype == "int8":
+        scale, zp = data.draw(S.quant_params())
+        return np.int8, (scale, 0 if zero_point_0 else zp)
+    return np.dtype(dtype).type, None
+
+
+def diag_by_definition(d):
+    """[..., N] -> [..., N, N]: out[..., i, j] = d[..., i] if i == j else 0."""
+    n = d.shape[-1]
+    out = np.zeros(d.shape + (n,), d.dtype)
+    for index in np.ndindex(*d.shape):
+        out[index + (index[-1],)] = d[index]
+    return out
+
+
+def set_diag_by_definition(x, d):
+    out = x.copy()
+    for index in np.ndindex(*d.shape):
+        out[index + (index[-1],)] = d[index]
+    return out
+
+
+def _random_data(shape, t, q, rng):
+    """Data of this type as model_inputs draws it for an input (for a constant)."""
+    scales = np.ones(1) if q is not None else np.zeros(0)
+    return random_input({"shape": shape, "dtype": t, "quantization_parameters": {"scales": scales}},
+                        rng)
+
+
+@st.composite
+def set_diag_case(draw):
+    """(input shape [..., M, N], diagonal shape [..., min(M, N)])."""
+    shape = draw(S.shapes(2, 4, 1, 5))
+    return shape, tuple(shape[:-2]) + (min(shape[-2:]),)
+
+
+@pytest.mark.parametrize("dtype", DIAG_LITERT_DTYPES)
+@given(shape=S.shapes(1, 3, 1, 5), data=st.data(), seed=S.seeds())
+def test_matrix_diag_matches_litert(dtype, shape, data, seed):
+    t, q = _diag_type(data, dtype, zero_point_0=True)
+    model = one_op_model("MATRIX_DIAG", [Input(shape, t, q)],
+                         [Output(tuple(shape) + (shape[-1],), t, q)])
+    check_against_litert(model, seed=seed)
+
+
+@pytest.mark.parametrize("dtype", DIAG_LITERT_DTYPES)
+@given(case=set_diag_case(), data=st.data(), const_diag=st.booleans(), seed=S.seeds())
+def test_matrix_set_diag_matches_litert(dtype, case, data, const_diag, seed):
+    shape, diag_shape = case
+    t, q = _diag_type(data, dtype)
+    diag = _random_data(diag_shape, t, q, np.random.default_rng(seed))
+    model = one_op_model("MATRIX_SET_DIAG", [Input(shape, t, q),
+                                             Const(diag, q) if const_diag else Input(diag_shape, t, q)],
+                         [Output(shape, t, q)])
+    inputs = model_inputs(model, seed)
+    check_against_litert(model, inputs if const_diag else inputs[:1] + [diag])
+
+
+@given(shape=S.shapes(1, 3, 1, 5), qi=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
+def test_matrix_diag_bool_and_int8_follow_their_definition(shape, qi, qo, seed):
+    """bool (LiteRT: garbage); int8 with any grids: the real values on the diagonal, the real 0
+    (the output's zero point) elsewhere, snapped to the output's grid."""
+    rng = np.random.default_rng(seed)
+    d = rng.random(shape) < 0.5
+    model = one_op_model("MATRIX_DIAG", [Input(shape, np.bool_)],
+                         [Output(tuple(shape) + (shape[-1],), np.bool_)])
+    np.testing.assert_array_equal(run_ours(model, [d])[0], diag_by_definition(d))
+    q = rng.integers(-128, 128, shape).astype(np.int8)
+    model = one_op_model("MATRIX_DIAG", [Input(shape, np.int8, qi)],
+                         [Output(tuple(shape) + (shape[-1],), np.int8, qo)])
+    real = (q.astype(np.float32) - qi[1]) * np.float32(qi[0])
+    expected = quantize_array(diag_by_definition(real), qo)
+    np.testing.assert_array_equal(run_ours(model, [q])[0], expected)
+
+
+@given(case=set_diag_case(), qs=st.lists(S.quant_params(), min_size=3, max_size=3),
+       seed=S.seeds())
+def test_matrix_set_diag_bool_and_int8_follow_their_definition(case, qs, seed):
+    shape, diag_shape = case
+    rng = np.random.default_rng(seed)
+    x, d = rng.random(shape) < 0.5, rng.random(diag_shape) < 0.5
+    model = one_op_model("MATRIX_SET_DIAG", [Input(shape, np.bool_), Input(diag_shape, np.bool_)],
+                         [Output(shape, np.bool_)])
+    np.testing.assert_array_equal(run_ours(model, [x, d])[0], set_diag_by_definition(x, d))
+    qx, qd, qo = qs
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    d = rng.integers(-128, 128, diag_shape).astype(np.int8)
+    model = one_op_model("MATRIX_SET_DIAG", [Input(shape, np.int8, qx),
+                                             Input(diag_shape, np.int8, qd)],
+                         [Output(shape, np.int8, qo)])
+    real_x = (x.astype(np.float32) - qx[1]) * np.float32(qx[0])
+    real_d = (d.astype(np.float32) - qd[1]) * np.float32(qd[0])
+    expected = quantize_array(set_diag_by_definition(real_x, real_d), qo)
+    np.testing.assert_array_equal(run_ours(model, [x, d])[0], expected)
+
+
+def test_matrix_diag_errors():
+    _expect_error(one_op_model("MATRIX_DIAG", [Input(())], [Output((1, 1))]),
+                  "MATRIX_DIAG", "rank >= 1")
+    _expect_error(one_op_model("MATRIX_DIAG", [Input((3,))], [Output((3, 3), np.int32)]),
+                  "MATRIX_DIAG", "one dtype")
+    _expect_error(one_op_model("MATRIX_DIAG", [Input((3,), np.float16)], [Output((3, 3), np.float16)]),
+                  "MATRIX_DIAG", "float16")
+    _expect_error(one_op_model("MATRIX_SET_DIAG", [Input((3,)), Input((3,))], [Output((3,))]),
+                  "MATRIX_SET_DIAG", "rank >= 2")
+    _expect_error(one_op_model("MATRIX_SET_DIAG", [Input((2, 3, 4)), Input((2, 4))],
+                               [Output((2, 3, 4))]), "MATRIX_SET_DIAG", "needs [2, 3]")
+    _expect_error(one_op_model("MATRIX_SET_DIAG", [Input((3, 4)), Input((3,), np.int8, (0.1, 0))],
+                               [Output((3, 4))]), "MATRIX_SET_DIAG", "one dtype")
+
+
+# -- REVERSE_SEQUENCE -------------------------------------------------------------------------
+REVERSE_SEQUENCE_LITERT_DTYPES = ["float32", "int32", "int64", "int16", "uint8"]
+
+
+@st.composite
+def reverse_sequence_case(draw):
+    """(shape, seq_dim, batch_dim, lengths): rank 2 to 4, lengths in [0, the seq_dim's size]."""
+    shape = draw(S.shapes(2, 4, 1, 5))
+    seq, batch = draw(st.permutations(range(len(shape))))[:2]
+    lengths = [draw(st.integers(0, shape[seq])) for _ in range(shape[batch])]
+    return shape, seq, batch, lengths
+
+
+def reverse_sequence_by_definition(x, seq, batch, lengths):
+    out = np.empty_like(x)
+    for index in np.ndindex(*x.shape):
+        q, length = index[seq], lengths[index[batch]]
+        src = list(index)
+        if q < length:
+            src[seq] = length - 1 - q
+        out[index] = x[tuple(src)]
+    return out
+
+
+def reverse_sequence_model(shape, seq, batch, lengths, t=np.float32, q=None, const=True,
+                           int64=False):
+    lengths_dtype = np.int64 if int64 else np.int32
+    lengths_in = (Const(np.array(lengths, lengths_dtype)) if const
+                  else Input((len(lengths),), lengths_dtype))
+    return one_op_model("REVERSE_SEQUENCE", [Input(shape, t, q), lengths_in], [Output(shape, t, q)],
+                        seq_dim=seq, batch_dim=batch)
+
+
+@pytest.mark.parametrize("dtype", REVERSE_SEQUENCE_LITERT_DTYPES)
+@given(case=reverse_sequence_case(), data=st.data(), const=st.booleans(), int64=st.booleans(),
+       seed=S.seeds())
+def test_reverse_sequence_matches_litert(dtype, case, data, const, int64, seed):
+    shape, seq, batch, lengths = case
+    t, q = np.dtype(dtype).type, None
+    if dtype == "uint8":             # quantized, one grid in and out (LiteRT moves raw bytes)
+        q = data.draw(S.quant_params(np.uint8))
+    model = reverse_sequence_model(shape, seq, batch, lengths, t, q, const, int64)
+    inputs = model_inputs(model, seed)
+    if not const:
+        inputs[1] = np.array(lengths, inputs[1].dtype)
+    check_against_litert(model, inputs)
+
+
+@given(case=reverse_sequence_case(), qi=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
+def test_reverse_sequence_int8_and_bool_follow_their_definition(case, qi, qo, seed):
+    """LiteRT has no int8 or bool kernel: held to the element-wise definition."""
+    shape, seq, batch, lengths = case
+    rng = np.random.default_rng(seed)
+    x = rng.random(shape) < 0.5
+    model = reverse_sequence_model(shape, seq, batch, lengths, np.bool_)
+    np.testing.assert_array_equal(run_ours(model, [x])[0],
+                                  reverse_sequence_by_definition(x, seq, batch, lengths))
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    model = one_op_model("REVERSE_SEQUENCE", [Input(shape, np.int8, qi),
+                                              Const(np.array(lengths, np.int32))],
+                         [Output(shape, np.int8, qo)], seq_dim=seq, batch_dim=batch)
+    real = (x.astype(np.float32) - qi[1]) * np.float32(qi[0])
+    expected = quantize_array(reverse_sequence_by_definition(real, seq, batch, lengths), qo)
+    np.testing.assert_array_equal(run_ours(model, [x])[0], expected)
+
+
+@pytest.mark.parametrize("lengths", [[2, 5], [-1, 2]])
+def test_reverse_sequence_lengths_out_of_range_are_refused(lengths):
+    # LiteRT refuses the first entry above 4 and checks no other (writing out of bounds)
+    _expect_error(reverse_sequence_model((2, 4), 1, 0, lengths), "REVERSE_SEQUENCE",
+                  "must lie in [0, 4]")
+    model = reverse_sequence_model((2, 4), 1, 0, lengths, const=False)
+    with pytest.raises(ModelError, match=r"REVERSE_SEQUENCE.*must lie in \[0, 4\]"):
+        run_ours(model, [np.zeros((2, 4), np.float32), np.array(lengths, np.int32)])
+
+
+def test_reverse_sequence_errors():
+    _expect_error(reverse_sequence_model((2, 4), 1, 1, [1, 1]), "REVERSE_SEQUENCE", "both 1")
+    _expect_error(reverse_sequence_model((2, 4), 2, 0, [1, 1]), "REVERSE_SEQUENCE",
+                  "seq_dim 2 is out of range")
+    _expect_error(reverse_sequence_model((2, 4), 1, -1, [1, 1, 1, 1]), "REVERSE_SEQUENCE",
+                  "batch_dim -1 is out of range")
+    _expect_error(reverse_sequence_model((2, 4), 1, 0, [1, 1, 1]), "REVERSE_SEQUENCE",
+                  "needs [2]")
+    _expect_error(one_op_model("REVERSE_SEQUENCE", [Input((2, 4)), Const(np.ones(2, np.float32))],
+                               [Output((2, 4))], seq_dim=1, batch_dim=0),
+                  "REVERSE_SEQUENCE", "int32 or int64")
+    _expect_error(one_op_model("REVERSE_SEQUENCE", [Input((2, 4)), _i32([1, 1])],
+                               [Output((2, 4), np.int32)], seq_dim=1, batch_dim=0),
+                  "REVERSE_SEQUENCE", "the input's dtype")

@@ -1,6 +1,6 @@
-"""MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_ANY vs LiteRT through one-op models:
-float32 and int8 (bool for ANY), ranks 1-4, keep_dims both ways, axes scalar or 1-D, negative
-and repeated. Tolerances: tflite_taichi.testing; int8 REDUCE_PROD: LiteRT's own rounding drift
+"""MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_ANY, REDUCE_ALL vs LiteRT through
+one-op models: float32 and int8 (bool for ANY and ALL), ranks 1-4, keep_dims both ways, axes
+scalar or 1-D, negative and repeated. Tolerances: tflite_taichi.testing; int8 REDUCE_PROD: LiteRT's own rounding drift
 (litert_prod_bound)."""
 import numpy as np
 import pytest
@@ -330,3 +330,74 @@ def test_reduce_any_needs_bool(in_dtype, out_dtype):
                          [Output((2,), out_dtype)])
     with pytest.raises(ModelError, match="REDUCE_ANY.*bool"):
         run_ours(model, [np.zeros((2, 3), in_dtype)])
+
+
+# -- REDUCE_ALL ------------------------------------------------------------------------------
+def all_inputs(shape, seed):
+    """Bool inputs with few False values (about one per reduced slice), so ALL is not always
+    False: any_inputs negated."""
+    return ~any_inputs(shape, seed)
+
+
+@given(case=reduction(), seed=S.seeds())
+def test_reduce_all_matches_litert(case, seed):
+    shape, axes, keep_dims, out = case
+    model = one_op_model("REDUCE_ALL", [Input(shape, np.bool_), Const(axes)],
+                         [Output(out, np.bool_)], keep_dims=keep_dims)
+    check_against_litert(model, [all_inputs(shape, seed)])
+
+
+def test_reduce_all_of_an_empty_slice_is_true():
+    # no elements to be False: True, as np.all and LiteRT's initial value
+    model = one_op_model("REDUCE_ALL", [Input((2, 0, 3), np.bool_), Const(np.array([1], np.int32))],
+                         [Output((2, 3), np.bool_)])
+    actual = check_against_litert(model, [np.zeros((2, 0, 3), bool)])[0]
+    assert actual.all()
+
+
+def test_reduce_all_scalar_input_is_copied():
+    model = one_op_model("REDUCE_ALL", [Input((), np.bool_), Const(np.array([0], np.int32))],
+                         [Output((), np.bool_)])
+    for value in (True, False):
+        check_against_litert(model, [np.array(value)])
+
+
+def test_reduce_all_no_axes_copies():
+    node = _bool_node(_node("REDUCE_ALL", (2, 3), np.zeros(0, np.int32), True, (2, 3)))
+    x = np.arange(6).reshape(2, 3) % 2 == 0
+    assert [tuple(s) for s in lookup("REDUCE_ALL").infer(node)] == [(2, 3)]
+    np.testing.assert_array_equal(lookup("REDUCE_ALL").reference(node, [x, None])[0], x)
+
+
+def test_reduce_all_axes_given_at_run_time_match_litert():
+    model = one_op_model("REDUCE_ALL", [Input((2, 3), np.bool_), Input((1,), np.int32)],
+                         [Output((2,), np.bool_)])
+    x = np.array([[True, True, False], [True, True, True]])
+    for axis in (0, 1):
+        check_against_litert(model, [x, np.array([axis], np.int32)])
+
+
+@pytest.mark.parametrize("axes", [[2], [-3], [0, 4]])
+def test_reduce_all_axis_out_of_range_is_refused(axes):
+    model = one_op_model("REDUCE_ALL", [Input((2, 3), np.bool_), Const(np.array(axes, np.int32))],
+                         [Output((2,), np.bool_)])
+    with pytest.raises(ModelError, match="REDUCE_ALL.*axis"):
+        run_ours(model, [np.zeros((2, 3), bool)])
+
+
+@pytest.mark.parametrize("in_dtype, out_dtype", [(np.float32, np.bool_), (np.bool_, np.int32)])
+def test_reduce_all_needs_bool(in_dtype, out_dtype):
+    model = one_op_model("REDUCE_ALL", [Input((2, 3), in_dtype), Const(np.array([1], np.int32))],
+                         [Output((2,), out_dtype)])
+    with pytest.raises(ModelError, match="REDUCE_ALL.*bool"):
+        run_ours(model, [np.zeros((2, 3), in_dtype)])
+
+
+@given(case=reduction(), seed=S.seeds())
+def test_bool_reduce_prod_is_all_as_litert(case, seed):
+    """LiteRT's REDUCE_PROD takes bool (the product of 0/1 values: ALL); few False values, so
+    the outputs are not all False."""
+    shape, axes, keep_dims, out = case
+    model = one_op_model("REDUCE_PROD", [Input(shape, np.bool_), Const(axes)],
+                         [Output(out, np.bool_)], keep_dims=keep_dims)
+    check_against_litert(model, [all_inputs(shape, seed)])

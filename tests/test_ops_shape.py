@@ -1,6 +1,9 @@
 """RESHAPE, SHAPE, PACK, UNPACK, EXPAND_DIMS, SQUEEZE, TRANSPOSE, CONCATENATION, DEPTH_TO_SPACE,
 SPACE_TO_DEPTH vs LiteRT through one-op models: float32, int8 (inputs and outputs share their quantization, as LiteRT requires
-for these ops) and int32. Tolerances: tflite_taichi.testing."""
+for these ops) and int32. Tolerances: tflite_taichi.testing.
+BROADCAST_ARGS (int32/int64, constant or run-time shapes) and BITCAST (every pair of 13 dtypes,
+arbitrary bytes, quantized int8 -> uint8) vs LiteRT too, BITCAST byte for byte; the cases where
+LiteRT aborts (shapes that do not broadcast) are errors here."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -9,7 +12,7 @@ from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.quant import round_half_away
 from tflite_taichi.testing import (Const, Input, Output, check_against_litert, model_inputs,
-                                   one_op_model, run_ours, strategies)
+                                   one_op_model, run_litert, run_ours, strategies)
 
 S = strategies()
 DTYPES = ["float32", "int8", "int32"]
@@ -364,3 +367,128 @@ def test_depth_to_space_errors():
                                block_size=2), "SPACE_TO_DEPTH", "multiples of block_size 2")
     _expect_error(one_op_model("SPACE_TO_DEPTH", [Input((1, 4, 4, 2))], [Output((1, 4, 4, 2))],
                                block_size=-1), "SPACE_TO_DEPTH", "block_size must be >= 1")
+
+
+# -- BROADCAST_ARGS ---------------------------------------------------------------------------
+@st.composite
+def broadcast_args_case(draw):
+    """Two shapes that broadcast: a target shape (sides 0 to 5), each operand its trailing dims
+    with some of them 1."""
+    target = draw(S.shapes(0, 5, 0, 5))
+
+    def operand():
+        n = draw(st.integers(0, len(target)))
+        dims = list(target[len(target) - n:])
+        return [1 if draw(st.booleans()) else d for d in dims]
+    return operand(), operand()
+
+
+def broadcast_args_model(a, b, dtype, constant):
+    def spec(v):
+        return Const(np.array(v, dtype)) if constant else Input((len(v),), dtype)
+    return one_op_model("BROADCAST_ARGS", [spec(a), spec(b)],
+                        [Output((max(len(a), len(b)),), dtype)])
+
+
+@given(case=broadcast_args_case(), dtype=st.sampled_from([np.int32, np.int64]),
+       constant=st.booleans())
+def test_broadcast_args_matches_litert(case, dtype, constant):
+    a, b = case
+    model = broadcast_args_model(a, b, dtype, constant)
+    inputs = [] if constant else [np.array(a, dtype), np.array(b, dtype)]
+    actual = check_against_litert(model, inputs)[0]
+    np.testing.assert_array_equal(actual, np.broadcast_shapes(tuple(a), tuple(b)))
+
+
+@pytest.mark.parametrize("constant", [True, False])
+def test_broadcast_args_refuses_shapes_that_do_not_broadcast(constant):
+    # LiteRT aborts the process here (TFLITE_CHECK_EQ): an error, not a crash
+    model = broadcast_args_model([2, 3], [4, 1, 2], np.int32, constant)
+    with pytest.raises(ModelError, match="BROADCAST_ARGS.*do not broadcast"):
+        run_ours(model, [] if constant else [np.array([2, 3], np.int32),
+                                             np.array([4, 1, 2], np.int32)])
+
+
+def test_broadcast_args_refuses_negative_dimensions():
+    model = broadcast_args_model([-1, 3], [1, 3], np.int32, True)
+    with pytest.raises(ModelError, match="BROADCAST_ARGS.*negative"):
+        run_ours(model, [])
+
+
+def test_broadcast_args_errors():
+    # mixed dtypes, float shapes, a 2-D shape
+    _expect_error(one_op_model("BROADCAST_ARGS", [Input((2,), np.int32), Input((2,), np.int64)],
+                               [Output((2,), np.int32)]), "BROADCAST_ARGS", "one dtype")
+    _expect_error(one_op_model("BROADCAST_ARGS", [Input((2,)), Input((2,))], [Output((2,))]),
+                  "BROADCAST_ARGS", "int32 or int64")
+    _expect_error(one_op_model("BROADCAST_ARGS", [Input((1, 2), np.int32), Input((2,), np.int32)],
+                               [Output((2,), np.int32)]), "BROADCAST_ARGS", "1-D")
+
+
+# -- BITCAST ----------------------------------------------------------------------------------
+BITCAST_DTYPES = [np.float32, np.float16, np.float64, np.int8, np.uint8, np.int16, np.uint16,
+                  np.int32, np.uint32, np.int64, np.uint64, np.bool_, np.complex64]
+
+
+@st.composite
+def bitcast_case(draw):
+    """(input shape, input dtype, output dtype, output shape): tf.bitcast's shape rule."""
+    src = np.dtype(draw(st.sampled_from(BITCAST_DTYPES)))
+    dst = np.dtype(draw(st.sampled_from(BITCAST_DTYPES)))
+    shape = draw(S.shapes(0, 3, 1, 4))
+    if src.itemsize < dst.itemsize:
+        shape = shape + (dst.itemsize // src.itemsize,)
+    out = (shape + (src.itemsize // dst.itemsize,) if src.itemsize > dst.itemsize
+           else shape[:-1] if src.itemsize < dst.itemsize else shape)
+    return shape, src, dst, out
+
+
+def random_bytes(shape, dtype, seed):
+    """Arbitrary bytes as `dtype` (NaNs with payloads included), bools 0/1."""
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype) == np.bool_:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    count = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return rng.integers(0, 256, count, dtype=np.uint8).view(dtype).reshape(shape)
+
+
+def assert_same_bytes(actual, expected):
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, (
+        f"{actual.dtype} {actual.shape} != {expected.dtype} {expected.shape}")
+    if actual.dtype == np.bool_:        # LiteRT's bools keep the input's bytes
+        np.testing.assert_array_equal(actual, expected)
+    else:
+        np.testing.assert_array_equal(actual.reshape(-1).view(np.uint8),
+                                      expected.reshape(-1).view(np.uint8))
+
+
+@given(case=bitcast_case(), constant=st.booleans(), seed=S.seeds())
+def test_bitcast_matches_litert(case, constant, seed):
+    shape, src, dst, out = case
+    x = random_bytes(shape, src, seed)
+    model = one_op_model("BITCAST", [Const(x) if constant else Input(shape, src)],
+                         [Output(out, dst)])
+    inputs = [] if constant else [x]
+    expected = run_litert(model, inputs)[0]
+    actual = run_ours(model, inputs)[0]
+    assert_same_bytes(actual, expected)
+
+
+@given(shape=S.shapes(1, 3, 1, 4), qi=S.quant_params(), qo=S.quant_params(np.uint8),
+       seed=S.seeds())
+def test_bitcast_quantized_int8_to_uint8_matches_litert(shape, qi, qo, seed):
+    # the stored integers move, whatever the two quantizations say they mean
+    model = one_op_model("BITCAST", [Input(shape, np.int8, qi)], [Output(shape, np.uint8, qo)])
+    x = np.random.default_rng(seed).integers(-128, 128, shape).astype(np.int8)
+    expected = run_litert(model, [x])[0]
+    actual = run_ours(model, [x])[0]
+    assert_same_bytes(actual, expected)
+    np.testing.assert_array_equal(actual, x.view(np.uint8))
+
+
+def test_bitcast_errors():
+    # narrower to wider needs the last dimension to hold one output element
+    _expect_error(one_op_model("BITCAST", [Input((2, 3), np.int8)], [Output((2,), np.int32)]),
+                  "BITCAST", "dimension of 4")
+    _expect_error(one_op_model("BITCAST", [Input((), np.int16)], [Output((), np.int32)]),
+                  "BITCAST", "dimension of 2")

@@ -274,3 +274,33 @@ def test_dequantize_of_per_channel_input_stays_on_the_cpu(taichi_workers):
         assert summary["ops_delegated"] == 0
         assert "per-channel" in summary["fallback"][0]["reason"]
 
+
+
+# -- fusion ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("producer", ["L2_POOL_2D", "ADD"])
+def test_relu_0_to_1_runs_in_its_producers_store(taichi_workers, producer):
+    """RELU_0_TO_1 declares itself element-wise (stores_once, epilogue_inputs) as the other
+    RELUs do: after a pool (or an ADD, quantized) it runs inside the producer's store, one
+    step for both ops."""
+    quantized = producer == "ADD"
+    dtype, q = (np.int8, (0.01, -20)) if quantized else (np.float32, None)
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 5, 6, 3), dtype, q)
+    shape = (1, 5, 6, 3) if quantized else (1, 3, 3, 3)
+    t = g.tensor("t", shape, dtype, (0.008, -100) if quantized else None)
+    if quantized:
+        g.op("ADD", [x, g.const("k", np.full((3,), 40, np.int8), quantization=q)], [t])
+    else:
+        g.op("L2_POOL_2D", [x], [t], padding="SAME", filter_height=3, filter_width=2,
+             stride_h=2, stride_w=2)
+    y = g.tensor("y", shape, dtype, (1 / 250, -128) if quantized else None)
+    g.op("RELU_0_TO_1", [t], [y])
+    g.output(y)
+    # inputs near 0..1, so the clamp cuts some of the outputs and leaves others
+    rng = np.random.default_rng(1)
+    inputs = None if quantized else [rng.uniform(-1.2, 1.2, (1, 5, 6, 3)).astype(np.float32)]
+    for backend, s in check_delegate(b.finish(), taichi_workers, inputs, seed=3).items():
+        [p] = s["partitions"]
+        assert p["fused"] == [[0, 1]] or p["computed_at_load"] == [[0, 1]], (backend, p)
+        assert s["runtime"]["steps_per_invoke"] == 1, (backend, s["runtime"])

@@ -7,7 +7,9 @@ drawn inside each test so that every op is covered without a test (and its compi
 int8 runs every op, LiteRT's int8 kernels or not: on the float view each is the float formula
 with the output snapped to its grid. Special values (NaN, +-inf, zeros, negatives under LOG and
 SQRT, ROUND's ties, FLOOR_DIV's near-integer quotients) go through one multi-op model: one
-compile per backend."""
+compile per backend. ATAN2 (its own polynomial and special-value branches) has its own tests
+at the end: float32 and int8 broadcasting, every special pair, fused into its producer's store.
+RIGHT_SHIFT has no Taichi part (integers stay on the CPU)."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -15,7 +17,8 @@ from hypothesis import given, settings, strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, strategies)
-from test_ops_arith import BINARY, UNARY, binary_data, unary_data, unary_options
+from test_ops_arith import (ATAN2_SPECIALS, BINARY, UNARY, atan2_data, binary_data, unary_data,
+                            unary_options)
 from test_ops_elementwise import broadcast_pair
 
 S = strategies()
@@ -166,3 +169,83 @@ def test_int32_stays_on_the_cpu(taichi_workers, op):
     for summary in summaries.values():
         assert summary["ops_delegated"] == 0
         assert "int32" in summary["fallback"][0]["reason"]
+
+
+# -- ATAN2 -----------------------------------------------------------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shapes=broadcast_pair(), magnitude=st.sampled_from([1e-3, 1.0, 1e4]),
+       const_rhs=st.booleans(), seed=S.seeds())
+def test_atan2_float32_delegate_matches_reference(taichi_workers, shapes, magnitude, const_rhs,
+                                                  seed):
+    a_shape, b_shape, out_shape = shapes
+    rng = np.random.default_rng(seed)
+    y, x = atan2_data(rng, a_shape, magnitude), atan2_data(rng, b_shape, magnitude)
+    model = one_op_model("ATAN2", [Input(a_shape), Const(x) if const_rhs else Input(b_shape)],
+                         [Output(out_shape)])
+    check_delegate(model, taichi_workers, [y] + ([] if const_rhs else [x]))
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(shapes=broadcast_pair(), qa=S.quant_params(), qb=S.quant_params(), qo=S.quant_params(),
+       seed=S.seeds())
+def test_atan2_int8_delegate_matches_reference(taichi_workers, shapes, qa, qb, qo, seed):
+    a_shape, b_shape, out_shape = shapes
+    model = one_op_model("ATAN2", [Input(a_shape, np.int8, qa), Input(b_shape, np.int8, qb)],
+                         [Output(out_shape, np.int8, qo)])
+    check_delegate(model, taichi_workers, seed=seed)
+
+
+def _atan2_special_model(n):
+    """ATAN2 of (y, x), and of (y + x, x): an ADD whose store hands the sum to the second
+    ATAN2 (epilogue fusion), all in one partition."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    y, x = g.input("y", (n,)), g.input("x", (n,))
+    direct, total, of_sum = (g.tensor(name, (n,)) for name in ("atan2", "sum", "of_sum"))
+    g.op("ATAN2", [y, x], [direct])
+    g.op("ADD", [y, x], [total])
+    g.op("ATAN2", [total, x], [of_sum])
+    g.output(direct, of_sum)
+    return b.finish()
+
+
+def _special_pairs():
+    y, x = np.meshgrid(ATAN2_SPECIALS, ATAN2_SPECIALS)
+    return [y.reshape(-1), x.reshape(-1)]
+
+
+def test_atan2_special_values_delegate_matches_reference(taichi_workers):
+    inputs = _special_pairs()
+    summaries = check_delegate(_atan2_special_model(inputs[0].size), taichi_workers, inputs)
+    for backend, summary in summaries.items():
+        (partition,) = summary["partitions"]
+        assert [1, 2] in partition["fused"], (backend, partition)
+    # the signs of zeros, which the float comparison does not see (NaN's sign means nothing)
+    expected = np.arctan2(*inputs)
+    numbers = ~np.isnan(expected)
+    for w in taichi_workers:
+        outputs, _ = w.run(_atan2_special_model(inputs[0].size), inputs)
+        np.testing.assert_array_equal(np.signbit(outputs[0][numbers]),
+                                      np.signbit(expected[numbers]), err_msg=w.backend)
+
+
+def test_atan2_gles(gles_worker):
+    inputs = _special_pairs()
+    check_delegate(_atan2_special_model(inputs[0].size), [gles_worker], inputs)
+
+
+def test_atan2_fp16_on_vulkan(vulkan_workers):
+    rng = np.random.default_rng(4)
+    inputs = [atan2_data(rng, (100,), 3.0), atan2_data(rng, (100,), 3.0)]
+    check_delegate(_atan2_special_model(100), vulkan_workers, inputs, precision="fp16")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint16])
+def test_right_shift_stays_on_the_cpu(taichi_workers, dtype):
+    model = one_op_model("RIGHT_SHIFT", [Input((4,), dtype), Const(np.array([1, 2, 3, 9], dtype))],
+                         [Output((4,), dtype)])
+    summaries = check_delegate(model, taichi_workers, [np.array([7, 100, 64, 3], dtype)],
+                               expect_all_delegated=False)
+    for summary in summaries.values():
+        assert summary["ops_delegated"] == 0
+        assert np.dtype(dtype).name in summary["fallback"][0]["reason"]

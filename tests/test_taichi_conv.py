@@ -1,6 +1,6 @@
 """The Taichi delegate's CONV_2D (grouped too), DEPTHWISE_CONV_2D, TRANSPOSE_CONV,
-FULLY_CONNECTED, CUSTOM:Convolution2DTransposeBias (ops/conv.py), AVERAGE_POOL_2D and
-MAX_POOL_2D (ops/pooling.py) against the reference path, through one-op models, on every
+FULLY_CONNECTED, CUSTOM:Convolution2DTransposeBias (ops/conv.py), AVERAGE_POOL_2D,
+MAX_POOL_2D and L2_POOL_2D (float32 only, as LiteRT) (ops/pooling.py) against the reference path, through one-op models, on every
 backend under test (cpu, vulkan, opengl; see conftest.py), float32 and int8; fp16 on vulkan;
 GLES; and the supports() refusal.
 
@@ -24,7 +24,8 @@ from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_
                                    one_op_model, strategies)
 
 S = strategies()
-POOLS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]
+POOLS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]         # float32 and int8
+FLOAT_POOLS = POOLS + ["L2_POOL_2D"]
 
 
 def _f32_inputs(rng, model_shapes):
@@ -178,7 +179,7 @@ def test_transpose_conv_bias_float32(taichi_workers, case, seed):
     check_delegate(_tcb_model(case, rng), taichi_workers, _f32_inputs(rng, [case["in_shape"]]))
 
 
-@pytest.mark.parametrize("op", POOLS)
+@pytest.mark.parametrize("op", FLOAT_POOLS)
 @settings(max_examples=TAICHI_EXAMPLES)
 @given(case=pool_case(), seed=S.seeds())
 def test_pool_float32(taichi_workers, op, case, seed):
@@ -236,6 +237,19 @@ def test_global_pool_is_a_split_reduction(taichi_workers, op, case, int8, qi, se
             assert s["runtime"]["tasks_per_invoke"] == (2 if split else 1), (backend, case, s["runtime"])
 
 
+@settings(max_examples=max(TAICHI_EXAMPLES // 2, 3))
+@given(case=global_pool_case(), seed=S.seeds())
+def test_global_l2_pool_is_one_thread_per_output(taichi_workers, case, seed):
+    """reduce.py has no sum of squares: a global L2 pool stays one task, each thread walking
+    its whole window."""
+    model = one_op_model("L2_POOL_2D", [Input(case["in_shape"])], [Output(case["out_shape"])],
+                         **case["options"])
+    inputs = _f32_inputs(np.random.default_rng(seed), [case["in_shape"]])
+    for backend, s in check_delegate(model, taichi_workers, inputs).items():
+        if s["runtime"].get("tasks_per_invoke"):
+            assert s["runtime"]["tasks_per_invoke"] == 1, (backend, case, s["runtime"])
+
+
 def test_a_128x128_global_pool_is_split_into_balanced_shares():
     from tflite_taichi.ops.reduce import reduce_scratch_size
     assert reduce_scratch_size(16, 128 * 128) == 128 * 16     # 128 shares of 128 taps
@@ -272,6 +286,10 @@ def _fixed_models():
             "MAX_POOL_2D", [Input((2, 9, 7, 3))], [Output((2, 4, 2, 3))], padding="VALID",
             filter_height=3, filter_width=4, stride_h=2, stride_w=2,
             fused_activation_function="RELU"),
+        "L2_POOL_2D": one_op_model(
+            "L2_POOL_2D", [Input((2, 9, 7, 3))], [Output((2, 3, 4, 3))], padding="SAME",
+            filter_height=4, filter_width=3, stride_h=3, stride_w=2,
+            fused_activation_function="RELU6"),      # inputs in -3..3: RMS below 6
     }
 
 

@@ -5,6 +5,8 @@ BATCH_TO_SPACE_ND, FILL (a run-time value; a constant one is folded), ZEROS_LIKE
 view onto the output's grid as the reference's fake-quant does) and bool (carried as 0/1). The
 attribute space is the LiteRT tests' (test_ops_layout.py), with the block ops at any rank and
 REVERSE_V2 with any axes. RANGE is always folded at prepare and has no Taichi part.
+MATRIX_DIAG, MATRIX_SET_DIAG and REVERSE_SEQUENCE (constant seq_lengths; run-time ones stay on
+the CPU) at the end, in the same three types.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL."""
 import numpy as np
 import pytest
@@ -13,7 +15,8 @@ from hypothesis import given, settings, strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, strategies)
-from test_ops_layout import block_case, broadcast_case, mirror_pad_case, reverse_case, tile_case
+from test_ops_layout import (block_case, broadcast_case, mirror_pad_case, reverse_case,
+                             reverse_sequence_case, set_diag_case, tile_case)
 
 S = strategies()
 
@@ -175,3 +178,93 @@ def test_int32_tensors_stay_on_the_cpu_and_range_is_folded(taichi_workers):
         assert summary["ops_folded"] == 1 and summary["ops_delegated"] == 0
         assert {f["op"] for f in summary["fallback"]} == {"FILL", "ZEROS_LIKE"}
         assert all("int32" in f["reason"] for f in summary["fallback"]), summary["fallback"]
+
+
+# -- MATRIX_DIAG, MATRIX_SET_DIAG, REVERSE_SEQUENCE -------------------------------------------
+@st.composite
+def diag_or_sequence_model(draw, op):
+    """A one-op model of `op` in a drawn type; int8 inputs and output on their own grids."""
+    t, qi, qo = draw(types())
+    if op == "MATRIX_DIAG":
+        shape = draw(S.shapes(1, 3, 1, 5))
+        return one_op_model(op, [Input(shape, t, qi)], [Output(shape + (shape[-1],), t, qo)])
+    if op == "MATRIX_SET_DIAG":
+        shape, diag_shape = draw(set_diag_case())
+        qd = draw(S.quant_params()) if qi is not None else None
+        return one_op_model(op, [Input(shape, t, qi), Input(diag_shape, t, qd)],
+                            [Output(shape, t, qo)])
+    shape, seq, batch, lengths = draw(reverse_sequence_case())
+    return one_op_model(op, [Input(shape, t, qi), _i32(lengths)], [Output(shape, t, qo)],
+                        seq_dim=seq, batch_dim=batch)
+
+
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(op=st.sampled_from(["MATRIX_DIAG", "MATRIX_SET_DIAG", "REVERSE_SEQUENCE"]),
+       data=st.data(), seed=S.seeds())
+def test_diag_and_reverse_sequence_delegate(taichi_workers, op, data, seed):
+    check_delegate(data.draw(diag_or_sequence_model(op)), taichi_workers, seed=seed)
+
+
+def _diag_sequence_model():
+    """MATRIX_DIAG, MATRIX_SET_DIAG and REVERSE_SEQUENCE (seq_dim 2 before batch_dim 3, lengths
+    0 to the full 5), each feeding an ABS through its store (epilogue fusion)."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    d, m = g.input("d", (2, 4)), g.input("m", (2, 3, 4))
+    x = g.input("x", (2, 1, 5, 6))
+    outs = []
+    for i, (op, ins, shape, options) in enumerate([
+            ("MATRIX_DIAG", [d], (2, 4, 4), {}),
+            ("MATRIX_SET_DIAG", [m, g.const("diag", np.arange(6, dtype=np.float32).reshape(2, 3))],
+             (2, 3, 4), {}),
+            ("REVERSE_SEQUENCE", [x, g.const("lengths", np.array([0, 5, 2, 1, 3, 5], np.int32))],
+             (2, 1, 5, 6), {"seq_dim": 2, "batch_dim": 3})]):
+        y, z = g.tensor(f"{op}", shape), g.tensor(f"abs{i}", shape)
+        g.op(op, ins, [y], **options)
+        g.op("ABS", [y], [z])
+        outs.append(z)
+    g.output(*outs)
+    return b.finish()
+
+
+def test_diag_and_reverse_sequence_fuse_into_their_readers(taichi_workers):
+    summaries = check_delegate(_diag_sequence_model(), taichi_workers, seed=4)
+    for backend, summary in summaries.items():
+        (partition,) = summary["partitions"]
+        assert partition["fused"] == [[0, 1], [2, 3], [4, 5]], (backend, partition)
+
+
+def test_diag_and_reverse_sequence_fp16_on_vulkan(vulkan_workers):
+    check_delegate(_diag_sequence_model(), vulkan_workers, seed=5, precision="fp16")
+
+
+def test_diag_and_reverse_sequence_gles(gles_worker):
+    check_delegate(_diag_sequence_model(), [gles_worker], seed=6)
+
+
+def test_reverse_sequence_with_run_time_lengths_stays_on_the_cpu(taichi_workers):
+    model = one_op_model("REVERSE_SEQUENCE", [Input((2, 4)), Input((2,), np.int32)],
+                         [Output((2, 4))], seq_dim=1, batch_dim=0)
+    inputs = [np.arange(8, dtype=np.float32).reshape(2, 4), np.array([3, 1], np.int32)]
+    summaries = check_delegate(model, taichi_workers, inputs, expect_all_delegated=False)
+    for summary in summaries.values():
+        assert summary["ops_delegated"] == 0
+        assert "int32" in summary["fallback"][0]["reason"], summary["fallback"]
+
+
+def test_reverse_sequence_supports_names_its_reasons():
+    # run-time lengths (the partitioner's int32 rule answers first) and too many runs
+    from tflite_taichi.ops.base import Node, TensorSpec, lookup
+    from tflite_taichi.ops.indexing import MAX_RUNS
+    from tflite_taichi.ops.layout import ReverseSequenceOptions
+
+    def node(lengths_value, n):
+        return Node(0, "REVERSE_SEQUENCE", 1, ReverseSequenceOptions(1, 0),
+                    (TensorSpec(0, "x", (n, 4), np.dtype(np.float32)),
+                     TensorSpec(1, "lengths", (n,), np.dtype(np.int32), value=lengths_value)),
+                    (TensorSpec(2, "y", (n, 4), np.dtype(np.float32)),))
+    supports = lookup("REVERSE_SEQUENCE").supports
+    assert "run time" in supports(node(None, 2))
+    zigzag = np.tile(np.array([0, 4], np.int32), MAX_RUNS + 1)
+    assert "arithmetic runs" in supports(node(zigzag, zigzag.size))
+    assert supports(node(np.array([4, 3, 2, 1], np.int32), 4)) is None

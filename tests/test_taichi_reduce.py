@@ -1,4 +1,4 @@
-"""MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_ANY, RESIZE_BILINEAR and
+"""MEAN, SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_ANY, REDUCE_ALL, RESIZE_BILINEAR and
 RESIZE_NEAREST_NEIGHBOR on the delegate (cpu, vulkan, opengl workers; fp16 on vulkan; gles) vs
 the reference path, over the attribute space of the LiteRT tests. Tolerances:
 tflite_taichi.testing.TAICHI_RTOL; quantized outputs within one quantization step
@@ -9,7 +9,8 @@ from hypothesis import assume, given, settings, strategies as st
 
 from tflite_taichi.testing import (TAICHI_EXAMPLES, model_inputs, Const, Input, Output, check_delegate,
                                    one_op_model, strategies)
-from test_ops_reduce import OPS as REDUCE_OPS, any_inputs, prod_inputs, reduction, rounding_floor
+from test_ops_reduce import (OPS as REDUCE_OPS, all_inputs, any_inputs, prod_inputs, reduction,
+                             rounding_floor)
 from test_ops_resize import OPS as RESIZE_OPS, _model as resize_model, resize_case
 
 S = strategies()
@@ -195,3 +196,24 @@ def test_resize_nearest_with_too_many_ties_stays_on_the_cpu(taichi_workers):
     for summary in summaries.values():
         assert summary["ops_delegated"] == 0
         assert "rounding corrections" in summary["fallback"][0]["reason"]
+
+
+# -- REDUCE_ALL (bool carried as 0/1: the minimum) ------------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=reduction(), seed=S.seeds())
+def test_reduce_all_delegate_matches_reference(taichi_workers, case, seed):
+    check_delegate(_reduce_model("REDUCE_ALL", case, np.bool_), taichi_workers,
+                   [all_inputs(case[0], seed)])
+
+
+def test_long_reduce_all_split_into_partial_results(taichi_workers):
+    # 3 outputs of 4096 terms: the split reduction; one False in the second slice's last share
+    case = ((3, 64, 64), np.array([1, 2], np.int32), False, (3,))
+    x = np.ones((3, 64, 64), bool)
+    x[1, 63, 60] = False
+    check_delegate(_reduce_model("REDUCE_ALL", case, np.bool_), taichi_workers, [x])
+
+
+def test_reduce_all_gles(gles_worker):
+    case = ((3, 4, 5), np.array([-1, 0], np.int32), False, (4,))
+    check_delegate(_reduce_model("REDUCE_ALL", case, np.bool_), [gles_worker], [all_inputs((3, 4, 5), 2)])

@@ -98,3 +98,18 @@ def test_state_beyond_shared_memory_stays_on_the_cpu(taichi_workers):
         else:
             assert summary["ops_delegated"] == 0
             assert "block-shared memory" in summary["fallback"][0]["reason"]
+
+
+def test_a_fresh_process_partitions_an_lstm_before_taichi_starts():
+    """The partitioner asks the LSTM whether its state fits the arch's shared memory before
+    anything is compiled, when a process (every process whose kernels come from the cache)
+    has not started Taichi's Python runtime: the arch is the backend the process claimed, not
+    Taichi's config (which raised AttributeError there). A worker of its own, so that no earlier
+    test has started Taichi in it."""
+    from tflite_taichi.testing import BackendWorker
+    worker = BackendWorker("vulkan")
+    try:
+        model = lstm_model(BASE_SEQUENCE, "input")
+        check_delegate(model, [worker], _inputs(BASE_SEQUENCE, 1))
+    finally:
+        worker.close()

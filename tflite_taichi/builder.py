@@ -30,6 +30,10 @@ from tflite_taichi.ops.sparse import DENSE, Sparsity, sparsify
 _NAME2OPCODE = {name: code for code, name in BUILTIN_OPCODE2NAME.items()}
 _OPTION_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions).items()
                  if not name.startswith("_") and isinstance(code, int)}
+# tables of the schema's second options union, written to builtin_options_2
+# (StableHLOCompositeOptions, ...); no name is in both unions
+_OPTION_2_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions2).items()
+                   if not name.startswith("_") and isinstance(code, int) and code}
 _DTYPE2TYPE = {np.dtype(np.float32): 0, np.dtype(np.float16): 1, np.dtype(np.int32): 2,
                np.dtype(np.uint8): 3, np.dtype(np.int64): 4, np.dtype(np.bool_): 6,
                np.dtype(np.int16): 7, np.dtype(np.complex64): 8, np.dtype(np.int8): 9, np.dtype(np.float64): 10,
@@ -169,9 +173,13 @@ class SubgraphBuilder:
         self.tensors[t].buffer = self._model._add_buffer(values.astype(values.dtype.newbyteorder("<")).tobytes())
         return t
 
-    def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], *, version: int = 1,
-           custom_options: Optional[bytes] = None, options_class: Optional[str] = None, **options) -> int:
-        """Add an op: a builtin name ("CONV_2D") or "CUSTOM:<code>"; options by schema field name."""
+    def op(self, name: str, inputs: Sequence[int], outputs: Sequence[int], /, *, version: int = 1,
+           custom_options: Optional[bytes] = None, options_class: Optional[str] = None,
+           option_fields: Optional[dict] = None, **options) -> int:
+        """Add an op: a builtin name ("CONV_2D") or "CUSTOM:<code>"; options by schema field name.
+        An option may be called `name` (the first parameters are positional-only); one called
+        as a keyword of op() itself (StableHLOCompositeOptions' `version`) goes in `option_fields`."""
+        options = {**(option_fields or {}), **options}
         opcode = self._model._opcode(name, version)
         cls = None
         if not name.startswith("CUSTOM:"):
@@ -347,7 +355,10 @@ class ModelBuilder:
         O.OperatorAddOpcodeIndex(b, op.opcode)
         O.OperatorAddInputs(b, ins)
         O.OperatorAddOutputs(b, outs)
-        if opts is not None:
+        if opts is not None and op.options_class in _OPTION_2_TYPES:
+            O.OperatorAddBuiltinOptions2Type(b, _OPTION_2_TYPES[op.options_class])
+            O.OperatorAddBuiltinOptions2(b, opts)
+        elif opts is not None:
             O.OperatorAddBuiltinOptionsType(b, _OPTION_TYPES[op.options_class])
             O.OperatorAddBuiltinOptions(b, opts)
         if custom is not None:
@@ -449,7 +460,9 @@ def _write_options(b, class_name: str, options: dict):
     mod = importlib.import_module(f"tflite.{class_name}")
     values = {}
     for key, value in options.items():
-        if isinstance(value, (list, tuple, np.ndarray)):
+        if isinstance(value, (bytes, bytearray)):   # a [ubyte] field (composite_attributes)
+            values[key] = b.CreateByteVector(bytes(value))
+        elif isinstance(value, (list, tuple, np.ndarray)):
             values[key] = b.CreateNumpyVector(np.asarray(value, np.int32))
         elif isinstance(value, str):
             enum = _ENUM_FIELDS.get(key)

@@ -37,7 +37,7 @@ from tflite_taichi import device as device_mod
 from tflite_taichi.device import TAICHI_LOCK
 from tflite_taichi.errors import ModelError, TfliteTaichiError
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.partition import Partition, Schedule
+from tflite_taichi.partition import Partition, Schedule, carried_index_inputs
 from tflite_taichi.quant import is_float_view
 
 
@@ -170,6 +170,7 @@ class Program:
         self.codes = [codegen.plan(p, graph, backend, fp16, self.layout.offsets, self.layout.codes)
                       for p in schedule.partitions]
         self._code_of = {id(c.partition): c for c in self.codes}
+        self._index_checks = _index_checks(schedule)
         self.cache_state = None                 # ('warm' | 'cold', reason) of the module
         self.waits = 0                          # of the last invoke
         self.build_s = 0.0
@@ -397,6 +398,9 @@ class Program:
         pending, launched = [], False
 
         def put(tensors):
+            for t in tensors:       # int32 ids the kernels read: refused values raise here
+                for check in self._index_checks.get(t, ()):
+                    check(values[t])
             items = [(layout.offsets[t], np.asarray(values[t], dtype=np.float32).reshape(-1))
                      for t in tensors]
             link.put(items)
@@ -460,6 +464,18 @@ class Program:
         if not self._closed:
             self._closed = True
             self._finalizer()
+
+
+def _index_checks(schedule: Schedule) -> dict:
+    """tensor -> the checks its delegated readers run on its int32 values before the host puts
+    them into io (partition.carried_index_inputs), e.g. an embedding's ids against its table."""
+    checks = {}
+    for p in schedule.partitions:
+        for step in p.steps:
+            for i, check in carried_index_inputs(step).items():
+                if check is not None:
+                    checks.setdefault(step.op.inputs[i], []).append(check)
+    return checks
 
 
 def _release(device, buffers, link, module) -> None:

@@ -108,6 +108,8 @@ class Operator:
     options_type: int          # tflite.BuiltinOptions union type (0: none)
     options_table: object      # flatbuffers Table of the builtin options, or None
     custom_options: Optional[bytes]
+    options_2_type: int = 0    # tflite.BuiltinOptions2 union type (0: none): the second options
+    options_2_table: object = None  # union (StableHLOCompositeOptions, ...), as options_table
 
     @property
     def builtin_code(self) -> str:
@@ -502,7 +504,8 @@ def _parse_subgraph(r, sg, sg_index, opcodes, buffers) -> Subgraph:
             outputs=check_indices(r.int_vector(o, "Outputs", f"{where} outputs"), where),
             intermediates=r.int_vector(o, "Intermediates", f"{where} intermediates"),
             options_type=int(o.BuiltinOptionsType()), options_table=o.BuiltinOptions(),
-            custom_options=custom))
+            custom_options=custom, options_2_type=int(o.BuiltinOptions2Type()),
+            options_2_table=o.BuiltinOptions2()))
     _empty_constants(tensors, operators, inputs)
     sg_ir = Subgraph(index=sg_index, name=r.string(sg.Name(), f"{what} name"), tensors=tensors,
                      operators=operators, inputs=inputs, outputs=outputs)
@@ -579,6 +582,10 @@ def _parse_signature(r, s, i, subgraphs) -> SignatureDef:
 
 _OPTION_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions).items()
                  if not name.startswith("_") and isinstance(code, int)}
+# the schema's second options union (builtin_options_2: StableHLOCompositeOptions and the
+# other StableHLO ops' options); no table name is in both unions
+_OPTION_2_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions2).items()
+                   if not name.startswith("_") and isinstance(code, int) and code}
 _EMPTY_TABLE = None
 
 
@@ -595,18 +602,21 @@ def _empty_table_bytes() -> bytes:
 
 
 def read_options(op: Operator, class_name: str):
-    """The builtin options of `op` as the `tflite` class `class_name` (defaults if absent).
+    """The builtin options of `op` as the `tflite` class `class_name` (defaults if absent),
+    read from builtin_options_2 when `class_name` belongs to that union.
 
     A model whose options union holds another table type than the op expects is malformed.
     """
     cls = getattr(_mod(class_name), class_name)
     obj = cls()
-    if op.options_table is None or op.options_type == 0:
+    second = class_name in _OPTION_2_TYPES
+    table, kind = (op.options_2_table, op.options_2_type) if second else (op.options_table, op.options_type)
+    if table is None or kind == 0:
         obj.Init(_empty_table_bytes(), struct.unpack_from("<I", _empty_table_bytes(), 0)[0])
         return obj
-    expected = _OPTION_TYPES.get(class_name)
-    if expected is not None and op.options_type != expected:
-        raise ModelError(f"op #{op.index} ({op.name}): builtin options are of union type "
-                         f"{op.options_type}, expected {class_name} ({expected})")
-    obj.Init(op.options_table.Bytes, op.options_table.Pos)
+    expected = (_OPTION_2_TYPES if second else _OPTION_TYPES).get(class_name)
+    if expected is not None and kind != expected:
+        raise ModelError(f"op #{op.index} ({op.name}): builtin options{'_2' if second else ''} "
+                         f"are of union type {kind}, expected {class_name} ({expected})")
+    obj.Init(table.Bytes, table.Pos)
     return obj

@@ -2,7 +2,8 @@
 
 An op is delegated when its OpDef has a Taichi implementation, every tensor it reads or
 writes at run time is one the arena can carry (float32, float16, a quantized integer tensor
-in its float view, or bool as 0/1), and its own `supports(node)` has no objection. Delegated ops
+in its float view, or bool as 0/1; or a plain int32 run-time input the op declares as ids it
+reads, OpDef.index_inputs), and its own `supports(node)` has no objection. Delegated ops
 are grouped by their dependencies, as TFLite's partitioner does: a delegated op joins the
 current partition unless it needs the result of a CPU op not yet run, so an op the delegate
 refuses on a side branch does not split the graph; stateful ops (variables) keep their order
@@ -75,7 +76,9 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
                 "that stays on the CPU")
     if step.dynamic:
         return "its output shape depends on values known only at invoke (a data-dependent shape)"
-    runtime_inputs = [s for s in node.inputs if s is not None and s.value is None]
+    index_inputs = carried_index_inputs(step)
+    runtime_inputs = [s for i, s in enumerate(node.inputs)
+                      if s is not None and s.value is None and i not in index_inputs]
     reason = _tensor_reason(runtime_inputs + list(node.outputs), fp16)
     if reason is not None:      # first: the tensors' types are the deeper reason (ARG_MAX's int32)
         return reason
@@ -87,6 +90,23 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
     if opdef.taichi is None:
         return "no Taichi implementation of this op yet"
     return opdef.supports(node)
+
+
+def carried_index_inputs(step: Step) -> dict:
+    """{input position: check or None} of the plain int32 run-time inputs this op's Taichi part
+    reads as integers (OpDef.index_inputs: an embedding's ids). They come from the host (no
+    delegated op writes int32), which writes them into io as float32: exact below 2**24."""
+    opdef, node = step.opdef, step.node
+    if opdef.index_inputs is None or opdef.taichi is None:
+        return {}
+    found = {}
+    for i, check in opdef.index_inputs(node).items():
+        spec = node.inputs[i] if i < len(node.inputs) else None
+        if (spec is not None and spec.value is None and spec.dtype is not None
+                and np.dtype(spec.dtype) == np.int32 and spec.quantization is None
+                and 0 not in spec.shape):
+            found[i] = check
+    return found
 
 
 def _tensor_reason(specs, fp16: bool) -> Optional[str]:
