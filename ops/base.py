@@ -20,41 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
 from tflite_taichi.errors import ModelError
+# Quantization lives below the model reader and the float view, which build and read it
+# without importing ops; re-exported here, its old home
+from tflite_taichi.tensors import Quantization  # noqa: F401
 
 
 class DataDependentShape(ModelError):
     """Raised by an op's infer: its output shape is known only from run-time values. A
     ModelError, so that where no invoke-time inference follows it still reads as one."""
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """Affine quantization of a tensor: real = (q - zero_point) * scale.
-
-    `scale` and `zero_point` have one entry (per-tensor) or one per slice along
-    `quantized_dimension` (per-channel).
-    """
-
-    scale: np.ndarray
-    zero_point: np.ndarray
-    quantized_dimension: int = 0
-
-    @property
-    def per_channel(self) -> bool:
-        return self.scale.size > 1
-
-    def broadcastable(self, rank: int):
-        """(scale, zero_point) shaped to broadcast against a tensor of `rank` dims."""
-        if not self.per_channel:
-            return self.scale.reshape(()), self.zero_point.reshape(())
-        shape = [1] * rank
-        shape[self.quantized_dimension] = -1
-        return self.scale.reshape(shape), self.zero_point.reshape(shape)
 
 
 @dataclass(frozen=True)
@@ -162,6 +140,15 @@ class OpDef:
                                              # supports() refuses larger ranges) and calls
                                              # check(value) first, which raises InputError for
                                              # values the op refuses (an id out of range)
+    # what the runtime needs to know about the op, declared by the op (no op names elsewhere):
+    numpy_faster_on_cpu: bool = False        # backend='auto' without a hardware GPU keeps it on
+                                             # numpy rather than Taichi's cpu backend (measured
+                                             # per op: bench/results/cpu_2core.md; see the ops)
+    init_subgraph_of: Optional[Callable] = None  # options -> index of the subgraph the op
+                                             # runs once to initialise state (CALL_ONCE): the
+                                             # interpreter prepares it with the model
+    writes_resource_handle: bool = False     # its outputs may be resource tensors (VAR_HANDLE),
+                                             # which have no numpy form
     min_inputs: int = 1
     max_inputs: Optional[int] = None
 
@@ -192,3 +179,25 @@ def lookup(name: str) -> Optional[OpDef]:
 
 def replace_fields(opdef: OpDef, **changes) -> OpDef:
     return dataclasses.replace(opdef, **changes)
+
+
+class Runtime(Protocol):
+    """What a `stateful` op may ask of the interpreter running it (the third argument of its
+    reference, the second of a subgraph-calling op's infer). The interpreter's runtime is one;
+    ops never reach past it. `prepared` values are opaque to ops beyond `.subgraph` and `.specs`
+    (graph.PreparedGraph, which ops may not import: the pipeline sits above them)."""
+
+    resources: dict                     # resource handle -> its value, in the model's dtype;
+                                        # as long-lived as the interpreter, shared by subgraphs
+
+    def subgraph(self, index: int, node: Node, role: str = "called") -> Any:
+        """The model's subgraph `index`, as named by `node` (ModelError if out of range)."""
+
+    def prepare_subgraph(self, index: int, input_shapes, node: Node) -> Any:
+        """Subgraph `index` prepared for inputs of `input_shapes` (ModelError on recursion)."""
+
+    def run_subgraph(self, prepared: Any, feeds: dict) -> dict:
+        """Run a prepared subgraph on the reference path; every tensor's float view."""
+
+    def call_once(self, subgraph_index: int, node: Node) -> None:
+        """Run init subgraph `subgraph_index` unless this interpreter already has."""

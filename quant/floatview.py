@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tflite_taichi.ops.base import Quantization
+from tflite_taichi.tensors import Quantization
 
 # Integer dtypes whose quantized tensors are carried as float32 (int32/int64: biases).
 QUANTIZABLE = {np.dtype("int8"), np.dtype("uint8"), np.dtype("int16"),

@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -147,6 +148,18 @@ def max_bytes() -> int:
 _source_digest: Optional[str] = None
 
 
+def _package_source_folders() -> list:
+    """The folders of tflite_taichi and its subpackages ops and quant, found by their import
+    specs (which name a package's folders without running it): the cache sits below ops and
+    quant and must not import them to hash them."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    folders = [here]
+    for sub in ("ops", "quant"):
+        spec = importlib.util.find_spec(f"tflite_taichi.{sub}")
+        folders += list(spec.submodule_search_locations or ()) if spec is not None else []
+    return list(dict.fromkeys(os.path.realpath(f) for f in folders))
+
+
 def _package_source_digest() -> str:
     """sha256 of this package's installed Python sources (kernels are generated from them): a
     checkout edited without a version bump still gets new default tokens. The files are read
@@ -154,11 +167,7 @@ def _package_source_digest() -> str:
     global _source_digest
     if _source_digest is None:
         h = hashlib.sha256()
-        here = os.path.dirname(os.path.abspath(__file__))
-        import tflite_taichi.ops as ops_pkg
-        import tflite_taichi.quant as quant_pkg
-        tops = [here] + list(ops_pkg.__path__) + list(quant_pkg.__path__)
-        for top in dict.fromkeys(os.path.realpath(t) for t in tops):
+        for top in _package_source_folders():
             for name in sorted(os.listdir(top)):
                 if name.endswith(".py"):
                     path = os.path.join(top, name)

@@ -21,8 +21,7 @@ import tflite
 from tflite.utils import BUILTIN_OPCODE2NAME
 
 from tflite_taichi.errors import InputError, ModelError, TensorTooLargeError
-from tflite_taichi.ops.base import Quantization
-from tflite_taichi.ops.sparse import DENSE, SPARSE_CSR, DimMetadata, Sparsity, densify
+from tflite_taichi.tensors import DENSE, SPARSE_CSR, DimMetadata, Quantization, Sparsity, densify
 
 # tflite.TensorType -> numpy dtype (little-endian, as the file stores them)
 TENSOR_TYPES = {

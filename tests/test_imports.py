@@ -1,0 +1,112 @@
+"""The layers' import directions (issue 16): model <- quant <- ops <- delegate <- interpreter,
+nothing upward; and Taichi imported only by what compiles, never by backend='reference'."""
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+from tflite_taichi.testing import Input, Output, one_op_model
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+# file (relative to the source tree's root) -> the dotted package its relative imports start from
+LOWER_LAYERS = {"tflite_taichi/tensors.py": "tflite_taichi", "tflite_taichi/model.py": "tflite_taichi"}
+LOWER_LAYERS.update({f"quant/{name}": "tflite_taichi.quant"
+                     for name in sorted(os.listdir(os.path.join(ROOT, "quant"))) if name.endswith(".py")})
+
+
+def _resolve(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a `from ... import` names (relative levels resolved in `package`)."""
+    if not node.level:
+        return node.module or ""
+    parts = package.split(".")
+    base = parts[:len(parts) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imported_modules(path: str, package: str) -> set:
+    """Every module `path` imports, anywhere in it (functions included), as dotted names;
+    `from a import b` counts as a.b too, since b may be a module."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), filename=path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = _resolve(node, package)
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _reaches(modules: set, target: str) -> list:
+    return sorted(m for m in modules if m == target or m.startswith(target + "."))
+
+
+def test_model_and_quant_import_nothing_from_ops():
+    upward = {f: _reaches(imported_modules(os.path.join(ROOT, f), pkg), "tflite_taichi.ops")
+              for f, pkg in LOWER_LAYERS.items()}
+    upward = {f: mods for f, mods in upward.items() if mods}
+    assert not upward, f"imports from ops below it: {upward}"
+
+
+def test_the_tensor_types_depend_on_nothing_but_errors():
+    ours = _reaches(imported_modules(os.path.join(ROOT, "tflite_taichi", "tensors.py"), "tflite_taichi"),
+                    "tflite_taichi")
+    assert set(ours) <= {"tflite_taichi.errors", "tflite_taichi.errors.ModelError"}, ours
+
+
+def test_the_cache_hashes_ops_and_quant_without_importing_them():
+    modules = imported_modules(os.path.join(ROOT, "tflite_taichi", "cache.py"), "tflite_taichi")
+    assert not _reaches(modules, "tflite_taichi.ops") + _reaches(modules, "tflite_taichi.quant")
+
+
+def test_the_moved_names_keep_their_old_homes():
+    from tflite_taichi import tensors
+    from tflite_taichi.ops import base, sparse
+    assert base.Quantization is tensors.Quantization
+    for name in ("DENSE", "SPARSE_CSR", "DimMetadata", "Sparsity", "densify", "sparsify"):
+        assert getattr(sparse, name) is getattr(tensors, name), name
+
+
+# The child runs float and int8 models on the reference path and reports whether Taichi was
+# imported at any point (import tflite_taichi, reading, allocating, invoking, reading outputs).
+_REFERENCE_RUN = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import tflite_taichi
+    from tflite_taichi import Interpreter
+    for path in sys.argv[1:]:
+        it = Interpreter(model_path=path, backend="reference")
+        it.allocate_tensors()
+        for d in it.get_input_details():
+            it.set_tensor(d["index"], np.ones(d["shape"], d["dtype"]))
+        it.invoke()
+        outputs = [it.get_tensor(d["index"]) for d in it.get_output_details()]
+        assert all(np.all(np.isfinite(o)) for o in outputs), outputs
+    print("taichi imported:", "taichi" in sys.modules)
+""")
+
+
+def test_the_reference_backend_never_imports_taichi(tmp_path):
+    models = {
+        "float_add": one_op_model("ADD", [Input((1, 4, 3)), Input((1, 4, 3))], [Output((1, 4, 3))]),
+        "int8_add": one_op_model("ADD", [Input((2, 5), np.int8, (0.05, -3)), Input((2, 5), np.int8, (0.05, -3))],
+                                 [Output((2, 5), np.int8, (0.1, 4))]),
+    }
+    paths = []
+    for name, data in models.items():
+        paths.append(str(tmp_path / f"{name}.tflite"))
+        with open(paths[-1], "wb") as f:
+            f.write(data)
+    # a home and caches of its own: the suite writes nothing into the real HOME
+    env = dict(os.environ, HOME=str(tmp_path), XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    env.pop("TFLITE_TAICHI_CACHE_DIR", None)
+    run = subprocess.run([sys.executable, "-c", _REFERENCE_RUN, *paths], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "taichi imported: False" in run.stdout, run.stdout + run.stderr[-2000:]
