@@ -5,12 +5,12 @@ case, minimised, under --out. Exit status 1 if any case failed.
 
     python bench/fuzz_long.py --cases 10000 [--seed S] [--jobs 2] [--cpu-share 0.02]
 
-Same options as `python -m tflite_taichi.fuzz` (see tflite_taichi/fuzz.py).
+Same options as `python bench/fuzz.py` (see bench/fuzz.py).
 """
 import os
 import sys
 
-from tflite_taichi import fuzz
+import fuzz     # bench/fuzz.py: a script's own folder is first on sys.path
 
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))

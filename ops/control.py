@@ -41,12 +41,13 @@ between the calling graph's partitions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 
-from .base import OpDef, register_op
+from .base import OpDef, Runtime, register_op
 
 
 def _dtype_name(spec) -> str:
@@ -73,7 +74,7 @@ def _retag(value, src, dst):
     return dequantize(raw, dst.quantization) if dst_view else raw
 
 
-def _prepare(node, runtime, index: int, role: str, args: list):
+def _prepare(node, runtime: Optional[Runtime], index: int, role: str, args: list):
     """The subgraph `index` prepared for the argument specs `args`; checks inputs."""
     if runtime is None:
         raise node.fail("calls subgraphs and can be prepared only inside an Interpreter")
@@ -101,7 +102,7 @@ def _check_bool_scalar(node, spec, what: str):
                         f"{_dtype_name(spec)} {list(spec.shape)}")
 
 
-def _run(runtime, prepared, values: list, specs: list) -> list:
+def _run(runtime: Runtime, prepared, values: list, specs: list) -> list:
     """Run a prepared subgraph on `values` (float views of tensors `specs`); returns its
     outputs' float views (of the tensors `_outputs(prepared)`)."""
     sg = prepared.subgraph
@@ -121,7 +122,7 @@ def _parse_if(opts) -> IfOptions:
     return IfOptions(int(opts.ThenSubgraphIndex()), int(opts.ElseSubgraphIndex()))
 
 
-def _infer_if(node, runtime):
+def _infer_if(node, runtime: Optional[Runtime]):
     _check_bool_scalar(node, node.inputs[0], "condition")
     args = list(node.inputs[1:])
     if any(a is None for a in args):
@@ -147,7 +148,7 @@ def _infer_if(node, runtime):
     return [tuple(s.shape) for s in branches[0]]
 
 
-def _if_reference(node, inputs, runtime):
+def _if_reference(node, inputs, runtime: Runtime):
     take_then = bool(np.asarray(inputs[0]).reshape(-1)[0])
     index = node.options.then_subgraph_index if take_then else node.options.else_subgraph_index
     args = list(node.inputs[1:])
@@ -167,7 +168,7 @@ def _parse_while(opts) -> WhileOptions:
     return WhileOptions(int(opts.CondSubgraphIndex()), int(opts.BodySubgraphIndex()))
 
 
-def _infer_while(node, runtime):
+def _infer_while(node, runtime: Optional[Runtime]):
     carried = list(node.inputs)
     if any(a is None for a in carried):
         raise node.fail("a loop-carried input is missing (-1)")
@@ -215,7 +216,7 @@ def _check_carried_shapes(node, body, values: list, carried: list) -> None:
                                  body.specs[t].name, np.shape(value))
 
 
-def _while_reference(node, inputs, runtime):
+def _while_reference(node, inputs, runtime: Runtime):
     carried = list(node.inputs)
     shapes = [a.shape for a in carried]
     cond = runtime.prepare_subgraph(node.options.cond_subgraph_index, shapes, node)
@@ -254,7 +255,7 @@ def _parse_composite(opts) -> CompositeOptions:
         version=int(opts.Version()))
 
 
-def _infer_composite(node, runtime):
+def _infer_composite(node, runtime: Optional[Runtime]):
     args = list(node.inputs)
     if not args:            # LiteRT's Prepare insists on one (TF_LITE_ENSURE inputs > 0)
         raise node.fail("takes at least one input, has none")
@@ -277,7 +278,7 @@ def _infer_composite(node, runtime):
     return [tuple(s.shape) for s in outs]
 
 
-def _composite_reference(node, inputs, runtime):
+def _composite_reference(node, inputs, runtime: Runtime):
     args = list(node.inputs)
     prepared = runtime.prepare_subgraph(node.options.decomposition_subgraph_index,
                                         [a.shape for a in args], node)

@@ -653,10 +653,15 @@ def _conv_supports(node):
     return _data_inputs_supported(node, 0, 1, 2)
 
 
+# numpy_faster_on_cpu: on a machine without a hardware GPU, backend='auto' keeps these ops on
+# numpy rather than Taichi's cpu backend, which is slower for them (BLAS matrix products;
+# depthwise as tap-by-tap vector multiply-adds): measured per op on the shared models,
+# bench/results/cpu_2core.md.
 CONV_2D = register_op(OpDef(
     name="CONV_2D", infer=_infer_conv, reference=_reference_conv, parse=_parse_conv,
     options_class="Conv2DOptions", supports=_conv_supports, taichi=_conv_taichi,
-    pack=_pack_filter_out_channels_last, scratch=_conv_scratch, min_inputs=2, max_inputs=3, stores_once=True))
+    pack=_pack_filter_out_channels_last, scratch=_conv_scratch, min_inputs=2, max_inputs=3, stores_once=True,
+    numpy_faster_on_cpu=True))
 
 
 # -- DEPTHWISE_CONV_2D -------------------------------------------------------------------------
@@ -711,7 +716,8 @@ def _depthwise_taichi(node, io):
 DEPTHWISE_CONV_2D = register_op(OpDef(
     name="DEPTHWISE_CONV_2D", infer=_infer_depthwise, reference=_reference_depthwise,
     parse=_parse_depthwise, options_class="DepthwiseConv2DOptions", supports=_conv_supports,
-    taichi=_depthwise_taichi, min_inputs=2, max_inputs=3, stores_once=True))
+    taichi=_depthwise_taichi, min_inputs=2, max_inputs=3, stores_once=True,
+    numpy_faster_on_cpu=True))   # see CONV_2D
 
 
 # -- TRANSPOSE_CONV ----------------------------------------------------------------------------
@@ -819,7 +825,8 @@ TRANSPOSE_CONV = register_op(OpDef(
     name="TRANSPOSE_CONV", infer=_infer_transpose_conv, reference=_reference_transpose_conv,
     parse=_parse_transpose_conv, options_class="TransposeConvOptions",
     supports=_transpose_conv_supports, taichi=_transpose_conv_taichi,
-    pack=_pack_filter_out_channels_last, min_inputs=3, max_inputs=4, stores_once=True))
+    pack=_pack_filter_out_channels_last, min_inputs=3, max_inputs=4, stores_once=True,
+    numpy_faster_on_cpu=True))   # see CONV_2D
 
 
 # -- FULLY_CONNECTED ---------------------------------------------------------------------------
@@ -901,7 +908,8 @@ FULLY_CONNECTED = register_op(OpDef(
     name="FULLY_CONNECTED", infer=_infer_fully_connected, reference=_reference_fully_connected,
     parse=_parse_fully_connected, options_class="FullyConnectedOptions",
     supports=_conv_supports, taichi=_fully_connected_taichi, pack=_pack_fc_weights,
-    scratch=_fc_scratch, min_inputs=2, max_inputs=3, stores_once=True))
+    scratch=_fc_scratch, min_inputs=2, max_inputs=3, stores_once=True,
+    numpy_faster_on_cpu=True))   # see CONV_2D
 
 # -- CUSTOM:Convolution2DTransposeBias (MediaPipe) ---------------------------------------------
 # MediaPipe's transpose conv with a bias input (mediapipe/util/tflite/operations/
@@ -990,7 +998,7 @@ CONVOLUTION_2D_TRANSPOSE_BIAS = register_op(OpDef(
     name="CUSTOM:Convolution2DTransposeBias", infer=_infer_transpose_conv_bias,
     reference=_reference_transpose_conv_bias, parse=_parse_transpose_conv_bias,
     taichi=_transpose_conv_bias_taichi, pack=_pack_filter_out_channels_last, min_inputs=3,
-    max_inputs=3, stores_once=True))
+    max_inputs=3, stores_once=True, numpy_faster_on_cpu=True))   # see CONV_2D
 
 __all__ = ["CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED",
            "CONVOLUTION_2D_TRANSPOSE_BIAS", "extract_patches", "spatial_geometry"]

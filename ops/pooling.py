@@ -200,15 +200,18 @@ def _pool_taichi(node, io):
                     kind=_POOL_KINDS[node.op])
 
 
+# numpy_faster_on_cpu: without a hardware GPU, backend='auto' keeps AVERAGE and MAX pooling on
+# numpy, which ran them faster than Taichi's cpu backend: measured per op on the shared models,
+# bench/results/cpu_2core.md (L2_POOL_2D was not in the measured set: it stays on Taichi).
 AVERAGE_POOL_2D = register_op(OpDef(
     name="AVERAGE_POOL_2D", infer=_infer_pool, reference=_reference_average, parse=_parse_pool,
     options_class="Pool2DOptions", taichi=_pool_taichi, scratch=_pool_scratch, min_inputs=1,
-    max_inputs=1, stores_once=True))
+    max_inputs=1, stores_once=True, numpy_faster_on_cpu=True))
 
 MAX_POOL_2D = register_op(OpDef(
     name="MAX_POOL_2D", infer=_infer_pool, reference=_reference_max, parse=_parse_pool,
     options_class="Pool2DOptions", taichi=_pool_taichi, scratch=_pool_scratch, min_inputs=1,
-    max_inputs=1, stores_once=True))
+    max_inputs=1, stores_once=True, numpy_faster_on_cpu=True))
 
 L2_POOL_2D = register_op(OpDef(
     name="L2_POOL_2D", infer=_infer_pool, reference=_reference_l2, parse=_parse_pool,

@@ -291,11 +291,16 @@ def _nearest_supports(node):
     return None
 
 
+# numpy_faster_on_cpu: without a hardware GPU, backend='auto' keeps both resizes on numpy, which
+# ran them faster than Taichi's cpu backend: measured per op on the shared models,
+# bench/results/cpu_2core.md.
 RESIZE_BILINEAR = register_op(OpDef(
     name="RESIZE_BILINEAR", infer=_infer_bilinear, reference=_bilinear, parse=_parse,
-    options_class="ResizeBilinearOptions", taichi=_bilinear_taichi, min_inputs=2, max_inputs=2, stores_once=True))
+    options_class="ResizeBilinearOptions", taichi=_bilinear_taichi, min_inputs=2, max_inputs=2, stores_once=True,
+    numpy_faster_on_cpu=True))
 
 RESIZE_NEAREST_NEIGHBOR = register_op(OpDef(
     name="RESIZE_NEAREST_NEIGHBOR", infer=_infer, reference=_nearest, parse=_parse,
     options_class="ResizeNearestNeighborOptions", taichi=_nearest_taichi,
-    supports=_nearest_supports, min_inputs=2, max_inputs=2, stores_once=True))
+    supports=_nearest_supports, min_inputs=2, max_inputs=2, stores_once=True,
+    numpy_faster_on_cpu=True))

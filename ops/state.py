@@ -24,7 +24,7 @@ import numpy as np
 
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 
-from .base import OpDef, register_op
+from .base import OpDef, Runtime, register_op
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def _infer_read_variable(node):
     return [tuple(node.outputs[0].shape)]
 
 
-def _read_variable_reference(node, inputs, runtime):
+def _read_variable_reference(node, inputs, runtime: Runtime):
     handle = _handle_of(node, inputs[0])
     stored = runtime.resources.get(handle)
     out = node.outputs[0]
@@ -101,7 +101,7 @@ def _infer_assign_variable(node):
     return []
 
 
-def _assign_variable_reference(node, inputs, runtime):
+def _assign_variable_reference(node, inputs, runtime: Runtime):
     handle = _handle_of(node, inputs[0])
     value = node.inputs[1]
     data = np.asarray(inputs[1])
@@ -126,14 +126,19 @@ def _infer_call_once(node):
     return []
 
 
-def _call_once_reference(node, inputs, runtime):
+def _init_subgraph_index(options: CallOnceOptions) -> int:
+    return options.init_subgraph_index
+
+
+def _call_once_reference(node, inputs, runtime: Runtime):
     runtime.call_once(node.options.init_subgraph_index, node)
     return []
 
 
 VAR_HANDLE = register_op(OpDef(name="VAR_HANDLE", infer=_infer_var_handle,
                                reference=_var_handle_reference, parse=_parse_var_handle,
-                               options_class="VarHandleOptions", min_inputs=0, max_inputs=0))
+                               options_class="VarHandleOptions", writes_resource_handle=True,
+                               min_inputs=0, max_inputs=0))
 READ_VARIABLE = register_op(OpDef(name="READ_VARIABLE", infer=_infer_read_variable,
                                   reference=_read_variable_reference, stateful=True,
                                   min_inputs=1, max_inputs=1))
@@ -143,4 +148,4 @@ ASSIGN_VARIABLE = register_op(OpDef(name="ASSIGN_VARIABLE", infer=_infer_assign_
 CALL_ONCE = register_op(OpDef(name="CALL_ONCE", infer=_infer_call_once,
                               reference=_call_once_reference, parse=_parse_call_once,
                               options_class="CallOnceOptions", stateful=True,
-                              min_inputs=0, max_inputs=0))
+                              init_subgraph_of=_init_subgraph_index, min_inputs=0, max_inputs=0))

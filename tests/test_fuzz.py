@@ -1,4 +1,4 @@
-"""Hostile model files (tflite_taichi.fuzz): a mutated model loads and runs, or raises a
+"""Hostile model files (bench/fuzz.py): a mutated model loads and runs, or raises a
 ModelError with a message, within 5 s of CPU time - never a crash, a hang or another
 exception type; and
 the memory limit refuses oversized tensors before allocating them.
@@ -14,15 +14,24 @@ the memory limit refuses oversized tensors before allocating them.
 """
 import os
 import struct
+import sys
 import time
 
 import numpy as np
 import pytest
 
-from tflite_taichi import Interpreter, fuzz
+from tflite_taichi import Interpreter
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import InputError, ModelError, TensorTooLargeError, TfliteTaichiError
 from tflite_taichi.model import read_model
+
+# the fuzzer is a tool in bench/, not part of the installed package (issue 16)
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+sys.path.insert(0, BENCH)
+try:
+    import fuzz
+finally:
+    sys.path.remove(BENCH)
 
 
 # -- the fuzz run ------------------------------------------------------------------------------
@@ -33,7 +42,7 @@ def test_fuzz_run(tmp_path):
     cpu_share = float(os.environ.get("TFLITE_TAICHI_FUZZ_CPU_SHARE", "0.03"))
     out = os.environ.get("TFLITE_TAICHI_FUZZ_OUT", str(tmp_path / "fuzz-failures"))
     print(f"\nfuzz seed {seed} (rerun: TFLITE_TAICHI_FUZZ_SEED={seed} python3 -m pytest "
-          f"tests/test_fuzz.py::test_fuzz_run; one case: python -m tflite_taichi.fuzz --seed {seed} "
+          f"tests/test_fuzz.py::test_fuzz_run; one case: python bench/fuzz.py --seed {seed} "
           f"--cpu-share {cpu_share} --case N)")
     report = fuzz.run_fuzz(cases=cases, seed=seed, jobs=2, out=out, cpu_share=cpu_share)
     print(report.summary())

@@ -91,12 +91,21 @@ def _device_name(log: str) -> str:
     return ""
 
 
-# backend='auto' on a machine without a hardware GPU runs Taichi's cpu backend, except for these
-# ops, which numpy runs faster there (BLAS matrix products; depthwise as tap-by-tap vector
-# multiply-adds): measured per op on the shared models, bench/results/cpu_2core.md.
-CPU_REFERENCE_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV",
-                               "CUSTOM:Convolution2DTransposeBias", "AVERAGE_POOL_2D",
-                               "MAX_POOL_2D", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"})
+def cpu_reference_ops() -> frozenset:
+    """Names of the ops backend='auto' keeps on numpy on a machine without a hardware GPU,
+    rather than Taichi's cpu backend: those whose OpDef says numpy runs them faster there
+    (`numpy_faster_on_cpu`, set and measured where each op is defined). Read from the registry
+    at each use, so an op registered later (a user's) counts too."""
+    from tflite_taichi.ops import REGISTRY
+    return frozenset(name for name, opdef in REGISTRY.items() if opdef.numpy_faster_on_cpu)
+
+
+def __getattr__(name: str):
+    # CPU_REFERENCE_OPS, the set's older name, stays readable (bench.py, tests), computed on
+    # access like cpu_reference_ops() so it can never go stale against the registry
+    if name == "CPU_REFERENCE_OPS":
+        return cpu_reference_ops()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def choose_auto(cache_root: Optional[str] = None) -> str:

@@ -142,7 +142,7 @@ def device_of(backend: str, threads: Optional[int] = None) -> dict:
     if backend == AUTO:
         from tflite_taichi import backend as ti_backend
         chosen = ti_backend.choose_auto()
-        where = (f"cpu: Taichi LLVM + numpy for {', '.join(sorted(ti_backend.CPU_REFERENCE_OPS))}"
+        where = (f"cpu: Taichi LLVM + numpy for {', '.join(sorted(ti_backend.cpu_reference_ops()))}"
                  if chosen == "cpu" else chosen)
         return {"ok": True, "device": f"auto -> {where}", "software": None, "detail": ""}
     from tflite_taichi import backend as ti_backend

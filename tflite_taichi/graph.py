@@ -133,7 +133,8 @@ def _check_channels(spec: TensorSpec, node: Node):
 
 def _check_data_tensors(subgraph: model_ir.Subgraph, op, opdef: OpDef):
     """Tensors without a numpy form (resource handles, strings) go only where they belong: only
-    stateful ops (variables, subgraph calls) read them, and only VAR_HANDLE writes a handle."""
+    stateful ops (variables, subgraph calls) read them, and only an op that says it writes a
+    handle (OpDef.writes_resource_handle: VAR_HANDLE) writes one."""
     if opdef.stateful:
         return
     for kind, indices in (("input", op.inputs), ("output", op.outputs)):
@@ -141,7 +142,7 @@ def _check_data_tensors(subgraph: model_ir.Subgraph, op, opdef: OpDef):
             if t == -1:
                 continue
             tensor = subgraph.tensors[t]
-            if tensor.dtype is None and not (kind == "output" and opdef.name == "VAR_HANDLE"):
+            if tensor.dtype is None and not (kind == "output" and opdef.writes_resource_handle):
                 raise ModelError(f"op #{op.index} ({op.name}): {kind} tensor {t} ('{tensor.name}') "
                                  f"is of type {tensor.type_name}, which this op cannot take")
 

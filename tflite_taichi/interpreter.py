@@ -381,11 +381,12 @@ def _sparsity_details(tensor) -> dict:
 
 
 def _init_subgraphs(model, resolved) -> list:
-    """Subgraphs the model's CALL_ONCE ops name (valid indices only: a bad one fails when run)."""
+    """Subgraphs the model's init ops (CALL_ONCE: OpDef.init_subgraph_of) name (valid indices
+    only: a bad one fails when run)."""
     found = []
     for (sg, _op), (opdef, options) in resolved.items():
-        if opdef.name == "CALL_ONCE":
-            index = options.init_subgraph_index
+        if opdef.init_subgraph_of is not None:
+            index = opdef.init_subgraph_of(options)
             if 0 <= index < len(model.subgraphs) and index != sg and index not in found:
                 found.append(index)
     return found
@@ -420,7 +421,7 @@ def _vulkan_info(device) -> dict:
 
 def _serialised(method):
     """Holds the interpreter's lock for the call: calls from several threads run one at a time,
-    each whole (README, "Threads and processes")."""
+    each whole (docs/errors.md, "Threads and processes")."""
     @functools.wraps(method)
     def locked(self, *args, **kwargs):
         with self._lock:
@@ -435,7 +436,8 @@ MAX_RANK = 64
 
 
 class Interpreter:
-    """Runs a .tflite model. See the README for the backends and the float view of 8-bit models.
+    """Runs a .tflite model. See the README for the backends, docs/quantization.md for the float
+    view of 8-bit models.
 
     Thread-safe: every method takes the interpreter's lock, so calls from several threads run
     one at a time, each as if alone (a SignatureRunner call, inputs to outputs, is one such
@@ -487,8 +489,8 @@ class Interpreter:
                          "preserve_all": bool(experimental_preserve_all_tensors),
                          "reference_ops": frozenset()}
         if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
-            from tflite_taichi.backend import CPU_REFERENCE_OPS
-            self._options["reference_ops"] = CPU_REFERENCE_OPS
+            from tflite_taichi.backend import cpu_reference_ops
+            self._options["reference_ops"] = cpu_reference_ops()
         elif backend == "auto":         # a GPU: what numpy runs faster stays on the CPU (costs.py)
             self._options["cost_backend"] = self._backend
         self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)

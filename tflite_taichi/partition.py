@@ -64,7 +64,7 @@ def carried_by_arena(spec, runtime: bool = True) -> bool:
 
 def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -> Optional[str]:
     """None if the delegate takes this op instance, else why not (TFLite's warning text).
-    `reference_ops`: op names the CPU policy of `auto` keeps on numpy (backend.CPU_REFERENCE_OPS)."""
+    `reference_ops`: op names the CPU policy of `auto` keeps on numpy (backend.cpu_reference_ops(): ops declaring OpDef.numpy_faster_on_cpu)."""
     opdef, node = step.opdef, step.node
     if step.op.name in reference_ops:
         return ("backend='auto' without a GPU runs it on numpy, which is faster than Taichi's "

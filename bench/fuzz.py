@@ -16,7 +16,7 @@ what the machine does not have. This module checks that:
   terminators, builtin-options fields, tensor types, quantization parameters. A case is a
   seed model plus 1-3 mutations; each mutation is recorded as byte edits, so a case is
   reproduced exactly from (run seed, case number) or from its saved edits;
-- a runner: a pool of long-lived worker processes (`python -m tflite_taichi.fuzz --worker`),
+- a runner: a pool of long-lived worker processes (`python bench/fuzz.py --worker`),
   each case loaded with `Interpreter(model_content=...)`, `allocate_tensors()`, random inputs
   of the declared shapes and dtypes, `invoke()`, outputs read, under a per-case time limit of
   5 s of CPU time (SIGPROF in the worker, whose numpy runs single-threaded, so that a machine
@@ -38,8 +38,11 @@ what the machine does not have. This module checks that:
 - failures are minimised (edits dropped while the failure stays the same) and saved, with
   the bytes, the seed and the mutations, under the output folder.
 
-    python -m tflite_taichi.fuzz --cases 300 [--seed S] [--jobs 2] [--cpu-share 0.03] [--out DIR]
-    python -m tflite_taichi.fuzz --seed S --case N [--cpu-share X]  # rerun one case, in this process
+A tool beside the runtime, not part of the installed package (issue 16): run it from the
+repository root, with tflite_taichi installed (editable or not).
+
+    python bench/fuzz.py --cases 300 [--seed S] [--jobs 2] [--cpu-share 0.03] [--out DIR]
+    python bench/fuzz.py --seed S --case N [--cpu-share X]  # rerun one case, in this process
     python bench/fuzz_long.py --cases 10000 --jobs 2 --cpu-share 0.03   # long mode, writes a report
 """
 from __future__ import annotations
@@ -956,6 +959,7 @@ class Case:
 def make_case(corpus: Corpus, run_seed: int, index: int, cpu_share: float = 0.0,
               classes=None) -> Case:
     """Case `index` of run `run_seed`: deterministic (same corpus, same case)."""
+    # the module's old name stays in the key: (run seed, case) gives the same case as before
     rng = random.Random(f"tflite_taichi.fuzz:{run_seed}:{index}")
     model = rng.choices(corpus.names, weights=corpus.weights)[0]
     lay, base = corpus.layouts[model], corpus.models[model]
@@ -1162,12 +1166,12 @@ class _Worker:
                    OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tflite_taichi.fuzz", "--worker", backend,
+                [sys.executable, os.path.abspath(__file__), "--worker", backend,
                  "--fds", str(req_r), str(resp_w)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 pass_fds=(req_r, resp_w), env=env, close_fds=True,
-                cwd=log_dir)    # `-m` puts the cwd first on sys.path: never a source checkout's
-                                # tflite_taichi/ (it lacks ops/, which only the installed one has)
+                cwd=log_dir)    # a script puts its own folder (bench/) first on sys.path, not
+                                # the cwd: the worker imports the installed tflite_taichi
         os.close(req_r)
         os.close(resp_w)
         self.fd_req, self.fd_resp = req_w, resp_r
@@ -1371,7 +1375,7 @@ def save_failure(folder: str, case: Case, corpus: Corpus, result: dict, minimal=
     with open(os.path.join(path, "case.tflite"), "wb") as f:
         f.write(case.data(corpus))
     record = {"case": case.to_json(), "result": result,
-              "reproduce": command or f"python -m tflite_taichi.fuzz --seed {case.run_seed} --case {case.index}"}
+              "reproduce": command or f"python bench/fuzz.py --seed {case.run_seed} --case {case.index}"}
     if minimal is not None:
         atoms, data = minimal
         with open(os.path.join(path, "minimal.tflite"), "wb") as f:
@@ -1407,7 +1411,7 @@ class Report:
     def reproduce_command(self, index) -> str:
         extra = f" --cpu-share {self.cpu_share}" if self.cpu_share else ""
         extra += f" --classes {','.join(self.classes)}" if self.classes else ""
-        return f"python -m tflite_taichi.fuzz --seed {self.seed} --case {index}{extra}"
+        return f"python bench/fuzz.py --seed {self.seed} --case {index}{extra}"
 
     @property
     def failed(self) -> int:
@@ -1492,7 +1496,7 @@ def run_fuzz(cases: int = 300, seed: Optional[int] = None, jobs: int = 2, out: O
                     minimal = None
             extra = f" --cpu-share {cpu_share}" if cpu_share else ""
             extra += f" --classes {','.join(classes)}" if classes else ""
-            command = f"python -m tflite_taichi.fuzz --seed {seed} --case {case.index}{extra}"
+            command = f"python bench/fuzz.py --seed {seed} --case {case.index}{extra}"
             folder = save_failure(out, case, corpus, result, minimal, command) if out else None
             saved.append((case, result, folder))
         failures = saved
@@ -1591,8 +1595,8 @@ def reproduce(seed: int, index: int, cpu_share: float = 0.0, include_shared: boo
 
 
 def main(argv=None, default_cases: int = 300, default_report: Optional[str] = None,
-         prog: str = "python -m tflite_taichi.fuzz") -> int:
-    p = argparse.ArgumentParser(prog="python -m tflite_taichi.fuzz", description=__doc__.split("\n")[0])
+         prog: str = "python bench/fuzz.py") -> int:
+    p = argparse.ArgumentParser(prog="python bench/fuzz.py", description=__doc__.split("\n")[0])
     p.add_argument("--cases", type=int, default=default_cases)
     p.add_argument("--seed", type=int, default=None,
                    help="run seed (default: TFLITE_TAICHI_FUZZ_SEED, else from the clock)")
