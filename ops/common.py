@@ -1,7 +1,10 @@
-"""Math shared by several op families: fused activations, padding, broadcasting, axes."""
+"""What several op families share: fused activations, padding, broadcasting, axes, custom
+options written as flexbuffer maps."""
 from __future__ import annotations
 
 import numpy as np
+
+from tflite_taichi.errors import ModelError
 
 # tflite.ActivationFunctionType
 ACT_NONE, ACT_RELU, ACT_RELU_N1_TO_1, ACT_RELU6, ACT_TANH, ACT_SIGN_BIT = range(6)
@@ -88,3 +91,24 @@ def unbroadcast_inputs(node) -> tuple:
     out = tuple(node.outputs[0].shape)
     return tuple(i for i, spec in enumerate(node.inputs)
                  if spec is not None and tuple(spec.shape) == out)
+
+
+def flexbuffer_map(op, layout: str = "") -> dict:
+    """An op's custom_options read as the flexbuffer map converters write (detection's
+    post-process, MediaPipe's transforms); a ModelError naming the op when they are absent,
+    unreadable or not a map. `layout`: what the map holds, for the message."""
+    from flatbuffers import flexbuffers
+    what = f"op #{op.index} ({op.name})"
+    about = f" ({layout})" if layout else ""
+    raw = bytes(op.custom_options or b"")
+    if not raw:
+        raise ModelError(f"{what}: custom_options must hold a flexbuffer map{about}; there are none")
+    try:
+        value = flexbuffers.Loads(raw)
+    except Exception as e:  # corrupt bytes fail in any of its decoders (offsets, types, recursion)
+        raise ModelError(f"{what}: custom_options are not a readable flexbuffer{about} "
+                         f"({type(e).__name__}: {e})") from None
+    if not isinstance(value, dict):
+        raise ModelError(f"{what}: custom_options must be a flexbuffer map{about}, hold a "
+                         f"{type(value).__name__}")
+    return value

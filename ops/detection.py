@@ -73,6 +73,7 @@ from flatbuffers import flexbuffers
 from tflite_taichi.errors import ModelError
 
 from .base import OpDef, register_op
+from .common import flexbuffer_map
 
 
 # -- libstdc++'s heap algorithms --------------------------------------------------------------
@@ -227,19 +228,8 @@ def _number(op, key, value, kind):
 
 
 def _parse_postprocess(op) -> PostProcessOptions:
-    raw = op.custom_options
     what = f"op #{op.index} ({op.name})"
-    if not raw:
-        raise ModelError(f"{what}: custom_options must hold a flexbuffer map of the op's "
-                         "parameters; it has none")
-    try:
-        m = flexbuffers.Loads(bytes(raw))
-    except Exception as e:      # truncated or corrupt bytes fail in any of its decoders
-        raise ModelError(f"{what}: custom_options are not a readable flexbuffer "
-                         f"({type(e).__name__}: {e})") from None
-    if not isinstance(m, dict):
-        raise ModelError(f"{what}: custom_options must be a flexbuffer map, is a "
-                         f"{type(m).__name__}")
+    m = flexbuffer_map(op, "the op's parameters")
     missing = [k for k in _INT_KEYS + _FLOAT_KEYS if k not in m]
     if missing:
         raise ModelError(f"{what}: custom_options lack {', '.join(missing)}")

@@ -82,6 +82,7 @@ from tflite_taichi.errors import ModelError
 from tflite_taichi.quant import is_float_view
 
 from .base import OpDef, register_op
+from .common import flexbuffer_map
 from .tiutil import ti
 
 # Landmarks2TransformMatrix's Taichi part unrolls its subset: beyond this many landmark reads
@@ -94,23 +95,6 @@ V1_BOX_START = 100000.0
 # -- options ---------------------------------------------------------------------------------
 def _op_fail(op, message) -> ModelError:
     return ModelError(f"op #{op.index} ({op.name}): {message}")
-
-
-def _flex_map(op, layout: str) -> dict:
-    """custom_options as a dict: a flexbuffer map is what these ops' options are."""
-    from flatbuffers import flexbuffers
-    raw = bytes(op.custom_options or b"")
-    if not raw:
-        raise _op_fail(op, f"custom_options must hold a flexbuffer map ({layout}); there are none")
-    try:
-        value = flexbuffers.Loads(raw)
-    except Exception as e:  # any decode failure of corrupt bytes (offsets, types, recursion)
-        raise _op_fail(op, f"custom_options are not a readable flexbuffer ({layout}): "
-                       f"{type(e).__name__}: {e}") from None
-    if not isinstance(value, dict):
-        raise _op_fail(op, f"custom_options must be a flexbuffer map ({layout}), hold a "
-                       f"{type(value).__name__}")
-    return value
 
 
 def _int(op, options: dict, key: str, default=None) -> int:
@@ -182,13 +166,13 @@ class TransformTensorOptions:
 
 def _parse_transform_tensor(op) -> TransformTensorOptions:
     if op.version == 1:
-        o = _flex_map(op, "v1: output_size [h, w], mode 'bilinear'")
+        o = flexbuffer_map(op, "v1: output_size [h, w], mode 'bilinear'")
         mode = o.get("mode", "bilinear")
         if mode != "bilinear":
             raise _op_fail(op, f"custom_options mode is {mode!r}; only 'bilinear' exists")
         h, w = _ints(op, o, "output_size", 2)
         return TransformTensorOptions(h, w, False)
-    o = _flex_map(op, "v2: output_height, output_width")
+    o = flexbuffer_map(op, "v2: output_height, output_width")
     return TransformTensorOptions(_int(op, o, "output_height"), _int(op, o, "output_width"), True)
 
 
@@ -218,7 +202,7 @@ class LandmarksMatrixV2:
 
 def _parse_landmarks_matrix(op):
     if op.version == 1:
-        o = _flex_map(op, "v1: input_hw, output_hw, dimensions, landmarks_range, "
+        o = flexbuffer_map(op, "v1: input_hw, output_hw, dimensions, landmarks_range, "
                       "bbox_size_multiplier, left_rotation_idx, right_rotation_idx, subset")
         return LandmarksMatrixV1(
             input_hw=_ints(op, o, "input_hw", 2), output_hw=_ints(op, o, "output_hw", 2),
@@ -226,7 +210,7 @@ def _parse_landmarks_matrix(op):
             bbox_size_multiplier=_float(op, o, "bbox_size_multiplier"),
             left=_int(op, o, "left_rotation_idx"), right=_int(op, o, "right_rotation_idx"),
             subset=_pairs(_ints(op, o, "subset")))
-    o = _flex_map(op, "v2: subset_idxs, left_rotation_idx, right_rotation_idx, "
+    o = flexbuffer_map(op, "v2: subset_idxs, left_rotation_idx, right_rotation_idx, "
                   "target_rotation_radians, output_height, output_width, scale_x, scale_y")
     return LandmarksMatrixV2(
         subset=_pairs(_ints(op, o, "subset_idxs")), left=_int(op, o, "left_rotation_idx"),
@@ -245,7 +229,7 @@ class TransformLandmarksOptions:
 def _parse_transform_landmarks(op) -> TransformLandmarksOptions:
     if op.version != 1:                # v2 reads no options
         return TransformLandmarksOptions(dimensions=0, scale=1.0)
-    o = _flex_map(op, "v1: dimensions, scale") if op.custom_options else {}
+    o = flexbuffer_map(op, "v1: dimensions, scale") if op.custom_options else {}
     return TransformLandmarksOptions(dimensions=_int(op, o, "dimensions", 3),
                                      scale=_float(op, o, "scale", 1.0))
 

@@ -607,19 +607,25 @@ def test_int8_svdf_needs_relu():
     refused(_with_activation(c, "TANH"), x, "SVDF.*RELU only")
 
 
-def _with_activation(c, act):
-    """int8_svdf_model with another fused activation."""
+def built_with_op_edited(make_model, c, edit):
+    """make_model(c) with each SubgraphBuilder.op call passed through `edit(g, inputs, outputs,
+    options)` first: the malformed models the builders never write."""
+    from unittest import mock
     import tflite_taichi.builder as builder
     original = builder.SubgraphBuilder.op
 
     def op(self, name, inputs, outputs, **options):
-        options["fused_activation_function"] = act
+        inputs, outputs = list(inputs), list(outputs)
+        edit(self, inputs, outputs, options)
         return original(self, name, inputs, outputs, **options)
-    builder.SubgraphBuilder.op = op
-    try:
-        return int8_svdf_model(c)
-    finally:
-        builder.SubgraphBuilder.op = original
+    with mock.patch.object(builder.SubgraphBuilder, "op", op):
+        return make_model(c)
+
+
+def _with_activation(c, act):
+    """int8_svdf_model with another fused activation."""
+    return built_with_op_edited(int8_svdf_model, c,
+                                lambda g, i, o, options: options.update(fused_activation_function=act))
 
 
 def raw_rnn(op="RNN", x_shape=(2, 3), w_shape=(4, 3), r_shape=(4, 4), state_shape=(2, 4),
@@ -676,18 +682,7 @@ BIDI_BASE = dict(fw=BIDI_BASE_CELL, bw=dict(BIDI_BASE_CELL, seed=2), T=3, time_m
 
 def edited_bidi(c, edit):
     """bidi_model(c) with `edit(g, inputs, outputs)` changing the op's tensor lists."""
-    import tflite_taichi.builder as builder
-    original = builder.SubgraphBuilder.op
-
-    def op(self, name, inputs, outputs, **options):
-        inputs, outputs = list(inputs), list(outputs)
-        edit(self, inputs, outputs)
-        return original(self, name, inputs, outputs, **options)
-    builder.SubgraphBuilder.op = op
-    try:
-        return bidi_model(c)
-    finally:
-        builder.SubgraphBuilder.op = original
+    return built_with_op_edited(bidi_model, c, lambda g, i, o, options: edit(g, i, o))
 
 
 def test_bidirectional_lstm_bad_models():
