@@ -78,6 +78,9 @@ def main(argv=None) -> int:
                                started=started)
     written = bench.write_report(report, out)
     print(bench.render_text(results))
+    if len(backends) > 1:
+        print()
+        print(bench.render_speed_text(results))
     print("written: " + ", ".join(written))
     if "plot_note" in report:
         print(report["plot_note"])

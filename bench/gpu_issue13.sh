@@ -15,6 +15,15 @@
 #   bash bench/gpu_issue13.sh chains [N]            # conv_shapes.py --chain N (default 10), cuda + vulkan
 #   bash bench/gpu_issue13.sh split MODELS...       # pointwise convs split by their thread count, then
 #                                                   # TFLITE_TAICHI_POINTWISE_SPLIT=0 (by outputs), ours only
+#   bash bench/gpu_issue13.sh zoo FOLDER            # the zoo models of the README's table, built there
+#   bash bench/gpu_issue13.sh chunks MODELS...      # one kernel per partition (TFLITE_TAICHI_CHUNK_STEPS
+#                                                   # =1000) against 32 steps per kernel, vulkan
+#   bash bench/gpu_issue13.sh fp16 MODELS...        # fp16 against fp32, batch 1 (bench.py) and batch 32
+#                                                   # (batch_throughput.py), cuda and vulkan
+#   bash bench/gpu_issue13.sh accuracy MODELS...    # fp16_accuracy.py on cuda and vulkan with LiteRT GPU's fp16
+#   bash bench/gpu_issue13.sh profiles MODELS...    # each miss's profile: profile_invoke.py per model on
+#                                                   # cuda (kernel profiler, per task) and on vulkan
+#                                                   # (per partition), and cost_constants' floors
 #   bash bench/gpu_issue13.sh codes MODELS...       # int8 IO as codes (TensorRef.codes): bench.py side by
 #                                                   # side (LiteRT CPU 16 threads + GPU, ours), then ours
 #                                                   # with TFLITE_TAICHI_IO_CODES=0 (numpy (de)quantizes)
@@ -74,6 +83,32 @@ case "$what" in
       --warmup 10 --out "$OUT/codes" --title "H200: LiteRT CPU and GPU, ours with int8 IO on the device" 2>&1 | grep -v "step/s"
     TFLITE_TAICHI_IO_CODES=0 python3 bench/bench.py "$@" --backends cuda vulkan --runs 100 --warmup 10 \
       --out "$OUT/codes_off" --title "H200: ours, TFLITE_TAICHI_IO_CODES=0 (numpy (de)quantizes the IO)" 2>&1 | grep -v "step/s" ;;
+  zoo)
+    python3 bench/make_zoo.py "$1" --only deeplab_v3,mobilenet_v3_small,efficientnet_lite0,posenet ;;
+  chunks)
+    for c in 32 1000; do
+      echo "=== TFLITE_TAICHI_CHUNK_STEPS=$c"
+      TFLITE_TAICHI_CHUNK_STEPS=$c python3 bench/bench.py "$@" --backends vulkan --runs 200 --warmup 20 \
+        --out "$OUT/chunks_$c" --title "H200: vulkan, TFLITE_TAICHI_CHUNK_STEPS=$c" 2>&1 | grep -v "step/s"
+    done ;;
+  fp16)
+    python3 bench/bench.py "$@" --backends cuda vulkan --precision fp16 --runs 100 --warmup 10 \
+      --out "$OUT/fp16_batch1" --title "H200: ours, precision fp16, batch 1" 2>&1 | grep -v "step/s"
+    for m in "$@"; do for b in cuda vulkan; do for p in fp32 fp16; do
+      python3 bench/batch_throughput.py "$m" --backend $b --precision $p --batch 32 --runs 20 2>&1 \
+        | grep -v -E "DelegateWarning|SyntaxWarning|Save a field"
+    done; done; done ;;
+  accuracy)
+    python3 bench/fp16_accuracy.py "$@" --backends cuda vulkan --seeds 3 --litert-gpu \
+      --out "$OUT/fp16_accuracy_h200" 2>&1 | grep -v -E "^\{" ;;
+  profiles)
+    (cd bench && python3 cost_constants.py --backends cuda vulkan --runs 300 --json "$OUT/floors.json") 2>&1 | tail -8
+    for m in "$@"; do
+      echo "=== $m"
+      python3 bench/profile_invoke.py "$m" --backend vulkan --runs 100 2>&1 | grep -v -E "SyntaxWarning|Save a field|DelegateWarning"
+      python3 bench/profile_invoke.py "$m" --backend cuda --runs 50 --kernel-profiler --tasks 12 2>&1 \
+        | grep -v -E "SyntaxWarning|Save a field|DelegateWarning"
+    done ;;
   profile)
     python3 bench/profile_invoke.py "$1" --backend cuda --runs 50 --kernel-profiler --tasks 25 2>&1 | grep -v -E "SyntaxWarning|Save a field" ;;
 esac

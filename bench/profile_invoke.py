@@ -71,8 +71,8 @@ def main(argv=None):
     runtime = s["runtime"] or {}
     print(f"{args.model} on {s['backend']}/{args.precision} ({runtime.get('device')}): "
           f"{s['ops_delegated']} ops in {len(s['partitions'])} partition(s), "
-          f"{runtime.get('launches_per_invoke')} launch(es) and {runtime.get('waits_per_invoke')} "
-          f"wait(s) per invoke; construct+allocate {t1 - t0:.2f} s ({s['cache']['state']})")
+          f"{runtime.get('launches_per_invoke')} launch(es), {runtime.get('tasks_per_invoke')} task(s) and "
+          f"{runtime.get('waits_per_invoke')} wait(s) per invoke; construct+allocate {t1 - t0:.2f} s ({s['cache']['state']})")
     print(f"step (set inputs + invoke + get outputs) {_median_ms(steps)} over {args.runs}")
     print(f"invoke alone {_median_ms(invokes)}")
 

@@ -264,3 +264,72 @@ def test_backends_names_devices_and_relative_diff():
     assert bench.relative_diff([e + np.float32(0.5)], [e]) == pytest.approx(0.125)
     assert bench.relative_diff([e[0]], [e]) == float("inf")
     assert bench.relative_diff([np.array([np.nan])], [np.array([1.0])]) == float("inf")
+
+
+def _row(backend, median=None, error=None, **extra):
+    """A result row as bench_backend writes it: timed (median ms) or failed (error)."""
+    if error is not None:
+        return {"backend": backend, "ok": False, "error": error, **extra}
+    return {"backend": backend, "ok": True, "latency_ms": {"median": median}, **extra}
+
+
+def test_speed_table_sets_runtimes_side_by_side_and_checks_the_targets():
+    """Issue 13's table: one row per model, the fastest in bold, our best GPU backend over the
+    faster LiteRT (<= 0.8) and vulkan over LiteRT GPU (<= 1.0), refusals named."""
+    results = [
+        {"model": "a", "rows": [_row("litert", 1.0, threads=16), _row("litert_gpu", 2.0),
+                                _row("cuda", 0.5), _row("vulkan", 2.5)]},
+        {"model": "b", "rows": [_row("litert", 1.0, threads=16),
+                                _row("litert_gpu", error="cold run: ... Failed to modify graph with delegate"),
+                                _row("cuda", 0.9), _row("vulkan", 1.2)]},
+        {"model": "c", "rows": [_row("litert", 4.0, threads=16),
+                                _row("litert_gpu", error="cold run: INTERNAL: No adapters found; delegate"),
+                                _row("cuda", error="killed"), _row("vulkan", 3.0)]},
+    ]
+    head, a, b, c = bench.speed_rows(results)
+    assert head[:5] == ["model", "LiteRT CPU 16 thr", "LiteRT GPU", "cuda", "vulkan"]
+    assert "target <= 0.8" in head[5] and "target <= 1.0" in head[6]
+    assert a == ["a", "1.00 ms", "2.00 ms", "**0.50 ms**", "2.50 ms", "0.50 (met)", "1.25 (missed)"]
+    assert b == ["b", "1.00 ms", "refuses the model", "**0.90 ms**", "1.20 ms", "0.90 (missed)", "-"]
+    assert c == ["c", "4.00 ms", "no GPU adapter", "error", "**3.00 ms**", "0.75 (met)", "-"]
+    text = bench.render_speed_text(results)
+    assert "**" not in text and text.splitlines()[1].split()[:2] == ["a", "1.00"]
+    assert bench.render_speed_table(results).splitlines()[2].startswith("| a | 1.00 ms | 2.00 ms | **0.50 ms**")
+
+
+def test_speed_table_leaves_out_ratios_whose_runtimes_did_not_run():
+    results = [{"model": "a", "rows": [_row("reference", 3.0), _row("cpu", 1.5)]}]
+    assert bench.speed_rows(results) == [["model", "reference", "cpu"], ["a", "3.00 ms", "**1.50 ms**"]]
+
+
+@needs_litert
+def test_cli_bench_several_models_side_by_side(model_path, tmp_path, capsys):
+    """`tflite-taichi bench A B --backends litert litert-gpu reference --out NAME`: both models
+    in one table and side by side; LiteRT GPU without a hardware GPU is a row saying so and the
+    command still succeeds (only ours or LiteRT CPU failing fails it); NAME.md/.json written."""
+    second = tmp_path / "relu.tflite"
+    second.write_bytes(one_op_model("RELU", [Input((1, 16), name="x")], [Output((1, 16), name="y")]))
+    out, js = tmp_path / "report", tmp_path / "all.json"
+    if "litert_gpu" in bench.default_backends():
+        pytest.skip("a hardware GPU backend of ours starts here: LiteRT GPU may too")
+    assert main(["bench", model_path, str(second), "--backends", "litert", "litert-gpu", "reference",
+                 "--threads", "1", "--runs", "3", "--warmup", "1", "--out", str(out), "--json", str(js),
+                 "--title", "two models"]) == 0
+    captured = capsys.readouterr()
+    speed = captured.out[captured.out.index("\n\nmodel"):].strip().splitlines()
+    assert speed.pop().startswith("written: ")
+    assert speed[0].split() == ["model", "LiteRT", "CPU", "1", "thr", "LiteRT", "GPU", "reference"]
+    assert [l.split()[0] for l in speed[1:]] == ["add_relu", "relu"]
+    assert all("no GPU adapter" in l for l in speed[1:])
+    assert "adapter" in captured.err.lower()
+    results = json.loads(js.read_text())
+    assert [r["model"] for r in results] == ["add_relu", "relu"]
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# two models") and "Step medians side by side" in md
+    assert "tflite-taichi bench " in md and "--title 'two models'" in md
+    assert json.loads((tmp_path / "report.json").read_text())["results"][1]["model"] == "relu"
+
+
+def test_cli_bench_names_a_missing_model(model_path, capsys):
+    assert main(["bench", model_path, "no/such/model.tflite", "--backends", "reference"]) == 2
+    assert "no model file no/such/model.tflite" in capsys.readouterr().err

@@ -405,6 +405,8 @@ def bench_backend(model_path: str, backend: str, inputs_npz: str, workdir: str, 
                     # nothing delegated (the reference): no launches, no waits, no device
                     "launches_per_invoke": runtime["launches_per_invoke"] if runtime else 0,
                     "waits_per_invoke": runtime["waits_per_invoke"] if runtime else 0,
+                    # Taichi tasks (GPU dispatches) per invoke; None where the module does not say
+                    "tasks_per_invoke": runtime.get("tasks_per_invoke") if runtime else 0,
                     "device_kind": runtime["device"] if runtime else None,
                     "cache_state": row["warm"]["cache_state"]})
         for key in ("host_wait", "perf_boost"):         # vulkan: vulkan_host.py
@@ -638,6 +640,91 @@ def render_text(results: Sequence[dict]) -> str:
     return "\n".join(out)
 
 
+# Issue 13's targets, as the speed table checks them: our best GPU backend at most TARGET_BEST x
+# the faster LiteRT (CPU or GPU), our vulkan at most TARGET_VULKAN x LiteRT GPU where it runs
+TARGET_BEST, TARGET_VULKAN = 0.8, 1.0
+GPU_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles")
+
+
+def _speed_label(backend: str, row: Optional[dict]) -> str:
+    if backend == LITERT:
+        return f"LiteRT CPU {row.get('threads')} thr" if row else "LiteRT CPU"
+    if backend in LITERT_GPUS:
+        return "LiteRT GPU" + (" fp16" if backend == LITERT_GPU_FP16 else "")
+    return backend + (" fp16" if row and row.get("precision") == "fp16" else "")
+
+
+def _refusal(row: dict) -> str:
+    """A short cell for a row that did not run: LiteRT GPU's two usual reasons by name."""
+    error = (row.get("error") or "").lower()
+    if "no adapters found" in error:
+        return "no GPU adapter"
+    if "delegate" in error and row["backend"] in LITERT_GPUS:
+        return "refuses the model"
+    return "error"
+
+
+def speed_rows(results: Sequence[dict]) -> list:
+    """One row per model: the step median (ms) of every runtime side by side, the fastest in
+    bold, then the issue's two ratios where their runtimes ran: our best GPU backend over the
+    faster LiteRT (target <= TARGET_BEST), our vulkan over LiteRT GPU (target <= TARGET_VULKAN).
+    Header first; a runtime that did not run says why in a word."""
+    backends = list(dict.fromkeys(r["backend"] for res in results for r in res["rows"]))
+    first_rows = {b: next((r for res in results for r in res["rows"] if r["backend"] == b and r["ok"]), None)
+                  for b in backends}
+    head = ["model"] + [_speed_label(b, first_rows[b]) for b in backends]
+    theirs = [b for b in backends if b in (LITERT, LITERT_GPU)]
+    ours_gpu = [b for b in backends if b in GPU_BACKENDS]
+    with_best = bool(theirs and ours_gpu)
+    with_vulkan = "vulkan" in backends and LITERT_GPU in backends
+    if with_best:
+        head.append(f"best GPU / faster LiteRT (target <= {TARGET_BEST})")
+    if with_vulkan:
+        head.append(f"vulkan / LiteRT GPU (target <= {TARGET_VULKAN})")
+    lines = [head]
+    for res in results:
+        rows = {r["backend"]: r for r in res["rows"]}
+        median = {b: r["latency_ms"]["median"] for b, r in rows.items() if r["ok"]}
+        fastest = min(median.values()) if median else None
+        cells = [res["model"]]
+        for b in backends:
+            r = rows.get(b)
+            if r is None:
+                cells.append("-")
+            elif not r["ok"]:
+                cells.append(_refusal(r))
+            else:
+                cell = f"{_n(median[b])} ms"
+                cells.append(f"**{cell}**" if median[b] == fastest and len(median) > 1 else cell)
+        if with_best:
+            lite = [median[b] for b in theirs if b in median]
+            mine = [median[b] for b in ours_gpu if b in median]
+            cells.append(_ratio(min(mine), min(lite), TARGET_BEST) if lite and mine else "-")
+        if with_vulkan:
+            cells.append(_ratio(median["vulkan"], median[LITERT_GPU], TARGET_VULKAN)
+                         if "vulkan" in median and LITERT_GPU in median else "-")
+        lines.append(cells)
+    return lines
+
+
+def _ratio(ours: float, theirs: float, target: float) -> str:
+    ratio = ours / theirs
+    return f"{ratio:.2f} ({'met' if ratio <= target else 'missed'})"
+
+
+def render_speed_table(results: Sequence[dict]) -> str:
+    lines = speed_rows(results)
+    out = ["| " + " | ".join(lines[0]) + " |", "|" + " --- |" * len(lines[0])]
+    out += ["| " + " | ".join(l) + " |" for l in lines[1:]]
+    return "\n".join(out)
+
+
+def render_speed_text(results: Sequence[dict]) -> str:
+    lines = [[c.replace("**", "") for c in l] for l in speed_rows(results)]
+    widths = [max(len(l[i]) for l in lines) for i in range(len(lines[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(l, widths)).rstrip() for l in lines)
+
+
 def phases_table(results: Sequence[dict]) -> str:
     """Where the starts go: import, construct, allocate, first step (cold / warm), then the
     second step and the invoke alone (median of the timed steps), the cache."""
@@ -710,6 +797,10 @@ def render_markdown(report: dict) -> str:
                       oracle="LiteRT CPU" if first.get("oracle") == LITERT else (first.get("oracle") or "oracle")),
         "",
         render_table(results),
+        "",
+        "Step medians side by side (ms; the fastest in bold) and issue 13's targets:",
+        "",
+        render_speed_table(results),
         "",
         "Where the starts go (cold / warm), and the invoke alone:",
         "",
@@ -821,24 +912,47 @@ def progress_bar(total: int, desc: str):
 
 
 def run_cli(args) -> int:
-    """`tflite-taichi bench MODEL`: the table on stdout, a progress bar on stderr."""
+    """`tflite-taichi bench MODEL [MODEL ...]`: the table on stdout (with the runtimes side by side
+    when several ran), a progress bar on stderr; --out NAME writes NAME.md/.json/.png as
+    bench/bench.py does, --json the results alone (one model: its result; several: a list)."""
     backends = check_backends(args.backends) if args.backends else default_backends()
-    name = os.path.splitext(os.path.basename(args.model))[0]
-    if not os.path.isfile(args.model):
-        print(f"tflite-taichi: error: no model file {args.model}", file=sys.stderr)
+    missing = [m for m in args.model if not os.path.isfile(m)]
+    if missing:
+        print(f"tflite-taichi: error: no model file {missing[0]}", file=sys.stderr)
         return 2
-    bar = progress_bar(len(backends) * units_per_backend(args.runs, args.warmup), name)
+    threads = args.threads or os.cpu_count() or 1
+    started, machine = now(), machine_info()
+    devices = {b: device_of(b, threads) for b in backends}
+    bar = progress_bar(len(args.model) * len(backends) * units_per_backend(args.runs, args.warmup),
+                       "bench")
+    results = []
     try:
-        result = bench_model(args.model, backends, threads=args.threads, runs=args.runs,
-                             warmup=args.warmup, precision=args.precision, seed=args.seed,
-                             profile=args.profile, timeout=args.timeout, progress=bar)
+        for path in args.model:
+            bar.set_description(os.path.splitext(os.path.basename(path))[0])
+            results.append(bench_model(path, backends, threads=threads, runs=args.runs,
+                                       warmup=args.warmup, precision=args.precision, seed=args.seed,
+                                       profile=args.profile, timeout=args.timeout, progress=bar,
+                                       devices=devices))
     finally:
         bar.close()
-    print(render_text([result]))
+    print(render_text(results))
+    if len(backends) > 1:
+        print()
+        print(render_speed_text(results))
     if getattr(args, "json", None):
         with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    errors = [r for r in result["rows"] if not r["ok"]]
-    for r in errors:
-        print(f"{r['backend']}: {r['error']}", file=sys.stderr)
-    return 1 if errors else 0
+            json.dump(results[0] if len(results) == 1 else results, f, indent=1)
+    if getattr(args, "out", None):
+        import shlex
+        command = "tflite-taichi bench " + " ".join(
+            shlex.quote(a) for a in (sys.argv[2:] if args.argv is None else args.argv))
+        report = make_report(results, command, machine, title=args.title or
+                             f"Benchmark: {', '.join(r['model'] for r in results)}", started=started)
+        print("written: " + ", ".join(write_report(report, args.out)))
+    # every row that did not run says why; the exit status is 1 when one of ours or LiteRT CPU
+    # failed, not when LiteRT's GPU path has no hardware adapter here or refuses a model (a row
+    # saying so is the answer there)
+    failed = [(res["model"], r) for res in results for r in res["rows"] if not r["ok"]]
+    for model, r in failed:
+        print(f"{model} on {r['backend']}: {r['error']}", file=sys.stderr)
+    return 1 if any(r["backend"] not in LITERT_GPUS for _, r in failed) else 0

@@ -328,10 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--runs", type=at_least_one, default=5, help="invokes to time (default 5)")
     demo.set_defaults(func=cmd_demo)
     from tflite_taichi.bench import add_arguments as bench_arguments
-    bench = sub.add_parser("bench", help="time a model on LiteRT and each backend of ours, side by side")
-    bench.add_argument("model")
+    bench = sub.add_parser("bench", help="time models on LiteRT and each backend of ours, side by side")
+    bench.add_argument("model", nargs="+", metavar="model.tflite")
     bench_arguments(bench)
     bench.add_argument("--json", metavar="out.json", help="also write every number as JSON")
+    bench.add_argument("--out", metavar="NAME", help="also write the report: NAME.md, NAME.json, NAME.png")
+    bench.add_argument("--title", default="", help="the report's title (with --out)")
     bench.set_defaults(func=cmd_bench)
     # the top line of --help names every subcommand: taken from the parser, so none is left out
     p.description = "tflite-taichi: " + " | ".join(sub.choices)
@@ -340,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = None if argv is None else list(argv)[1:]    # what followed the subcommand
     try:
         return args.func(args)
     except UsageError as e:
