@@ -72,7 +72,7 @@ def _chain(kind, h, c, layers):
 
 def measure_chains(backend, runs, layers):
     rows = {}
-    for name, kind, h, c_in, c_out, stride in LAYERS:
+    for name, kind, h, _c_in, c_out, stride in LAYERS:
         if kind == "conv3":
             continue
         out_h = -(-h // stride)

@@ -1460,7 +1460,7 @@ def run_fuzz(cases: int = 300, seed: Optional[int] = None, jobs: int = 2, out: O
 
     try:
         done = 0
-        for index, (case, result) in pool.map(range(cases), run):
+        for _index, (case, result) in pool.map(range(cases), run):
             done += 1
             o = result["outcome"]
             outcomes[o] += 1

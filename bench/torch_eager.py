@@ -89,7 +89,7 @@ class TorchModel:
         return x.permute(0, 3, 1, 2) if x.dim() == 4 else x
 
     def __call__(self, x_nhwc: np.ndarray) -> np.ndarray:
-        torch, F = self.torch, self.F
+        torch = self.torch
         with torch.inference_mode():
             values = dict(self.consts)
             t_in = self.subgraph.inputs[0]

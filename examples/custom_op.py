@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tflite_taichi import OpDef, register_op
-from tflite_taichi.ops.tiutil import ti
+from tflite_taichi.ops.kit import ti
 
 OP_NAME = "CUSTOM:Swish"
 
@@ -48,22 +48,36 @@ def reference(node, inputs):
 
 @ti.data_oriented
 class SwishStep:
+    """One thread per element; `fused_store` is the same formula for a value its producer hands
+    over (the delegate runs the op inside a CONV_2D's store: no task, no memory round trip)."""
+
     def __init__(self, x, out, beta):
         self.x, self.out, self.beta = x, out, beta
 
     @ti.func
+    def swish(self, v):
+        return v / (1.0 + ti.exp(-self.beta * v))
+
+    @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
         for i in range(self.out.size):
-            v = self.x.load(arena, weights, io, i)
-            self.out.store(arena, io, i, v / (1.0 + ti.exp(-self.beta * v)))
+            self.out.store(arena, io, i, self.swish(self.x.load(arena, weights, io, i)))
+
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        self.out.store(arena, io, flat, self.swish(value))
 
 
 def taichi(node, io):
     return SwishStep(io.inputs[0], io.outputs[0], node.options.beta)
 
 
+# Fusion is declared: the step writes each element once (stores_once: an element-wise reader
+# may run in its store), and it can itself run in its producer's store, for input 0.
 SWISH = register_op(OpDef(name=OP_NAME, infer=infer, reference=reference, parse=parse,
-                          taichi=taichi, min_inputs=1, max_inputs=1), replace=True)
+                          taichi=taichi, min_inputs=1, max_inputs=1,
+                          stores_once=True, epilogue_inputs=lambda node: (0,)))
 
 
 def build_model(beta: float = 1.5) -> bytes:
@@ -101,7 +115,8 @@ def main(argv=None):
         results[backend] = it.get_tensor(it.get_output_details()[0]["index"])
         s = it.summary()
         print(f"{backend:>9} -> {s['backend']:<9} delegated {s['ops_delegated']}/{s['ops_total']} ops, "
-              f"partitions {[p['ops'] for p in s['partitions']]}")
+              f"partitions {[p['ops'] for p in s['partitions']]}, "
+              f"fused (producer, op) {[f for p in s['partitions'] for f in p['fused']]}")
     diff = float(np.max(np.abs(results[args.backend] - results["reference"])))
     print(f"max |{args.backend} - reference| = {diff:.3g}")
     if args.check:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
-from .tiutil import broadcast_flat, keep_nan, load_broadcast, ti
+from .kit import broadcast_flat, keep_nan, load_broadcast, ti
 
 _ACTIVATION_DTYPES = {np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8),
                       np.dtype(np.int16)}

@@ -62,7 +62,7 @@ import numpy as np
 from .activations import _TANH_SATURATION
 from .base import OpDef, register_op
 from .common import broadcast_shapes, unbroadcast_inputs
-from .tiutil import broadcast_flat, load_broadcast, ti
+from .kit import broadcast_flat, load_broadcast, ti
 
 _QUANTIZED_DTYPES = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
 

@@ -18,7 +18,7 @@ interpreter's runtime (`resources`: the variables; `call_once(subgraph_index, no
 """
 from __future__ import annotations
 
-import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
@@ -96,10 +96,16 @@ class OpDef:
     """One op, defined once. See the module docstring for the parts."""
 
     name: str
-    infer: Callable[[Node], Sequence[tuple]]
-    reference: Callable[[Node, list], list]
+    infer: Callable[[Node], Sequence[tuple]]  # infer(node), or infer(node, runtime) with
+                                             # infer_takes_runtime (ops that run subgraphs)
+    reference: Callable[[Node, list], list]   # reference(node, inputs); stateful: (node, inputs,
+                                             # runtime)
+    # parse(raw) -> the node's options. With options_class set, raw is that builtin options table
+    # of the operator (the `tflite` bindings' class, e.g. Conv2DOptions); with options_class None,
+    # raw is the whole model.Operator (custom ops read `custom_options`, StableHLO ops
+    # `builtin_options_2`)
     parse: Callable[[Any], Any] = no_options
-    options_class: Optional[str] = None      # e.g. "Conv2DOptions"; None: no builtin options
+    options_class: Optional[str] = None      # e.g. "Conv2DOptions"; None: parse gets the Operator
     versions: tuple = (1, 1 << 30)           # inclusive range of op versions accepted
     supports: Callable[[Node], Optional[str]] = _no_restrictions   # checked only when taichi is set
     taichi: Any = None                       # (node, StepIO) -> an object with a ti.func run(arena, weights, io)
@@ -111,6 +117,8 @@ class OpDef:
     stateful: bool = False                   # reads/writes the interpreter's state (variables,
                                              # subgraph calls): never folded or delegated, kept in
                                              # order; reference(node, inputs, runtime)
+    infer_takes_runtime: bool = False        # infer(node, runtime): its output shapes come from
+                                             # running a subgraph (IF, WHILE); stateful ops only
     reads_only_shapes: bool = False          # output depends on input shapes alone (SHAPE): always folded
     state_inputs: Optional[Callable] = None  # node -> input positions the op overwrites after it
                                              # runs when they are variable tensors (an LSTM's
@@ -123,12 +131,12 @@ class OpDef:
     epilogue_inputs: Optional[Callable] = None  # node -> input positions the op can take as a
                                              # value handed over by its producer's store (element-
                                              # wise ops): its step has fused_store(arena, weights,
-                                             # io, flat, value, position) (tiutil.EpilogueRef)
+                                             # io, flat, value, position) (kit.EpilogueRef)
     computed_at_load: bool = False           # cheap enough to compute at the load of its only
                                              # reader when that is element-wise (PAD, binary
                                              # arithmetic): its step has fused_load(arena,
                                              # weights, io, flat) -> element `flat` of its output,
-                                             # snapped (tiutil.LoadRef), and the delegate never
+                                             # snapped (kit.LoadRef), and the delegate never
                                              # stores that output
     alias_input: Optional[int] = None        # the output is this input's data, reshaped (RESHAPE,
                                              # SQUEEZE, EXPAND_DIMS): the delegate addresses the
@@ -163,11 +171,26 @@ class OpDef:
 REGISTRY: dict = {}
 
 
+def _same_definition(a: OpDef, b: OpDef) -> bool:
+    """Whether two OpDefs come from the same source: the same functions by module file and
+    name (a module imported twice, e.g. as a script and as a module, defines its op twice)."""
+    def where(fn):              # the file by its real path: a script's may be relative
+        code = getattr(fn, "__code__", None)
+        return (getattr(fn, "__qualname__", None),
+                os.path.realpath(code.co_filename) if code else None)
+    return where(a.infer) == where(b.infer) and where(a.reference) == where(b.reference)
+
+
 def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
-    """Register an op implementation under its name (a builtin name or 'CUSTOM:<code>')."""
+    """Register an op implementation under its name (a builtin name or 'CUSTOM:<code>').
+    Registering a name again is an error unless `replace=True` or it is the same definition
+    again (its module imported a second time)."""
     if not isinstance(opdef, OpDef):
         raise TypeError("register_op takes an OpDef")
-    if opdef.name in REGISTRY and not replace:
+    if opdef.infer_takes_runtime and not opdef.stateful:
+        raise ValueError(f"op {opdef.name}: infer_takes_runtime is for stateful ops (they run "
+                         "subgraphs through the runtime)")
+    if opdef.name in REGISTRY and not replace and not _same_definition(REGISTRY[opdef.name], opdef):
         raise ValueError(f"op {opdef.name} is already registered (pass replace=True)")
     REGISTRY[opdef.name] = opdef
     return opdef
@@ -175,10 +198,6 @@ def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
 
 def lookup(name: str) -> Optional[OpDef]:
     return REGISTRY.get(name)
-
-
-def replace_fields(opdef: OpDef, **changes) -> OpDef:
-    return dataclasses.replace(opdef, **changes)
 
 
 class Runtime(Protocol):

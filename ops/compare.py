@@ -37,7 +37,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
-from .tiutil import broadcast_flat, ti
+from .kit import broadcast_flat, ti
 
 COMPARISONS = ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")
 _EQUALITY = ("EQUAL", "NOT_EQUAL")

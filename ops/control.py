@@ -230,10 +230,11 @@ def _while_reference(node, inputs, runtime: Runtime):
 
 
 IF = register_op(OpDef(name="IF", infer=_infer_if, reference=_if_reference, parse=_parse_if,
-                       options_class="IfOptions", stateful=True, min_inputs=1))
+                       options_class="IfOptions", stateful=True, infer_takes_runtime=True,
+                       min_inputs=1))
 WHILE = register_op(OpDef(name="WHILE", infer=_infer_while, reference=_while_reference,
                           parse=_parse_while, options_class="WhileOptions", stateful=True,
-                          min_inputs=0))
+                          infer_takes_runtime=True, min_inputs=0))
 
 
 # -- STABLEHLO_COMPOSITE ----------------------------------------------------------------------
@@ -289,4 +290,4 @@ def _composite_reference(node, inputs, runtime: Runtime):
 STABLEHLO_COMPOSITE = register_op(OpDef(
     name="STABLEHLO_COMPOSITE", infer=_infer_composite, reference=_composite_reference,
     parse=_parse_composite, options_class="StableHLOCompositeOptions", stateful=True,
-    min_inputs=0))          # none: refused by its infer, with a message saying so
+    infer_takes_runtime=True, min_inputs=0))          # none: refused by its infer, with a message saying so

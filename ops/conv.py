@@ -26,8 +26,8 @@ from .base import OpDef, register_op
 from .common import (PADDING_SAME, PADDING_VALID, apply_activation,
                      check_activation, check_padding, conv_output_size, conv_padding_before,
                      positive_ints)
-from . import tiutil
-from .tiutil import SPLIT_THREADS, activation, split_count, ti
+from . import kit
+from .kit import SPLIT_THREADS, activation, split_count, ti
 
 _PADDING_NAMES = {PADDING_SAME: "SAME", PADDING_VALID: "VALID"}
 
@@ -328,7 +328,7 @@ def gemm_blocks(m: int, n: int, config: tuple = GEMM_CONFIG) -> int:
 def use_gemm_tiles(m: int, n: int, k: int) -> bool:
     """Whether a [m, k] @ [k, n] product runs as shared-memory tiles here: an arch that has them,
     enough tiles to occupy a GPU, and a reduction long enough to stage."""
-    return (tiutil.has_shared_memory() and gemm_blocks(m, n, gemm_config()) >= gemm_min_blocks()
+    return (kit.has_shared_memory() and gemm_blocks(m, n, gemm_config()) >= gemm_min_blocks()
             and k >= GEMM_K)
 
 

@@ -488,7 +488,7 @@ def _soft_nms_sigma(node, value) -> np.float32:
 
 
 def non_max_suppression(boxes, scores, max_output_size, iou_threshold, score_threshold,
-                        sigma=np.float32(0)):
+                        sigma=0.0):
     """LiteRT's reference_ops::NonMaxSuppression: (selected indices, their scores)."""
     corners = _f32(boxes).reshape(-1, 4)
     # two opposite corners in either order: min and max per axis, as LiteRT takes them

@@ -4,10 +4,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import OpDef, register_op, replace_fields
+from .base import OpDef, register_op
 from .compare import infer_logical
 from .common import apply_activation, broadcast_shapes, check_activation, unbroadcast_inputs
-from .tiutil import activation, broadcast_flat, load_broadcast, ti
+from .kit import activation, broadcast_flat, load_broadcast, ti
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,10 @@ def _binary_taichi(node, io):
     return BinaryStep(_CODES[node.op], io.inputs[0], io.inputs[1], io.outputs[0], act)
 
 
-def _binary(name, fn, options_class=None, has_activation=True):
+def _binary(name, fn, options_class=None, has_activation=True, **fields):
+    """A binary op's OpDef, registered: broadcasting numpy `fn` as its reference, BinaryStep as
+    its Taichi part, fused as an epilogue or at its reader's load; `fields` override any OpDef
+    field (LOGICAL_AND: its own infer, no fusion)."""
     def reference(node, inputs):
         a, b = inputs
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -103,12 +106,13 @@ def _binary(name, fn, options_class=None, has_activation=True):
             out = apply_activation(out, node.options.fused_activation_function)
         return [out]
 
-    return register_op(OpDef(
+    definition = dict(
         name=name, infer=_infer_broadcast, reference=reference,
         parse=_parse_activation if has_activation else (lambda _o: None),
         options_class=options_class if options_class else None,
         taichi=_binary_taichi, min_inputs=2, max_inputs=2,
-        stores_once=True, epilogue_inputs=unbroadcast_inputs, computed_at_load=True))
+        stores_once=True, epilogue_inputs=unbroadcast_inputs, computed_at_load=True)
+    return register_op(OpDef(**{**definition, **fields}))
 
 
 def _divide(a, b):
@@ -138,6 +142,5 @@ MAXIMUM = _binary("MAXIMUM", _litert_max_min(np.maximum), has_activation=False)
 MINIMUM = _binary("MINIMUM", _litert_max_min(np.minimum), has_activation=False)
 SQUARED_DIFFERENCE = _binary("SQUARED_DIFFERENCE", lambda a, b: np.square(a - b), has_activation=False)
 # bool in and out, as LiteRT requires (its infer shared with LOGICAL_OR)
-LOGICAL_AND = register_op(replace_fields(_binary("LOGICAL_AND", np.logical_and, has_activation=False),
-                                         infer=infer_logical, epilogue_inputs=None,
-                                         computed_at_load=False), replace=True)
+LOGICAL_AND = _binary("LOGICAL_AND", np.logical_and, has_activation=False, infer=infer_logical,
+                      epilogue_inputs=None, computed_at_load=False)

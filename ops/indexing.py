@@ -48,7 +48,7 @@ import numpy as np
 from tflite_taichi.errors import InputError
 
 from .base import DataDependentShape, OpDef, register_op
-from .tiutil import split_count, ti
+from .kit import split_count, ti
 
 # tflite.TensorType codes an output_type may name.
 _FLOAT32, _INT32, _INT64 = 0, 2, 4

@@ -57,7 +57,7 @@ import numpy as np
 from .base import OpDef, register_op
 from .indexing import RunTable, _runs_reason, arithmetic_runs
 from .shape import Move, MoveStep, gather_move
-from .tiutil import ti
+from .kit import ti
 
 _REFLECT, _SYMMETRIC = 0, 1       # tflite.MirrorPadMode
 _MODE_NAMES = {_REFLECT: "REFLECT", _SYMMETRIC: "SYMMETRIC"}

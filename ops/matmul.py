@@ -23,7 +23,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
-from .tiutil import split_count, ti
+from .kit import split_count, ti
 
 MIN_RANK, MAX_RANK = 2, 5           # LiteRT's limits on each operand
 SPLIT_K_MIN_TERMS = 64              # split the contraction into chunks of at least this many

@@ -57,7 +57,7 @@ from tflite_taichi.errors import ModelError
 from .base import OpDef, register_op
 from .common import PADDING_SAME, PADDING_VALID, positive_ints
 from .conv import spatial_geometry, tap_windows
-from .tiutil import ti
+from .kit import ti
 
 TFLITE_PADDING_SAME, TFLITE_PADDING_VALID = 1, 2        # TfLitePadding (C API)
 _SCHEMA_PADDING = {TFLITE_PADDING_SAME: PADDING_SAME, TFLITE_PADDING_VALID: PADDING_VALID}

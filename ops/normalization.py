@@ -26,7 +26,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import ACTIVATION_NAMES, ACT_NONE, check_activation
-from .tiutil import ti
+from .kit import ti
 
 # Output quantization LiteRT's quantized kernels require (their Prepare checks these exactly).
 LOG_SOFTMAX_SCALE = 16.0 / 256

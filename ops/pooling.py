@@ -20,7 +20,7 @@ from .common import (PADDING_SAME, apply_activation, check_activation, check_pad
                      positive_ints)
 from .conv import spatial_geometry, tap_windows
 from .reduce import MAX_CODE, MEAN_CODE, ReduceStep, reduce_scratch_size
-from .tiutil import activation, nan_max, ti
+from .kit import activation, nan_max, ti
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ a QUANTIZE/DEQUANTIZE at the model boundary still runs here, as a snap or an ide
 import numpy as np
 
 from .base import OpDef, register_op
-from .tiutil import ti
+from .kit import ti
 
 _QUANTIZED_INTS = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
 

@@ -285,7 +285,7 @@ def svdf_layout(node) -> SvdfLayout:
     x = _require(node, SVDF_INPUT, "input")
     wf = _require(node, SVDF_FEATURE, "weights_feature")
     wt = _require(node, SVDF_TIME, "weights_time")
-    state = _require(node, SVDF_STATE, "activation_state")
+    _require(node, SVDF_STATE, "activation_state")
     _check_rank(node, SVDF_INPUT, "input", 2, "[n_batch, n_input]")
     _check_rank(node, SVDF_FEATURE, "weights_feature", 2, "[n_filter, n_input]")
     _check_rank(node, SVDF_TIME, "weights_time", 2, "[n_filter, memory_size]")

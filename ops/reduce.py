@@ -18,7 +18,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import normalize_axes
-from .tiutil import activation, nan_max, nan_min, split_count, ti
+from .kit import activation, nan_max, nan_min, split_count, ti
 
 
 @dataclass(frozen=True)

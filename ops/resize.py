@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import OpDef, register_op
-from .tiutil import ti
+from .kit import ti
 
 
 # Input types whose RESIZE_BILINEAR kernel in LiteRT works in 10-bit fixed-point coordinates

@@ -65,7 +65,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .indexing import MAX_RUNS, RunTable, _check_range, _invoke_error, arithmetic_runs
-from .tiutil import ti
+from .kit import ti
 
 INT32 = np.dtype(np.int32)
 # float32 holds every integer up to 2**24 exactly: the largest id range carried as float32
@@ -566,7 +566,7 @@ def _reference_unsorted(node, inputs):
 
 
 def _unsorted_supports(node):
-    data, ids = node.inputs[0], node.inputs[1]
+    ids = node.inputs[1]
     n_out = _prod(node.outputs[0].shape)
     reason = _work_reason(n_out, _prod(ids.shape), "segment ids")
     if reason is None and ids.value is not None:

@@ -76,7 +76,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import ACT_TANH, apply_activation, check_activation
-from .tiutil import activation, ti
+from .kit import activation, ti
 
 # Input positions (TFLite's lstm_shared.h).
 INPUT = 0
@@ -548,7 +548,7 @@ def _state_inputs(node):
 # per step on Taichi's cpu backend, lavapipe and llvmpipe).
 MAX_LANES = 256                 # threads of the block (shared-memory archs)
 # Archs where Taichi 1.7 has block barriers (ti.simt.block.sync): not gles, whose shared
-# arrays tiutil.has_shared_memory() reports but whose sync() raises "not supported".
+# arrays kit.has_shared_memory() reports but whose sync() raises "not supported".
 BARRIER_ARCHS = ("cuda", "amdgpu", "vulkan", "metal", "opengl", "dx11")
 # Shared memory the state may take: Vulkan guarantees 16 KiB per workgroup, OpenGL 32 KiB.
 MAX_SHARED_FLOATS = 4096
@@ -571,8 +571,8 @@ def _cell_act(v, act: ti.template()):
 
 def block_barriers() -> bool:
     """Whether the initialised Taichi runtime gives this op block-shared memory and barriers."""
-    from . import tiutil
-    return tiutil.has_shared_memory() and tiutil.current_arch() in BARRIER_ARCHS
+    from . import kit
+    return kit.has_shared_memory() and kit.current_arch() in BARRIER_ARCHS
 
 
 def _state_layout(L):

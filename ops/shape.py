@@ -39,7 +39,7 @@ from tflite_taichi.quant import dequantize, is_float_view, quantize
 
 from .base import OpDef, register_op
 from .common import apply_activation, check_activation, positive_ints
-from .tiutil import activation, ti
+from .kit import activation, ti
 
 # tflite.TensorType codes SHAPE's out_type may name.
 _FLOAT32, _INT32, _INT64 = 0, 2, 4

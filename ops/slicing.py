@@ -29,7 +29,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .shape import MoveStep, gather_move
-from .tiutil import ti, unravel
+from .kit import ti, unravel
 
 
 def _ints(value) -> list:

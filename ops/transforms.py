@@ -83,7 +83,7 @@ from tflite_taichi.quant import is_float_view
 
 from .base import OpDef, register_op
 from .common import flexbuffer_map
-from .tiutil import ti
+from .kit import ti
 
 # Landmarks2TransformMatrix's Taichi part unrolls its subset: beyond this many landmark reads
 # the kernel would be very long to compile, and the op stays on the CPU.

@@ -236,7 +236,7 @@ def test_auto_takes_no_software_gpu(tmp_path):
     import json
     chosen, probes = json.loads([l for l in out.splitlines() if l.startswith("AUTO")][0][5:])
     assert chosen == "cpu" or (probes[chosen][0] and not probes[chosen][1]), (chosen, probes)
-    for name, (ok, software, detail) in probes.items():
+    for name, (_ok, software, detail) in probes.items():
         if software:
             assert chosen != name, (name, detail)
     if NO_GPU:                    # a machine with Mesa only (CI's): auto must be the CPU

@@ -123,7 +123,7 @@ def test_truncations(seeds):
 def test_offsets_rewritten(seeds):
     data, lay = seeds["cnn"]
     _check(_edit(data, 0, struct.pack("<I", len(data) + 100)), "root offset points past the end")
-    for pos, kind in lay.offsets:               # every offset of the model, to garbage values
+    for pos, _kind in lay.offsets:               # every offset of the model, to garbage values
         for value in (0xFFFFFFFF, 0x7FFFFFFF, len(data) - pos):
             _check(_edit(data, pos, struct.pack("<I", value)))
         _check(_edit(data, pos, struct.pack("<I", 0)))     # pointing at itself
@@ -133,7 +133,7 @@ def test_offsets_rewritten(seeds):
 def test_vector_lengths_rewritten(seeds):
     data, lay = seeds["zoo"]
     start = time.perf_counter()
-    for vec, esize, n, what in lay.vectors[::2]:
+    for vec, _esize, n, _what in lay.vectors[::2]:
         for value in (0x7FFFFFFF, n + 1):
             _check(_edit(data, vec, struct.pack("<I", value)))
     assert time.perf_counter() - start < 60
@@ -191,7 +191,7 @@ def test_op_tensor_indices_out_of_range(seeds):
     pos, _ = lay.ops[0][0]["inputs"][0]
     _check(_edit(data, pos, struct.pack("<i", len(lay.tensors[0]))), "tensor index .* out of range")
     _check(_edit(data, pos, struct.pack("<i", -2)), "tensor index -2 out of range")
-    for sg, ops in enumerate(lay.ops):          # every op input omitted (-1)
+    for ops in lay.ops:          # every op input omitted (-1)
         for op in ops:
             for pos, _ in op["inputs"]:
                 _check(_edit(data, pos, struct.pack("<i", -1)))
@@ -223,7 +223,7 @@ def test_subgraph_calls_in_a_cycle(seeds):
 
 def test_strings_without_terminators(seeds):
     data, lay = seeds["control"]
-    for s, n, what in lay.strings:
+    for s, n, _what in lay.strings:
         if s + 4 + n < len(data):
             _check(_edit(data, s + 4 + n, b"\xff"))                 # no terminator
         _check(_edit(data, s, struct.pack("<I", n + 7)))            # runs past it

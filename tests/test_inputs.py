@@ -357,7 +357,7 @@ OWN_NAN = {"MAX_POOL_2D": _max_pool_2x2, "REDUCE_MAX": lambda x: np.max(x, axis=
 
 # MAXIMUM/MINIMUM follow LiteRT's kernels (all of them compute `a > b ? a : b`: a NaN in the
 # first operand is dropped, one in the second kept), and the delegate tests NaN explicitly
-# (ops/tiutil.py) rather than trusting ti.max/ti.min (LLVM maxnum drops NaN; SPIR-V leaves it
+# (ops/kit.py) rather than trusting ti.max/ti.min (LLVM maxnum drops NaN; SPIR-V leaves it
 # undefined; OpenGL's comparisons with NaN were unreliable).
 OURS_VS_LITERT_XFAIL = {}
 TAICHI_NAN_XFAIL = {}

@@ -426,7 +426,7 @@ def add_bidi(g, c, x, aux=-1, prefix=""):
     for d in ("fw", "bw"):
         w = lstm_weights(c[d])
 
-        def const(name, matrix):
+        def const(name, matrix, d=d, w=w):
             if w[name] is None:
                 return -1
             if matrix:

@@ -13,7 +13,7 @@ from tflite_taichi import Interpreter
 from tflite_taichi.builder import RESOURCE, ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.testing import (TAICHI_EXAMPLES, assert_float_close, assert_quantized_close,
-                                   quantize_array, run_sequence, strategies)
+                                   run_sequence, strategies)
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 S = strategies()

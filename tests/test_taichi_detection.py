@@ -4,7 +4,6 @@ the reference path: the backbone, box and class convs, RESHAPE, CONCATENATION an
 which has no Taichi part (as in the official GPU delegate), runs after it on the CPU.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL (the outputs are the post-process's choices and
 the decoded boxes: a score off by float32 rounding could only reorder exact ties)."""
-import numpy as np
 import pytest
 
 from tflite_taichi.testing import check_delegate, quantize_array

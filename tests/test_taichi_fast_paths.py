@@ -247,7 +247,7 @@ def test_residual_add_fused_into_its_producer(taichi_workers, producer, act_conv
 
 def test_quantized_residual_add_is_fused_and_snaps_first(taichi_workers):
     """An int8 ADD reads its producer's output on that tensor's grid: fused into the conv's
-    store (tiutil.EpilogueRef), the value is snapped to it before the ADD, as storing it would
+    store (kit.EpilogueRef), the value is snapped to it before the ADD, as storing it would
     have done. The grids make a missed snap visible: t's step 0.5 against the output's 0.07,
     so skipping it moves the sum by up to 3.5 output units (the check allows 1)."""
     from tflite_taichi.builder import ModelBuilder

@@ -8,7 +8,7 @@ import sys
 
 os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "False")
 name = sys.argv[1]
-import taichi as ti
+import taichi as ti  # noqa: E402  (after the header switch above, which taichi reads at import)
 arch = {"cpu": ti.cpu}.get(name) or getattr(ti, name)
 ti.init(arch=arch, enable_fallback=False, offline_cache=False, log_level=ti.TRACE)
 got = ti.lang.impl.current_cfg().arch.name

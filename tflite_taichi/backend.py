@@ -11,7 +11,6 @@ Facts this module is built on (DESIGN.md, "Backends"):
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -173,7 +172,7 @@ def ensure_python_taichi(name: str) -> None:
                                      f"in this process, not {name!r}")
         from tflite_taichi import cache
         from tflite_taichi.device import TAICHI_LOCK
-        from tflite_taichi.ops.tiutil import realize
+        from tflite_taichi.ops.kit import realize
         ti = realize()                  # Taichi imported, the ops' decorators applied
         arch = ti.cpu if name == "cpu" else getattr(ti, name)
         offline_dir = cache.taichi_offline_dir(_cache_root)

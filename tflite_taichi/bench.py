@@ -64,7 +64,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from typing import Optional, Sequence
 
 import numpy as np

@@ -24,8 +24,8 @@ import numpy as np
 import tflite
 from tflite.utils import BUILTIN_OPCODE2NAME
 
-from tflite_taichi.ops.base import Quantization, lookup
-from tflite_taichi.ops.sparse import DENSE, Sparsity, sparsify
+from tflite_taichi.ops.base import lookup
+from tflite_taichi.tensors import DENSE, Quantization, Sparsity, sparsify
 
 _NAME2OPCODE = {name: code for code, name in BUILTIN_OPCODE2NAME.items()}
 _OPTION_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions).items()

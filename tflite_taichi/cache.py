@@ -199,7 +199,7 @@ def versions() -> dict:
             "tflite_taichi_source": _package_source_digest(), "numpy": numpy.__version__,
             "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),
             "system": platform.system(),
-            # the benchmark switches that change generated kernels (ops/conv.py, tiutil.py)
+            # the benchmark switches that change generated kernels (ops/conv.py, kit.py)
             "switches": {k: os.environ[k] for k in KERNEL_SWITCHES if k in os.environ}}
 
 
@@ -352,7 +352,7 @@ def scan(folder: str) -> tuple:
 
 
 def _chmod_private(folder: str) -> None:
-    for dirpath, dirnames, filenames in os.walk(folder):
+    for dirpath, _dirnames, filenames in os.walk(folder):
         os.chmod(dirpath, 0o700)
         for name in filenames:
             os.chmod(os.path.join(dirpath, name), 0o600)
@@ -553,7 +553,7 @@ class ModuleStore:
                 used = os.lstat(os.path.join(folder, META)).st_mtime
             entries.append((used, name, size))
             total += size
-        for used, name, size in sorted(entries):
+        for _used, name, size in sorted(entries):
             if total <= limit:
                 break
             if name == keep:

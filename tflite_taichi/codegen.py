@@ -9,7 +9,7 @@ semantics for the price of one launch (DESIGN.md, "Speed").
 Kernels take four typed 1-D ndarrays, `(arena, weights, io, scratch)`, so that Taichi can
 archive them as an AOT module (cache.py) that later processes load through the C API without
 running Taichi's frontend (device.py); the steps see `io` as the triple (io, io, scratch) of
-tiutil (a partition's inputs and outputs are both in the program's io buffer).
+kit (a partition's inputs and outputs are both in the program's io buffer).
 
 Chunking policy, per backend (DESIGN.md's measurements on an H200: a fused chain of 30 ops
 ran faster than 30 launches on CUDA and Vulkan, slower on OpenGL, and compile time grows with
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.ops.tiutil import EpilogueRef, LoadRef, StepIO, realize, ti
+from tflite_taichi.ops.kit import EpilogueRef, LoadRef, StepIO, realize, ti
 from tflite_taichi.partition import Partition
 from tflite_taichi.planner import Plan, plan_partition
 
@@ -61,7 +61,7 @@ MAX_CHAIN = 8
 
 def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
     """{position of an element-wise op: (position of its producer, input position)}: the op
-    runs inside its producer's store (tiutil.EpilogueRef) instead of as a task of its own, when
+    runs inside its producer's store (kit.EpilogueRef) instead of as a task of its own, when
     - it declares `epilogue_inputs` and the producer `stores_once` (or is itself fused: a chain
       of element-wise ops runs in the store of the op at its head);
     - the fused tensor is the producer's only output, the op's only use of it, read by nothing

@@ -12,8 +12,6 @@ does; `prepare` passes on the `runtime` it is given (None outside an Interpreter
 """
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -219,17 +217,9 @@ def _state_targets(opdef: OpDef, node: Node, op, variables: dict) -> list:
             if pos < len(op.inputs) and op.inputs[pos] in variables]
 
 
-@functools.lru_cache(maxsize=None)
-def _infer_takes_runtime(infer) -> bool:
-    try:
-        return "runtime" in inspect.signature(infer).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _infer(opdef: OpDef, node: Node, runtime=None) -> list:
     try:
-        if opdef.stateful and _infer_takes_runtime(opdef.infer):
+        if opdef.infer_takes_runtime:
             shapes = opdef.infer(node, runtime)
         else:
             shapes = opdef.infer(node)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tflite_taichi.graph import PreparedGraph
-from tflite_taichi.ops.tiutil import ARENA, IO_IN, IO_OUT, SCRATCH, WEIGHTS, TensorRef
+from tflite_taichi.ops.kit import ARENA, IO_IN, IO_OUT, SCRATCH, WEIGHTS, TensorRef
 from tflite_taichi.partition import Partition
 from tflite_taichi.quant import is_float_view, quantized_range
 

@@ -1,5 +1,13 @@
-"""What every op's Taichi part builds on: tensor references with static offsets, loads and
-stores (with the float view's quantization simulation fused into the store), activations.
+"""The op kit: what every op's Taichi part builds on, ours and a user's alike: tensor
+references with static offsets, loads and stores (with the float view's quantization simulation
+fused into the store), the fused activations, NaN-keeping min/max, broadcast index math.
+
+The public names (`__all__`) are what an op registered with `tflite_taichi.register_op` may use:
+`ti` (Taichi, imported when something compiles), `TensorRef` (what `StepIO` hands the op's
+factory, one per input and output: `load`, `store`, `snap`, `shape`, `size`, `strides`), `StepIO`,
+`activation`, `keep_nan`, `nan_max`, `nan_min`, `broadcast_flat`, `load_broadcast`, `unravel`,
+`split_count` with `SPLIT_THREADS`, and `has_shared_memory`. The rest (the buffer numbers, the
+stand-ins fusion puts in a TensorRef's place) is the delegate's.
 
 A `TensorRef` is a plain Python object; inside a kernel its attributes are compile-time
 constants, so `ref.load(arena, weights, io, i)` compiles to one indexed read at a fixed offset.
@@ -19,6 +27,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from .common import ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_SIGN_BIT, ACT_TANH
 from .lazy_taichi import LazyTaichi, realize  # noqa: F401  (realize: for what compiles)
 
 # Taichi itself is imported only when something is compiled (lazy_taichi.py): a warm start,
@@ -26,6 +35,10 @@ from .lazy_taichi import LazyTaichi, realize  # noqa: F401  (realize: for what c
 ti = LazyTaichi()
 
 ARENA, WEIGHTS, IO_IN, IO_OUT, SCRATCH = 0, 1, 2, 3, 4
+
+__all__ = ["SPLIT_THREADS", "StepIO", "TensorRef", "activation", "broadcast_flat",
+           "has_shared_memory", "keep_nan", "load_broadcast", "nan_max", "nan_min",
+           "split_count", "ti", "unravel"]
 
 
 @ti.data_oriented
@@ -162,15 +175,15 @@ def activation(v, act: ti.template()):
     """A fused activation (tflite.ActivationFunctionType), chosen at compile time. NaN passes
     through the clamps, as in LiteRT."""
     r = v
-    if ti.static(act == 1):
+    if ti.static(act == ACT_RELU):
         r = keep_nan(v, ti.max(v, 0.0))
-    elif ti.static(act == 2):
+    elif ti.static(act == ACT_RELU_N1_TO_1):
         r = keep_nan(v, ti.min(ti.max(v, -1.0), 1.0))
-    elif ti.static(act == 3):
+    elif ti.static(act == ACT_RELU6):
         r = keep_nan(v, ti.min(ti.max(v, 0.0), 6.0))
-    elif ti.static(act == 4):
+    elif ti.static(act == ACT_TANH):
         r = ti.tanh(v)
-    elif ti.static(act == 5):
+    elif ti.static(act == ACT_SIGN_BIT):
         r = ti.select(v < 0.0, 1.0, 0.0)
     return r
 
