@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tflite_taichi import OpDef, register_op
-from tflite_taichi.ops.kit import ti
+from tflite_taichi.ops.kit import ElementwiseStep, ti
 
 OP_NAME = "CUSTOM:Swish"
 
@@ -47,26 +47,18 @@ def reference(node, inputs):
 
 
 @ti.data_oriented
-class SwishStep:
-    """One thread per element; `fused_store` is the same formula for a value its producer hands
-    over (the delegate runs the op inside a CONV_2D's store: no task, no memory round trip)."""
+class SwishStep(ElementwiseStep):
+    """The op kit's element-wise template gives the loop (one thread per element) and the fused
+    variant (the same formula on a value its producer's store hands over: the delegate runs the
+    op inside a CONV_2D's store, no task, no memory round trip); the op gives the formula."""
 
     def __init__(self, x, out, beta):
-        self.x, self.out, self.beta = x, out, beta
+        super().__init__(x, out)
+        self.beta = beta
 
     @ti.func
-    def swish(self, v):
+    def formula(self, v):
         return v / (1.0 + ti.exp(-self.beta * v))
-
-    @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for i in range(self.out.size):
-            self.out.store(arena, io, i, self.swish(self.x.load(arena, weights, io, i)))
-
-    @ti.func
-    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
-                    value, position: ti.template()):
-        self.out.store(arena, io, flat, self.swish(value))
 
 
 def taichi(node, io):

@@ -22,7 +22,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
-from .kit import broadcast_flat, keep_nan, load_broadcast, ti
+from .kit import ElementwiseStep, broadcast_flat, keep_nan, load_broadcast, ti
 
 _ACTIVATION_DTYPES = {np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8),
                       np.dtype(np.int16)}
@@ -109,24 +109,17 @@ def _unary_formula(x, code: ti.template(), alpha: ti.template()):
 
 
 @ti.data_oriented
-class UnaryStep:
-    """One thread per element: out[i] = formula(x[i])."""
+class UnaryStep(ElementwiseStep):
+    """An activation, element by element (the kit's template)."""
 
     def __init__(self, code, x, out, alpha=0.0):
-        self.code, self.x, self.out = code, x, out
+        super().__init__(x, out)
+        self.code = code
         self.alpha = float(np.float32(alpha))
-        self.n = out.size
 
     @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for i in range(self.n):
-            v = self.x.load(arena, weights, io, i)
-            self.out.store(arena, io, i, _unary_formula(v, self.code, self.alpha))
-
-    @ti.func
-    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
-                    value, position: ti.template()):
-        self.out.store(arena, io, flat, _unary_formula(value, self.code, self.alpha))
+    def formula(self, v):
+        return _unary_formula(v, self.code, self.alpha)
 
 
 def _unary_taichi(node, io):

@@ -62,7 +62,7 @@ import numpy as np
 from .activations import _TANH_SATURATION
 from .base import OpDef, register_op
 from .common import broadcast_shapes, unbroadcast_inputs
-from .kit import broadcast_flat, load_broadcast, ti
+from .kit import BroadcastBinaryStep, ElementwiseStep, ti
 
 _QUANTIZED_DTYPES = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
 
@@ -419,54 +419,29 @@ def _finish(v, quantized: ti.template()):
 
 
 @ti.data_oriented
-class MathUnaryStep:
-    """One thread per element: out[i] = formula(x[i])."""
+class MathUnaryStep(ElementwiseStep):
+    """A math op, element by element (the kit's template)."""
 
     def __init__(self, code, x, out):
-        self.code, self.x, self.out = code, x, out
-        self.n = out.size
+        super().__init__(x, out)
+        self.code = code
 
     @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for i in range(self.n):
-            v = _unary_formula(self.x.load(arena, weights, io, i), self.code, self.out.quantized)
-            self.out.store(arena, io, i, _finish(v, self.out.quantized))
-
-    @ti.func
-    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
-                    value, position: ti.template()):
-        v = _unary_formula(value, self.code, self.out.quantized)
-        self.out.store(arena, io, flat, _finish(v, self.out.quantized))
+    def formula(self, v):
+        return _finish(_unary_formula(v, self.code, self.out.quantized), self.out.quantized)
 
 
 @ti.data_oriented
-class MathBinaryStep:
-    """One thread per output element, both inputs broadcast (numpy rules) like BinaryStep."""
+class MathBinaryStep(BroadcastBinaryStep):
+    """POW, FLOOR_DIV, FLOOR_MOD, ATAN2, both inputs broadcast (the kit's template)."""
 
     def __init__(self, code, a, b, out):
-        self.code, self.a, self.b, self.out = code, a, b, out
-        self.loop = out.shape or (1,)
+        super().__init__(a, b, out)
+        self.code = code
 
     @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for I in ti.grouped(ti.ndrange(*self.loop)):
-            x = self.a.load(arena, weights, io, broadcast_flat(I, self.a, self.out.rank))
-            y = self.b.load(arena, weights, io, broadcast_flat(I, self.b, self.out.rank))
-            v = _binary_formula(x, y, self.code)
-            self.out.store(arena, io, self.out.flat_index(I), _finish(v, self.out.quantized))
-
-    @ti.func
-    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
-                    value, position: ti.template()):
-        """Element `flat` with input `position` handed over; the other loaded, broadcast."""
-        x = value
-        y = value
-        if ti.static(position == 0):
-            y = load_broadcast(self.b, self.out, arena, weights, io, flat)
-        else:
-            x = load_broadcast(self.a, self.out, arena, weights, io, flat)
-        v = _binary_formula(x, y, self.code)
-        self.out.store(arena, io, flat, _finish(v, self.out.quantized))
+    def formula(self, x, y):
+        return _finish(_binary_formula(x, y, self.code), self.out.quantized)
 
 
 @ti.data_oriented

@@ -37,7 +37,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
-from .kit import broadcast_flat, ti
+from .kit import BroadcastBinaryStep, ElementwiseStep, broadcast_flat, ti
 
 COMPARISONS = ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL")
 _EQUALITY = ("EQUAL", "NOT_EQUAL")
@@ -246,21 +246,16 @@ def _compare(x, y, code: ti.template()):
 
 
 @ti.data_oriented
-class CompareStep:
-    """One thread per output element: out = op(key_a(a[...]), key_b(b[...])) as 0/1."""
+class CompareStep(BroadcastBinaryStep):
+    """out = op(key_a(a[...]), key_b(b[...])) as 0/1, inputs broadcast (the kit's template)."""
 
     def __init__(self, code, a, b, out, key_a, key_b):
-        self.code, self.a, self.b, self.out = code, a, b, out
-        self.key_a, self.key_b = key_a, key_b
-        self.loop = out.shape or (1,)
+        super().__init__(a, b, out)
+        self.code, self.key_a, self.key_b = code, key_a, key_b
 
     @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for I in ti.grouped(ti.ndrange(*self.loop)):
-            x = self.a.load(arena, weights, io, broadcast_flat(I, self.a, self.out.rank))
-            y = self.b.load(arena, weights, io, broadcast_flat(I, self.b, self.out.rank))
-            r = _compare(self.key_a.of(x), self.key_b.of(y), self.code)
-            self.out.store(arena, io, self.out.flat_index(I), r)
+    def formula(self, x, y):
+        return _compare(self.key_a.of(x), self.key_b.of(y), self.code)
 
 
 def _wide_quantized(spec) -> bool:
@@ -366,22 +361,16 @@ def _cast_formula(x, code: ti.template()):
 
 
 @ti.data_oriented
-class CastStep:
-    """One thread per element: out[i] = formula(x[i])."""
+class CastStep(ElementwiseStep):
+    """CAST, LOGICAL_NOT and float16 rounding, element by element (the kit's template)."""
 
     def __init__(self, code, x, out):
-        self.code, self.x, self.out = code, x, out
-        self.n = out.size
+        super().__init__(x, out)
+        self.code = code
 
     @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for i in range(self.n):
-            self.out.store(arena, io, i, _cast_formula(self.x.load(arena, weights, io, i), self.code))
-
-    @ti.func
-    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
-                    value, position: ti.template()):
-        self.out.store(arena, io, flat, _cast_formula(value, self.code))
+    def formula(self, v):
+        return _cast_formula(v, self.code)
 
 
 LOGICAL_NOT = register_op(OpDef(

@@ -7,7 +7,7 @@ import numpy as np
 from .base import OpDef, register_op
 from .compare import infer_logical
 from .common import apply_activation, broadcast_shapes, check_activation, unbroadcast_inputs
-from .kit import activation, broadcast_flat, load_broadcast, ti
+from .kit import BroadcastBinaryStep, activation, ti
 
 
 @dataclass(frozen=True)
@@ -55,38 +55,17 @@ def _apply(x, y, code: ti.template()):
 
 
 @ti.data_oriented
-class BinaryStep:
+class BinaryStep(BroadcastBinaryStep):
+    """ADD, SUB, MUL, DIV, MAXIMUM, MINIMUM, SQUARED_DIFFERENCE, LOGICAL_AND with their fused
+    activation, inputs broadcast (the kit's template)."""
+
     def __init__(self, code, a, b, out, act):
-        self.code, self.a, self.b, self.out, self.act = code, a, b, out, act
-        self.loop = out.shape or (1,)
+        super().__init__(a, b, out)
+        self.code, self.act = code, act
 
     @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for I in ti.grouped(ti.ndrange(*self.loop)):
-            x = self.a.load(arena, weights, io, broadcast_flat(I, self.a, self.out.rank))
-            y = self.b.load(arena, weights, io, broadcast_flat(I, self.b, self.out.rank))
-            r = activation(_apply(x, y, self.code), self.act)
-            self.out.store(arena, io, self.out.flat_index(I), r)
-
-    @ti.func
-    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
-                    value, position: ti.template()):
-        """Element `flat` with input `position` given (its producer's store): the other one is
-        loaded, broadcast as in run()."""
-        x = value
-        y = value
-        if ti.static(position == 0):
-            y = load_broadcast(self.b, self.out, arena, weights, io, flat)
-        else:
-            x = load_broadcast(self.a, self.out, arena, weights, io, flat)
-        self.out.store(arena, io, flat, activation(_apply(x, y, self.code), self.act))
-
-    @ti.func
-    def fused_load(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat):
-        """Element `flat`, as its reader's load asks for it (OpDef.computed_at_load)."""
-        x = load_broadcast(self.a, self.out, arena, weights, io, flat)
-        y = load_broadcast(self.b, self.out, arena, weights, io, flat)
-        return self.out.snap(activation(_apply(x, y, self.code), self.act))
+    def formula(self, x, y):
+        return activation(_apply(x, y, self.code), self.act)
 
 
 def _binary_taichi(node, io):

@@ -5,7 +5,8 @@ fused into the store), the fused activations, NaN-keeping min/max, broadcast ind
 The public names (`__all__`) are what an op registered with `tflite_taichi.register_op` may use:
 `ti` (Taichi, imported when something compiles), `TensorRef` (what `StepIO` hands the op's
 factory, one per input and output: `load`, `store`, `snap`, `shape`, `size`, `strides`), `StepIO`,
-`activation`, `keep_nan`, `nan_max`, `nan_min`, `broadcast_flat`, `load_broadcast`, `unravel`,
+the two element-wise step templates (`ElementwiseStep`, `BroadcastBinaryStep`: a subclass gives
+the formula, the template the loop and the fused variants), `activation`, `keep_nan`, `nan_max`, `nan_min`, `broadcast_flat`, `load_broadcast`, `unravel`,
 `split_count` with `SPLIT_THREADS`, and `has_shared_memory`. The rest (the buffer numbers, the
 stand-ins fusion puts in a TensorRef's place) is the delegate's.
 
@@ -36,9 +37,9 @@ ti = LazyTaichi()
 
 ARENA, WEIGHTS, IO_IN, IO_OUT, SCRATCH = 0, 1, 2, 3, 4
 
-__all__ = ["SPLIT_THREADS", "StepIO", "TensorRef", "activation", "broadcast_flat",
-           "has_shared_memory", "keep_nan", "load_broadcast", "nan_max", "nan_min",
-           "split_count", "ti", "unravel"]
+__all__ = ["SPLIT_THREADS", "BroadcastBinaryStep", "ElementwiseStep", "StepIO", "TensorRef",
+           "activation", "broadcast_flat", "has_shared_memory", "keep_nan", "load_broadcast",
+           "nan_max", "nan_min", "split_count", "ti", "unravel"]
 
 
 @ti.data_oriented
@@ -299,6 +300,64 @@ def split_count(n_out: int, terms: int, min_terms: int) -> int:
     if n_out >= SPLIT_THREADS or terms < 2 * min_terms:
         return 1
     return int(min(terms // min_terms, -(-SPLIT_THREADS // n_out)))
+
+
+@ti.data_oriented
+class ElementwiseStep:
+    """The one-thread-per-element step: out[i] = self.formula(x[i]). A subclass gives `formula`
+    (a ti.func of one float32 value); `fused_store` applies it to a value the producer's store
+    hands over (an op declaring stores_once and epilogue_inputs=lambda node: (0,))."""
+
+    def __init__(self, x, out):
+        self.x, self.out = x, out
+        self.n = out.size
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for i in range(self.n):
+            self.out.store(arena, io, i, self.formula(self.x.load(arena, weights, io, i)))
+
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        self.out.store(arena, io, flat, self.formula(value))
+
+
+@ti.data_oriented
+class BroadcastBinaryStep:
+    """One thread per output element of a binary op whose inputs broadcast (numpy rules):
+    out = self.formula(a[...], b[...]), `formula` a ti.func of two float32 values given by the
+    subclass. `fused_store` takes input `position` as the value its producer's store hands over
+    and loads the other (epilogue_inputs); `fused_load` computes element `flat` for a reader's
+    load (computed_at_load)."""
+
+    def __init__(self, a, b, out):
+        self.a, self.b, self.out = a, b, out
+        self.loop = out.shape or (1,)
+
+    @ti.func
+    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
+        for I in ti.grouped(ti.ndrange(*self.loop)):
+            x = self.a.load(arena, weights, io, broadcast_flat(I, self.a, self.out.rank))
+            y = self.b.load(arena, weights, io, broadcast_flat(I, self.b, self.out.rank))
+            self.out.store(arena, io, self.out.flat_index(I), self.formula(x, y))
+
+    @ti.func
+    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
+                    value, position: ti.template()):
+        x = value
+        y = value
+        if ti.static(position == 0):
+            y = load_broadcast(self.b, self.out, arena, weights, io, flat)
+        else:
+            x = load_broadcast(self.a, self.out, arena, weights, io, flat)
+        self.out.store(arena, io, flat, self.formula(x, y))
+
+    @ti.func
+    def fused_load(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat):
+        x = load_broadcast(self.a, self.out, arena, weights, io, flat)
+        y = load_broadcast(self.b, self.out, arena, weights, io, flat)
+        return self.out.snap(self.formula(x, y))
 
 
 @dataclass
