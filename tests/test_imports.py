@@ -54,6 +54,15 @@ def test_model_and_quant_import_nothing_from_ops():
     assert not upward, f"imports from ops below it: {upward}"
 
 
+def test_the_executor_sits_below_the_interpreter():
+    """The executor (subgraph state, the runtime stateful ops see) knows nothing of the tf.lite
+    face above it."""
+    modules = imported_modules(os.path.join(ROOT, "tflite_taichi", "executor.py"), "tflite_taichi")
+    assert not _reaches(modules, "tflite_taichi.interpreter")
+    assert "tflite_taichi.executor" in imported_modules(
+        os.path.join(ROOT, "tflite_taichi", "interpreter.py"), "tflite_taichi")
+
+
 def test_the_tensor_types_depend_on_nothing_but_errors():
     ours = _reaches(imported_modules(os.path.join(ROOT, "tflite_taichi", "tensors.py"), "tflite_taichi"),
                     "tflite_taichi")

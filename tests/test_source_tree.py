@@ -85,16 +85,16 @@ def test_the_interpreter_runtime_is_what_ops_may_ask_for():
     runtime offers each of its members, methods with the same parameters."""
     import inspect
     import typing
-    from tflite_taichi.interpreter import _Runtime
+    from tflite_taichi.executor import ModelRuntime
     from tflite_taichi.ops.base import Runtime
-    runtime = _Runtime(interpreter=None)
+    runtime = ModelRuntime(model=None, resolved=None, state_of=None)
     for name in typing.get_type_hints(Runtime):         # attributes
         assert hasattr(runtime, name), name
     methods = [n for n, v in vars(Runtime).items() if inspect.isfunction(v) and not n.startswith("_")]
     assert methods, "the Protocol declares no methods"
     for name in methods:
         declared = list(inspect.signature(getattr(Runtime, name)).parameters)
-        offered = list(inspect.signature(getattr(_Runtime, name)).parameters)
+        offered = list(inspect.signature(getattr(ModelRuntime, name)).parameters)
         assert offered == declared, (name, offered, declared)
 
 

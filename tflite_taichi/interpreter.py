@@ -6,7 +6,6 @@ int8 out); inside, they run as a float view (see `quant`).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import threading
@@ -16,10 +15,10 @@ from typing import Optional
 import numpy as np
 
 from tflite_taichi import graph as graph_mod
-from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError, ModelError,
-                                  NotReadyError)
+from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError)
+from tflite_taichi.executor import ModelRuntime, SubgraphState, init_subgraphs
 from tflite_taichi.model import read_model
-from tflite_taichi.quant import dequantize, is_float_view, model_kind, quantize
+from tflite_taichi.quant import model_kind
 
 BACKENDS = ("auto", "reference", "vulkan", "metal", "opengl", "gles", "cuda", "cpu")
 PRECISIONS = ("fp32", "fp16")
@@ -44,306 +43,6 @@ def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = N
         raise BackendUnavailable(f"precision='fp16' is not available on {backend}: Taichi's "
                                  "OpenGL/GLES path has no 16-bit storage; use cuda, vulkan or cpu")
     return backend
-
-
-class _Runtime:
-    """What stateful ops see of their interpreter: the resource variables (as long-lived as
-    the interpreter, shared by its subgraphs), CALL_ONCE's subgraph runner, and for IF/WHILE
-    (ops/control.py) subgraphs prepared for the shapes they are called with and run on the
-    reference path."""
-
-    MAX_CALL_PREPARATIONS = 256         # cached (subgraph, input shapes) preparations
-
-    def __init__(self, interpreter: "Interpreter"):
-        self._interpreter = interpreter
-        self.resources = {}             # ResourceHandle -> array in the model's dtype
-        self._called = set()            # subgraphs CALL_ONCE has run (or is running)
-        self._calls = {}                # (subgraph index, input shapes) -> PreparedGraph
-        self._preparing = []            # subgraph indices being prepared, outermost first
-
-    @contextlib.contextmanager
-    def preparing(self, subgraph_index: int):
-        """Marks a subgraph as being prepared: a call back into it from inside is recursion."""
-        self._preparing.append(subgraph_index)
-        try:
-            yield
-        finally:
-            self._preparing.pop()
-
-    def subgraph(self, index: int, node, role: str = "called"):
-        """The model's subgraph `index`, as named by op `node` (ModelError if out of range)."""
-        count = len(self._interpreter.model.subgraphs)
-        if not 0 <= index < count:
-            raise node.fail(f"{role} subgraph {index} does not exist ({count} subgraphs)")
-        return self._interpreter.model.subgraphs[index]
-
-    def prepare_subgraph(self, index: int, input_shapes, node):
-        """Subgraph `index` prepared (shapes inferred, constants folded) for inputs of
-        `input_shapes`, for op `node` (IF/WHILE) to call; cached per shapes. A subgraph already
-        being prepared further out is recursion: a ModelError (LiteRT crashes on it)."""
-        sg = self.subgraph(index, node)
-        key = (index, tuple(tuple(int(d) for d in s) for s in input_shapes))
-        prepared = self._calls.get(key)
-        if prepared is not None:
-            return prepared
-        if index in self._preparing:
-            chain = " -> ".join(str(i) for i in self._preparing[self._preparing.index(index):])
-            raise node.fail(f"calls subgraph {index}, which is already being called (subgraphs "
-                            f"{chain} -> {index}): recursive subgraph calls are not supported")
-        try:
-            with self.preparing(index):
-                prepared = graph_mod.prepare(sg, self._interpreter._resolved,
-                                             dict(zip(sg.inputs, key[1])), runtime=self)
-        except ModelError as e:         # say where: nested calls give a chain of ops
-            raise node.fail(f"in subgraph {index}: {e}") from None
-        if len(self._calls) >= self.MAX_CALL_PREPARATIONS:
-            self._calls.clear()
-        self._calls[key] = prepared
-        return prepared
-
-    def run_subgraph(self, prepared, feeds: dict) -> dict:
-        """Run a subgraph from prepare_subgraph on the reference path: `feeds` are the float
-        views of its inputs; returns every tensor's value."""
-        return graph_mod.run_reference(prepared, feeds, self)
-
-    def call_once(self, subgraph_index: int, node) -> None:
-        if subgraph_index in self._called:
-            return
-        count = len(self._interpreter.model.subgraphs)
-        if not 0 <= subgraph_index < count:
-            raise node.fail(f"init subgraph {subgraph_index} does not exist ({count} subgraphs)")
-        self._called.add(subgraph_index)        # before running: a call back into it is a no-op
-        state = self._interpreter._state(subgraph_index)
-        if state.subgraph.inputs:
-            raise node.fail(f"init subgraph {subgraph_index} takes inputs; CALL_ONCE passes none")
-        if state.prepared is None:
-            state.allocate()
-        state.invoke()
-
-
-class _SubgraphState:
-    """Shapes, prepared graph, delegate schedule and IO storage of one subgraph."""
-
-    def __init__(self, model, subgraph, resolved, options, runtime=None):
-        self.model = model
-        self.subgraph = subgraph
-        self.resolved = resolved
-        self.options = options          # backend, precision, max partitions, profile
-        self.runtime = runtime          # _Runtime of the interpreter (variables, CALL_ONCE)
-        self.input_shapes = {}          # resized inputs: tensor index -> shape
-        self.prepared = None            # PreparedGraph after allocate_tensors
-        self.schedule = None            # partitions and CPU steps (Taichi backends)
-        self.program = None             # delegate.Program: the partitions on the device
-        self.io = {}                    # input/output tensor index -> array in the model's dtype
-        self.values = {}                # float views from the last invoke
-        self.variables = {}             # variable tensor index -> float view, kept across invokes
-        self.invoked = False
-        self.timings = {}               # schedule position -> list of seconds (profile=True)
-        self._good = None               # the _KEPT fields after the last successful allocate
-        self.failed = None              # why the last invoke() failed ("Type: message"), or None
-        self.closed = False             # close() freed the device memory
-
-    # what allocate() puts back when a resize does not fit (the last invoke's values, which a
-    # failed _allocate never reaches, stay as they are)
-    _KEPT = ("input_shapes", "prepared", "schedule", "program", "io")
-
-    def allocate(self):
-        """Prepare (and on a Taichi backend plan and compile) for the current input shapes. If
-        that fails after resize_tensor_input, the state of the last successful allocate is put
-        back (its input shapes included), so the interpreter stays usable, and the error says
-        which resize did not fit; a first allocate's error passes as it is."""
-        good = self._good
-        try:
-            self._allocate()
-        except Exception as e:
-            previous = good["input_shapes"] if good is not None else {}
-            tried = {t: s for t, s in self.input_shapes.items() if previous.get(t) != s}
-            if good is None:        # a first allocate: back to unallocated, resizes dropped
-                self.prepared, self.schedule, self.program, self.io = None, None, None, {}
-                self.values, self.invoked = {}, False
-                if not tried:
-                    raise
-                self.input_shapes = {}
-            else:
-                for name in self._KEPT:
-                    setattr(self, name, good[name])
-                self.input_shapes = dict(previous)
-            # MemoryError: numpy could not allocate the resized tensors (a ModelError covers
-            # limits we check ourselves); either way the resize is what does not fit
-            if not tried or not isinstance(e, (ModelError, MemoryError)):
-                raise
-            what = ", ".join(f"'{self.subgraph.tensors[t].name}' to {list(shape)}" for t, shape in tried.items())
-            why = (f"{e}" if isinstance(e, ModelError)
-                   else f"not enough memory for the tensors of those shapes ({e})")
-            raise InputError(f"resizing input {what} does not fit the model: {why}. The interpreter "
-                             "keeps its previous input shapes") from e
-        previous = good["program"] if good is not None else None
-        if previous is not None and previous is not self.program:
-            previous.close()            # the last allocate's device memory, now unused
-        self._good = {name: getattr(self, name) for name in self._KEPT}
-        self._good["input_shapes"] = dict(self.input_shapes)
-        self.failed, self.closed = None, False
-
-    def _allocate(self):
-        if self.runtime is not None:        # IF/WHILE inside call subgraphs with these shapes
-            with self.runtime.preparing(self.subgraph.index):
-                self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes,
-                                                  self.runtime)
-        else:
-            self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
-        self.schedule, self.program = None, None
-        if self.options["backend"] != "reference":
-            from tflite_taichi.delegate import Program
-            from tflite_taichi.partition import build_schedule
-            fp16 = self.options["precision"] == "fp16"
-            self.schedule = build_schedule(self.prepared, self.options["max_partitions"],
-                                           preserve_all=self.options["preserve_all"],
-                                           fp16=fp16, reference_ops=self.options["reference_ops"],
-                                           cost_backend=self.options.get("cost_backend"))
-            if self.schedule.partitions:
-                self.program = Program(self.prepared, self.schedule, self.options["backend"], fp16,
-                                       self.options["cache"], self.options["preserve_all"])
-        old = self.io
-        self.io = {}
-        for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):
-            spec = self.prepared.specs[t]
-            keep = old.get(t)
-            if t in self.subgraph.inputs and keep is not None and keep.shape == spec.shape:
-                self.io[t] = keep       # allocate_tensors keeps inputs already set, as LiteRT does
-            else:
-                self.io[t] = np.zeros(spec.shape, dtype=spec.dtype)
-        self.reset_variables()          # as LiteRT's AllocateTensors
-        self.values = {}
-        self.invoked = False
-        self.timings = {}
-
-    def reset_variables(self):
-        """Variable tensors (an LSTM's state) back to their values in the model (or zeros)."""
-        self.variables = {t: np.array(v) for t, v in (self.prepared.variables or {}).items()}
-
-    def _run_schedule(self, feeds: dict) -> dict:
-        values = {**self.prepared.constants, **feeds}
-        timings = self.timings if self.options["profile"] else None
-        if self.program is not None:        # outputs straight into the io arrays, where they fit
-            into = {t: self.io[t] for t in self.subgraph.outputs}
-            return self.program.run(values, self._run_cpu_step, timings, into)
-        for position, item in enumerate(self.schedule.items):
-            start = time.perf_counter() if timings is not None else 0.0
-            self._run_cpu_step(item, values)
-            if timings is not None:
-                timings.setdefault(position, []).append(time.perf_counter() - start)
-        return values
-
-    def _run_cpu_step(self, item, values: dict) -> None:
-        inputs = [values[t] if t != -1 else None for t in item.op.inputs]
-        for t, v in zip(item.op.outputs, graph_mod.run_step(item, inputs, self.runtime,
-                                                             self.variables)):
-            values[t] = v
-
-    def close(self) -> None:
-        """Free the device memory and kernels (the interpreter must be allocated again)."""
-        self.closed = True
-        for program in {id(p): p for p in (self.program, (self._good or {}).get("program"))
-                        if p is not None}.values():
-            program.close()
-        self.program, self.prepared, self.schedule, self._good = None, None, None, None
-        self.values, self.invoked = {}, False
-
-    def require_allocated(self, what: str) -> None:
-        if self.prepared is None:
-            again = (" again: resize_tensor_input() changed the input shapes"
-                     if self._good is not None else
-                     " again: close() freed its memory" if self.closed else "")
-            raise NotReadyError(f"{what} called before allocate_tensors(){again}")
-
-    def invoke(self):
-        """Run the graph on the inputs set. If it raises, no output has a value until the next
-        successful invoke (read() says why); inputs, shapes and compiled kernels stay as they
-        were, so the interpreter is usable at once (resource variables an ASSIGN_VARIABLE wrote
-        before the failure keep what it wrote, as in LiteRT)."""
-        self.require_allocated("invoke()")
-        self.failed = None
-        try:
-            # NaN and Inf in the data are values, not errors (LiteRT neither warns nor stops):
-            # numpy's floating-point warnings are off while the graph runs
-            with np.errstate(all="ignore"):
-                self._invoke()
-        except BaseException as e:
-            self.values, self.invoked = {}, False
-            self.failed = f"{type(e).__name__}: {e}"
-            raise
-
-    def _invoke(self):
-        feeds = {}
-        # inputs the delegate takes as integer codes go as they are (its kernels dequantize them)
-        codes = self.program.layout.codes if self.program is not None else ()
-        for t in self.subgraph.inputs:
-            tensor = self.subgraph.tensors[t]
-            data = self.io[t]
-            feeds[t] = (dequantize(data, tensor.quantization)
-                        if is_float_view(tensor.dtype, tensor.quantization) and t not in codes
-                        else data)
-        feeds.update(self.variables)    # the state the last invoke left (steps overwrite it)
-        self.values = {}
-        self.invoked = False
-        if self.schedule is None:
-            values = graph_mod.run_reference(self.prepared, feeds, self.runtime, self.variables)
-        else:
-            values = self._run_schedule(feeds)
-        for t in self.subgraph.outputs:
-            value = self._to_model_dtype(t, values[t])
-            if value is self.io[t]:     # the delegate took it there (Program.run's `into`)
-                continue
-            if value.shape == self.io[t].shape:
-                np.copyto(self.io[t], value)
-            else:               # a data-dependent shape (graph.run_step): this invoke's
-                self.io[t] = np.array(value)
-        self.values = values
-        self.invoked = True
-
-    def _to_model_dtype(self, t, value):
-        tensor = self.subgraph.tensors[t]
-        if self.program is not None and t in self.program.layout.codes:
-            return value                # the device quantized it (delegate.IoLayout.codes)
-        if is_float_view(tensor.dtype, tensor.quantization):
-            return quantize(value, tensor.quantization, tensor.dtype)
-        return value.astype(tensor.dtype, copy=False)
-
-    def require_value(self, t):
-        """Refuses, as LiteRT does ("Tensor data is null", a ValueError), a tensor whose data
-        does not exist yet: an output whose shape depends on the data, before an invoke() has
-        computed it (its placeholder's shape would be made up)."""
-        if self.prepared is not None and t in self.prepared.dynamic and not self.invoked:
-            name = self.subgraph.tensors[t].name
-            raise NotReadyError(f"tensor {t} ('{name}') has no value yet: its shape depends on "
-                                "the input data, known after invoke()")
-
-    def read(self, t):
-        """A tensor's current contents in the model's dtype (a fresh array)."""
-        name = self.subgraph.tensors[t].name
-        if self.subgraph.tensors[t].dtype is None:      # LiteRT: a ValueError too
-            raise InputError(f"tensor {t} ('{name}') is a resource handle; it has no data to "
-                             "read (READ_VARIABLE's output holds the variable's value)")
-        if self.failed is not None and t not in self.subgraph.inputs and not (
-                self.prepared is not None and t in self.prepared.constants):
-            raise NotReadyError(
-                f"tensor {t} ('{name}') has no value: the last invoke() failed ({self.failed}); "
-                "fix the inputs and invoke() again")
-        self.require_value(t)
-        if t in self.io:
-            return self.io[t].copy()
-        if t in self.variables:     # the state now, as LiteRT's get_tensor of a variable tensor
-            return np.array(self._to_model_dtype(t, self.variables[t]))
-        if self.prepared is not None and t in self.prepared.constants:
-            return np.array(self._to_model_dtype(t, self.prepared.constants[t]))
-        if t in self.values:        # a copy: the caller's array is never the runtime's
-            return np.array(self._to_model_dtype(t, self.values[t]))
-        if self.invoked and self.schedule is not None:
-            raise InterpreterStateError(
-                f"tensor {t} ('{name}') lives inside a delegated partition: create the Interpreter "
-                "with experimental_preserve_all_tensors=True to read intermediates")
-        raise NotReadyError(f"tensor {t} ('{name}') has no value: it is an intermediate and no "
-                            "invoke() has computed it")
 
 
 # tensor types without a numpy form of their data, as LiteRT's details name them (its
@@ -378,18 +77,6 @@ def _sparsity_details(tensor) -> dict:
     if not tensor.block_map_stored:
         del details["block_map"]
     return details
-
-
-def _init_subgraphs(model, resolved) -> list:
-    """Subgraphs the model's init ops (CALL_ONCE: OpDef.init_subgraph_of) name (valid indices
-    only: a bad one fails when run)."""
-    found = []
-    for (sg, _op), (opdef, options) in resolved.items():
-        if opdef.init_subgraph_of is not None:
-            index = opdef.init_subgraph_of(options)
-            if 0 <= index < len(model.subgraphs) and index != sg and index not in found:
-                found.append(index)
-    return found
 
 
 def _as_shape(value) -> Optional[tuple]:
@@ -503,20 +190,20 @@ class Interpreter:
             ensure_runtime(self._backend, self._cache.root)
         self._options["cache"] = self._cache
         self._lock = threading.RLock()   # see _serialised
-        self._runtime = _Runtime(self)
+        self._runtime = ModelRuntime(self._model, self._resolved, self._state)
         self._states = {}
         self._main = self._state(0)
-        for index in _init_subgraphs(self._model, self._resolved):
+        for index in init_subgraphs(self._model, self._resolved):
             self._state(index)          # prepared by allocate_tensors() with the main graph
         self._last_invoke_s = None
 
     # -- internals -------------------------------------------------------------------------
-    def _state(self, subgraph_index: int) -> _SubgraphState:
+    def _state(self, subgraph_index: int) -> SubgraphState:
         if subgraph_index not in self._states:
             if not 0 <= subgraph_index < len(self._model.subgraphs):
                 raise InputError(f"subgraph index {subgraph_index} out of range "
                                  f"({len(self._model.subgraphs)} subgraphs)")
-            self._states[subgraph_index] = _SubgraphState(
+            self._states[subgraph_index] = SubgraphState(
                 self._model, self._model.subgraphs[subgraph_index], self._resolved, self._options,
                 self._runtime)
         return self._states[subgraph_index]
@@ -527,7 +214,7 @@ class Interpreter:
             raise InputError(f"tensor index {index!r} out of range ({len(tensors)} tensors)")
         return tensors[int(index)]
 
-    def _details(self, t: int, state: _SubgraphState) -> dict:
+    def _details(self, t: int, state: SubgraphState) -> dict:
         tensor = state.subgraph.tensors[t]
         shape = (state.prepared.specs[t].shape if state.prepared is not None
                  else state.input_shapes.get(t, tensor.shape))
@@ -716,7 +403,7 @@ class Interpreter:
             })
         return rows
 
-    def _require_prepared(self, what: str) -> "_SubgraphState":
+    def _require_prepared(self, what: str) -> "SubgraphState":
         self._main.require_allocated(what)
         return self._main
 
