@@ -119,3 +119,18 @@ def test_the_reference_backend_never_imports_taichi(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "taichi imported: False" in run.stdout, run.stdout + run.stderr[-2000:]
+
+
+def test_test_files_import_shared_cases_not_each_other():
+    """Shared op cases live in tests/cases/ (one module per family): no test file imports
+    another test file."""
+    tests = os.path.join(ROOT, "tests")
+    found = {}
+    for folder in (tests, os.path.join(tests, "cases")):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                mods = imported_modules(os.path.join(folder, name), "")
+                bad = sorted(m for m in mods if m.split(".")[0].startswith("test_"))
+                if bad:
+                    found[name] = bad
+    assert not found, found

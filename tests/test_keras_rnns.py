@@ -13,8 +13,8 @@ import pytest
 
 from tflite_taichi import Interpreter
 from tflite_taichi.errors import ModelError
-from tflite_taichi.testing import (assert_float_close, check_against_litert, check_delegate)
-from test_ops_control import _while_with_body
+from tflite_taichi.testing import assert_float_close, check_against_litert, check_delegate
+from cases.control import _while_with_body
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 

@@ -14,13 +14,8 @@ from hypothesis import given, strategies as st
 
 from tflite_taichi.errors import ModelError
 from tflite_taichi.interpreter import Interpreter
-from tflite_taichi.testing import (Const, Input, Output, check_against_litert, one_op_model,
-                                   quantize_array, strategies)
-
-S = strategies()
-UNARY = ["RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC", "TANH", "EXP", "HARD_SWISH"]
-# Output quantization LiteRT's int8 kernels insist on (None: any).
-FIXED_OUTPUT_QUANT = {"LOGISTIC": (1 / 256, -128), "SOFTMAX": (1 / 256, -128)}
+from tflite_taichi.testing import Const, Input, Output, check_against_litert, one_op_model
+from cases.activations import FIXED_OUTPUT_QUANT, S, UNARY, prelu_int8_case, prelu_shapes
 
 
 def _data(rng, shape, magnitude):
@@ -53,15 +48,6 @@ def test_leaky_relu_float32_matches_litert(shape, alpha, seed):
     rng = np.random.default_rng(seed)
     model = one_op_model("LEAKY_RELU", [Input(shape)], [Output(shape)], alpha=alpha)
     check_against_litert(model, [_data(rng, shape, 3.0)])
-
-
-@st.composite
-def prelu_shapes(draw):
-    """(input shape, alpha shape): alpha is a suffix of the input's dims, some of them 1, so
-    broadcasting keeps the input's shape (LiteRT's requirement)."""
-    shape = draw(S.shapes(1, 4, 1, 5))
-    alpha = tuple(draw(st.sampled_from([d, 1])) for d in shape)
-    return shape, alpha[draw(st.integers(0, len(alpha))):]
 
 
 @given(shapes=prelu_shapes(), const_alpha=st.booleans(), seed=S.seeds())
@@ -112,18 +98,6 @@ def test_leaky_relu_int8_matches_litert(shape, alpha, qi, qo, seed):
        qa=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
 def test_prelu_int8_matches_litert(shapes, const_alpha, qi, qa, qo, seed):
     check_against_litert(*prelu_int8_case(shapes, const_alpha, qi, qa, qo, seed))
-
-
-def prelu_int8_case(shapes, const_alpha, qi, qa, qo, seed):
-    """(model, inputs): int8 PRELU with a constant or run-time alpha (also the delegate's test)."""
-    shape, alpha_shape = shapes
-    rng = np.random.default_rng(seed)
-    alpha = quantize_array(rng.uniform(-1, 2, alpha_shape), qa)
-    alpha_in = Const(alpha, qa) if const_alpha else Input(alpha_shape, np.int8, qa)
-    model = one_op_model("PRELU", [Input(shape, np.int8, qi), alpha_in],
-                         [Output(shape, np.int8, qo)])
-    x = rng.integers(-128, 128, shape).astype(np.int8)
-    return model, [x] + ([] if const_alpha else [alpha])
 
 
 def test_relu_0_to_1_int8_clamps_at_the_quantized_0_and_1():

@@ -20,68 +20,14 @@ from hypothesis import given, strategies as st
 from tflite_taichi import Interpreter
 from tflite_taichi.errors import ModelError
 from tflite_taichi.ops.compare import COMPARISONS, cast_values
-from tflite_taichi.testing import (Const, Input, Output, check_against_litert, one_op_model,
-                                   quantize_array, run_ours, strategies)
-from test_ops_elementwise import broadcast_pair
+from tflite_taichi.testing import (Input, Output, check_against_litert, one_op_model,
+                                   quantize_array, run_ours)
+from cases.elementwise import broadcast_pair
+from cases.compare import COMPARE_SCALES, S, SWEEP_SCALES, cast_values_of, every_pair, float_compare_case, quantized_compare_case, quantized_pair, select_model, select_shapes
 
-S = strategies()
 ORDER_OPS = ["LESS", "LESS_EQUAL", "GREATER", "GREATER_EQUAL"]
 NUMPY = {"EQUAL": np.equal, "NOT_EQUAL": np.not_equal, "LESS": np.less,
          "LESS_EQUAL": np.less_equal, "GREATER": np.greater, "GREATER_EQUAL": np.greater_equal}
-# Scales of quantized comparison inputs: below 1/256 LiteRT's rescaling merges neighbouring
-# values; up to 0.99 its multiplier needs no right shift.
-COMPARE_SCALES = (1e-4, 0.99)
-# 257/512 * 2^-4 has a fixed-point multiplier that is an odd multiple of 2^22, so an odd
-# |q - zp| lands exactly halfway in SaturatingRoundingDoublingHighMul, which rounds such ties up
-# (-x is not the negation of x there); 121/256 gives exact integer values next to them.
-TIE_SCALES = ((0.0313720703125, 3), (0.47265625, -2))
-
-
-def float_values(rng, shape):
-    """Half-integers in [-2, 2] (so equal pairs are common) mixed with uniform reals, and the
-    odd NaN or infinity."""
-    grid = rng.integers(-4, 5, shape) * 0.5
-    x = np.where(rng.random(shape) < 0.6, grid, rng.uniform(-2, 2, shape))
-    x = np.where(rng.random(shape) < 0.04, rng.choice([np.nan, np.inf, -np.inf], shape), x)
-    return x.astype(np.float32)
-
-
-def quantized_pair(rng, a_shape, b_shape, dtype, qa, qb):
-    """int data for two quantized inputs; about half of b's elements are a's real values
-    requantized to b's grid, give or take one step, so near-equal pairs are common."""
-    info = np.iinfo(dtype)
-    a = rng.integers(info.min, int(info.max) + 1, a_shape)
-    real_a = (a - qa[1]) * qa[0]
-    picked = rng.choice(real_a.reshape(-1), b_shape) if a.size else np.zeros(b_shape)
-    near = np.round(picked / qb[0]) + qb[1] + rng.integers(-1, 2, b_shape)
-    b = np.where(rng.random(b_shape) < 0.5, near, rng.integers(info.min, int(info.max) + 1, b_shape))
-    return [np.clip(a, info.min, info.max).astype(dtype), np.clip(b, info.min, info.max).astype(dtype)]
-
-
-@st.composite
-def float_compare_case(draw, op):
-    """(model, inputs): float32 inputs broadcast against each other, the second maybe constant."""
-    a_shape, b_shape, out_shape = draw(broadcast_pair())
-    rng = np.random.default_rng(draw(S.seeds()))
-    a, b = float_values(rng, a_shape), float_values(rng, b_shape)
-    if draw(st.booleans()):
-        model = one_op_model(op, [Input(a_shape), Const(b)], [Output(out_shape, np.bool_)])
-        return model, [a]
-    model = one_op_model(op, [Input(a_shape), Input(b_shape)], [Output(out_shape, np.bool_)])
-    return model, [a, b]
-
-
-@st.composite
-def quantized_compare_case(draw, op, dtype=None):
-    """(model, inputs): int8 or uint8 inputs with random (often equal) scales and zero points."""
-    dtype = dtype or draw(st.sampled_from([np.int8, np.uint8]))
-    a_shape, b_shape, out_shape = draw(broadcast_pair())
-    qa = draw(S.quant_params(dtype, scale_range=COMPARE_SCALES))
-    qb = qa if draw(st.booleans()) else draw(S.quant_params(dtype, scale_range=COMPARE_SCALES))
-    rng = np.random.default_rng(draw(S.seeds()))
-    model = one_op_model(op, [Input(a_shape, dtype, qa), Input(b_shape, dtype, qb)],
-                         [Output(out_shape, np.bool_)])
-    return model, quantized_pair(rng, a_shape, b_shape, dtype, qa, qb)
 
 
 # -- comparisons --------------------------------------------------------------------------------
@@ -97,17 +43,6 @@ def test_float32_matches_litert(op, case):
 def test_quantized_8bit_matches_litert(op, case):
     model, inputs = case.draw(quantized_compare_case(op))
     check_against_litert(model, inputs)
-
-
-SWEEP_SCALES = [((0.001, 0), (0.001, 0)), ((0.0037, 5), (0.011, -7)), ((0.6, 3), (0.2, -2)),
-                ((2e-5, 0), (0.003, 1)), ((0.5, 0), (0.25, 0)), TIE_SCALES]
-
-
-def every_pair(dtype):
-    """Every stored value against every other: two (65536,) arrays."""
-    info = np.iinfo(dtype)
-    values = np.arange(info.min, int(info.max) + 1).astype(dtype)
-    return [np.repeat(values, values.size), np.tile(values, values.size)]
 
 
 @pytest.mark.parametrize("op", COMPARISONS)
@@ -201,32 +136,6 @@ def test_logical_not_matches_litert(shape, seed):
     check_against_litert(model, seed=seed)
 
 
-# -- SELECT, SELECT_V2 ----------------------------------------------------------------------------
-@st.composite
-def select_shapes(draw, op):
-    """(condition, x, y, output) shapes LiteRT accepts: SELECT's condition is x's shape, a
-    scalar or 1-D along x's first dimension (x and y alike); SELECT_V2's three broadcast."""
-    out = draw(S.shapes(0, 4, 1, 4))
-    if op == "SELECT":
-        kind = draw(st.sampled_from(["same", "scalar", "rank_one"] if out else ["same", "scalar"]))
-        cond = {"same": out, "scalar": (), "rank_one": out[:1]}[kind]
-        return cond, out, out, out
-
-    def operand():
-        shape = tuple(draw(st.sampled_from([d, 1])) for d in out)
-        return shape[draw(st.integers(0, len(shape))):]
-    cond, x, y = operand(), operand(), operand()
-    return cond, x, y, tuple(np.broadcast_shapes(cond, x, y))
-
-
-def select_model(op, shapes, dtype=np.float32, q=None):
-    """q: quantization of x, y and the output (int8), one shared or three."""
-    cond, x, y, out = shapes
-    qx, qy, qo = (q, q, q) if q is None or not isinstance(q[0], tuple) else q
-    return one_op_model(op, [Input(cond, np.bool_), Input(x, dtype, qx), Input(y, dtype, qy)],
-                        [Output(out, dtype, qo)])
-
-
 @pytest.mark.parametrize("op", ["SELECT", "SELECT_V2"])
 @given(case=st.data(), dtype=st.sampled_from([np.float32, np.int8, np.int32, np.bool_]),
        q=S.quant_params(), seed=S.seeds())
@@ -276,24 +185,6 @@ def special_values(dtype) -> np.ndarray:
         return np.array(SPECIAL_VALUES["f"], np.float32).astype(dtype)
     info = np.iinfo(dtype)
     return np.array([v for v in SPECIAL_VALUES["i"] if info.min <= v <= info.max], dtype)
-
-
-@st.composite
-def cast_values_of(draw, dtype, shape):
-    """Random values of `dtype`: floats over many magnitudes (specials included), integers
-    over the whole range."""
-    rng = np.random.default_rng(draw(S.seeds()))
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return rng.integers(0, 2, shape).astype(bool)
-    if dtype.kind == "f":
-        magnitude = 10.0 ** rng.uniform(-9, 11 if dtype == np.float32 else 4.8, shape)
-        x = rng.choice([-1, 1], shape) * magnitude
-        x = np.where(rng.random(shape) < 0.3, np.round(x), x)
-        x = np.where(rng.random(shape) < 0.05, rng.choice([np.inf, -np.inf, np.nan], shape), x)
-        return x.astype(dtype)
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, int(info.max) + 1, shape, dtype=np.int64).astype(dtype)
 
 
 @pytest.mark.parametrize("src", CAST_TYPES, ids=lambda t: np.dtype(t).name)

@@ -27,8 +27,7 @@ from hypothesis import strategies as st
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import ModelError
-from tflite_taichi.testing import (TAICHI_EXAMPLES, check_against_litert, check_delegate,
-                                   strategies)
+from tflite_taichi.testing import TAICHI_EXAMPLES, check_against_litert, check_delegate, strategies
 
 pytest.importorskip("ai_edge_litert.interpreter")
 S = strategies()

@@ -14,30 +14,15 @@ from tflite_taichi.builder import RESOURCE, ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.testing import (TAICHI_EXAMPLES, assert_float_close, check_against_litert,
                                    check_delegate, run_sequence, strategies)
+from cases.control import I32, _binary, _subgraph, _while_with_body
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 S = strategies()
-I32 = np.int32
-
-
-def _subgraph(b, name, inputs, build):
-    """A subgraph taking `inputs` [(name, shape, dtype, quantization)]; `build(g, ins)` adds its
-    ops and returns its outputs."""
-    g = b.subgraph(name)
-    ins = [g.input(n, shape, dtype, q) for n, shape, dtype, q in inputs]
-    g.output(*build(g, ins))
-    return g
 
 
 def _unary(g, x, op, shape, dtype=np.float32, q=None, name="y"):
     y = g.tensor(name, shape, dtype, q)
     g.op(op, [x], [y])
-    return y
-
-
-def _binary(g, op, a, b, shape, dtype=np.float32, q=None, name="y"):
-    y = g.tensor(name, shape, dtype, q)
-    g.op(op, [a, b], [y])
     return y
 
 
@@ -451,19 +436,6 @@ def test_errors_inside_a_called_subgraph_say_where():
         _prepare(_if_calling(1, 2, extra=[bad]))
 
 
-def _while_with_body(body_outputs, cond=None):
-    b = ModelBuilder()
-    g = b.subgraph("main")
-    x = g.input("x", (2,))
-    y = g.tensor("y", (2,))
-    g.op("WHILE", [x], [y], cond_subgraph_index=1, body_subgraph_index=2)
-    g.output(y)
-    _subgraph(b, "cond", [("x", (2,), np.float32, None)],
-              cond or (lambda sg, v: [_reduce_any_less(sg, v[0])]))
-    _subgraph(b, "body", [("x", (2,), np.float32, None)], body_outputs)
-    return b.finish()
-
-
 def test_while_errors_name_the_op():
     grow = _while_with_body(lambda sg, v: [_binary(sg, "CONCATENATION", v[0], v[0], (4,))])
     with pytest.raises(ModelError, match=r"op #0 \(WHILE\): body subgraph 2 turns loop-carried "
@@ -484,13 +456,6 @@ def test_a_long_loop_runs_to_its_end_without_an_iteration_limit():
         lambda sg, v: [_binary(sg, "ADD", v[0], sg.const("step", np.float32(0.001)), (2,))])
     x = np.array([9.0, 9.5], np.float32)
     np.testing.assert_allclose(check_against_litert(model, [x])[0], [10.0, 10.5], atol=1e-3)
-
-
-def _reduce_any_less(sg, x):
-    less = _binary(sg, "LESS", x, sg.const("ten", np.float32(10)), (2,), np.bool_, name="less")
-    go = sg.tensor("go", (), np.bool_)
-    sg.op("REDUCE_ANY", [less, sg.const("axis", np.array([0], I32))], [go])
-    return go
 
 
 # -- on the delegate --------------------------------------------------------------------------

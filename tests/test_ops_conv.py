@@ -18,85 +18,8 @@ from hypothesis import given, strategies as st
 
 from tflite_taichi.errors import ModelError
 from tflite_taichi.testing import (Const, Input, Output, check_against_litert, one_op_model,
-                                   run_litert, run_ours, strategies, assert_float_close)
-
-S = strategies()
-PADDINGS = st.sampled_from(["SAME", "VALID"])
-
-
-def _dyadic(rng, shape, bound):
-    """Multiples of 1/8 in [-bound, bound], as float32 (exact sums in any order)."""
-    return (rng.integers(-8 * bound, 8 * bound + 1, shape) / 8).astype(np.float32)
-
-
-def _out_size(padding, size, k, stride, dilation=1):
-    eff = (k - 1) * dilation + 1
-    return -(-size // stride) if padding == "SAME" else (size - eff) // stride + 1
-
-
-@st.composite
-def window(draw, max_k=4, max_dilation=3, max_side=10, dilation=True):
-    """(padding, (h, w), (kh, kw), (sh, sw), (dh, dw)) with the window fitting a VALID input."""
-    padding = draw(PADDINGS)
-    k = (draw(st.integers(1, max_k)), draw(st.integers(1, max_k)))
-    s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    d = ((draw(st.integers(1, max_dilation)), draw(st.integers(1, max_dilation)))
-         if dilation else (1, 1))
-    size = []
-    for kk, dd in zip(k, d):
-        lo = (kk - 1) * dd + 1 if padding == "VALID" else 1
-        size.append(draw(st.integers(lo, max(lo, max_side))))
-    return padding, tuple(size), k, s, d
-
-
-def _conv_options(padding, s, d, act):
-    return dict(padding=padding, stride_h=s[0], stride_w=s[1], dilation_h_factor=d[0],
-                dilation_w_factor=d[1], fused_activation_function=act)
-
-
-def _int8_output_scale(draw, in_scale, filter_scale, taps):
-    """An output scale that keeps a typical int8 accumulation inside the int8 range, times a
-    random factor so some cases saturate and some are coarse."""
-    spread = 74.0 * in_scale * 74.0 * float(np.max(filter_scale)) * np.sqrt(taps)
-    factor = draw(S.scales(0.25, 4.0))
-    return float(np.float32(max(6.0 * spread / 256.0 * factor, 1e-6)))
-
-
-def _int8_filter(draw, rng, shape, channel_dim):
-    """int8 filter data and its symmetric quantization: per-channel along `channel_dim`, or
-    per-tensor. Returns (data, quantization, scales: one per output channel or one)."""
-    data = rng.integers(-127, 128, shape).astype(np.int8)
-    channels = shape[channel_dim]
-    if draw(st.booleans()):
-        scales = np.array([draw(S.scales(1e-3, 0.05)) for _ in range(channels)], np.float32)
-        return data, (scales, np.zeros(channels, np.int64), channel_dim), scales
-    scale = draw(S.scales(1e-3, 0.05))
-    return data, (scale, 0), np.array([scale], np.float32)
-
-
-def _int8_bias(rng, in_scale, filter_scales, channels, present=True):
-    """int32 bias with scale input_scale * filter_scale, per-channel when the filter is (LiteRT
-    reads a per-tensor filter's bias scale from a single-scale quantization only)."""
-    if not present:
-        return None
-    scales = (np.float32(in_scale) * filter_scales).astype(np.float32)
-    data = rng.integers(-2000, 2001, channels).astype(np.int32)
-    return Const(data, (scales, np.zeros(scales.size, np.int64), 0))
-
-
-# -- CONV_2D ------------------------------------------------------------------------------------
-@st.composite
-def conv_case(draw):
-    padding, (h, w), k, s, d = draw(window())
-    groups = draw(st.sampled_from([1, 1, 2, 3]))
-    c_f = draw(st.integers(1, 8 // groups))
-    c_out = groups * draw(st.integers(1, 6 // groups if groups > 1 else 6))
-    n = draw(st.integers(1, 2))
-    act = draw(S.activations())
-    return dict(padding=padding, in_shape=(n, h, w, groups * c_f), k=k, s=s, d=d,
-                c_f=c_f, c_out=c_out, act=act,
-                out_shape=(n, _out_size(padding, h, k[0], s[0], d[0]),
-                           _out_size(padding, w, k[1], s[1], d[1]), c_out))
+                                   run_litert, run_ours, assert_float_close)
+from cases.conv import S, _conv_options, _depthwise_options, _dyadic, _int8_bias, _int8_filter, _int8_output_scale, _tcb_options, _tcb_out_size, _transpose_conv_model, conv_case, depthwise_case, fully_connected_case, tcb_case, transpose_conv_case
 
 
 @given(case=conv_case(), seed=S.seeds())
@@ -125,23 +48,6 @@ def test_conv2d_int8_matches_litert(case, data, qi, seed):
         [Output(c["out_shape"], np.int8, qo)],
         **_conv_options(c["padding"], c["s"], c["d"], c["act"]))
     check_against_litert(model, seed=seed)
-
-
-# -- DEPTHWISE_CONV_2D ---------------------------------------------------------------------------
-@st.composite
-def depthwise_case(draw):
-    padding, (h, w), k, s, d = draw(window())
-    c_in = draw(st.integers(1, 4))
-    mult = draw(st.integers(1, 8 // c_in))
-    n = draw(st.integers(1, 2))
-    return dict(padding=padding, in_shape=(n, h, w, c_in), k=k, s=s, d=d, mult=mult,
-                c_out=c_in * mult, act=draw(S.activations()),
-                out_shape=(n, _out_size(padding, h, k[0], s[0], d[0]),
-                           _out_size(padding, w, k[1], s[1], d[1]), c_in * mult))
-
-
-def _depthwise_options(c):
-    return dict(_conv_options(c["padding"], c["s"], c["d"], c["act"]), depth_multiplier=c["mult"])
 
 
 @given(case=depthwise_case(), version=st.sampled_from([1, 2]), seed=S.seeds())
@@ -197,25 +103,6 @@ def test_omitted_bias_is_zero_bias(op):
     assert_float_close(run_ours(without, [x])[0], run_litert(zero, [x])[0])
 
 
-# -- TRANSPOSE_CONV ------------------------------------------------------------------------------
-@st.composite
-def transpose_conv_case(draw):
-    padding, (oh, ow), k, s, _ = draw(window(max_k=4, dilation=False, max_side=12))
-    c_in, c_out, n = draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 2))
-    in_h, in_w = _out_size(padding, oh, k[0], s[0]), _out_size(padding, ow, k[1], s[1])
-    return dict(padding=padding, in_shape=(n, in_h, in_w, c_in), k=k, s=s, c_out=c_out,
-                out_shape=(n, oh, ow, c_out), act=draw(S.activations()),
-                bias=draw(st.booleans()))
-
-
-def _transpose_conv_model(c, inputs, out, version):
-    opts = dict(padding=c["padding"], stride_h=c["s"][0], stride_w=c["s"][1])
-    if version >= 4:
-        opts["fused_activation_function"] = c["act"]
-    return one_op_model("TRANSPOSE_CONV", [Const(np.array(c["out_shape"], np.int32))] + inputs,
-                        [out], version=version, **opts)
-
-
 @given(case=transpose_conv_case(), version=st.sampled_from([1, 3, 4]), seed=S.seeds())
 def test_transpose_conv_float32_matches_litert(case, version, seed):
     rng = np.random.default_rng(seed)
@@ -240,23 +127,6 @@ def test_transpose_conv_int8_matches_litert(case, data, qi, seed):
         inputs.append(_int8_bias(rng, qi[0], wscales, c["c_out"]))
     model = _transpose_conv_model(c, inputs, Output(c["out_shape"], np.int8, qo), 4)
     check_against_litert(model, seed=seed)
-
-
-# -- FULLY_CONNECTED -----------------------------------------------------------------------------
-@st.composite
-def fully_connected_case(draw):
-    keep = draw(st.booleans())
-    in_shape = draw(S.shapes(1, 4, 1, 5))
-    if keep or draw(st.booleans()):
-        depth = in_shape[-1]
-    else:          # rows of `depth` across the flattened input
-        size = int(np.prod(in_shape))
-        depth = draw(st.sampled_from([d for d in range(1, size + 1) if size % d == 0 and d <= 16]))
-    units = draw(st.integers(1, 8))
-    size = int(np.prod(in_shape))
-    out_shape = in_shape[:-1] + (units,) if keep else (size // depth, units)
-    return dict(in_shape=in_shape, depth=depth, units=units, keep=keep, out_shape=out_shape,
-                act=draw(S.activations()), bias=draw(st.booleans()))
 
 
 def _fc_model(c, inputs, out):
@@ -389,17 +259,6 @@ def test_fully_connected_bad_models():
 # 2 VALID), stride_width, stride_height (newer TFLite appends fields the op ignores). LiteRT has
 # no CPU kernel for it: only its default XNNPACK delegate runs it.
 TCB = "CUSTOM:Convolution2DTransposeBias"
-TFLITE_PADDING = {"SAME": 1, "VALID": 2}
-
-
-def _tcb_options(padding, s, extra=b""):
-    return struct.pack("<iii", TFLITE_PADDING[padding], s[1], s[0]) + extra
-
-
-def _tcb_out_size(padding, size, k, stride):
-    """MediaPipe's Prepare: out = s * (in - 1) + k - total padding."""
-    pad = max(0, k - (size - 1) % stride - 1) if padding == "SAME" else 0
-    return stride * (size - 1) + k - pad, pad // 2
 
 
 def _tcb_numpy(x, w, b, padding, s):
@@ -418,20 +277,6 @@ def _tcb_numpy(x, w, b, padding, s):
                     if 0 <= oy < out_h and 0 <= ox < out_w:
                         out[:, oy, ox, :] += x[:, y, xx, :].astype(np.float64) @ w[:, i, j, :].T
     return out.astype(np.float32)
-
-
-@st.composite
-def tcb_case(draw, stride_within_kernel=True):
-    """XNNPACK refuses strides larger than the kernel; MediaPipe's kernel takes them."""
-    padding = draw(PADDINGS)
-    k = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
-    s = tuple(draw(st.integers(1, kk if stride_within_kernel else 4)) for kk in k)
-    n, c_in, c_out = draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    in_shape = (n, draw(st.integers(1, 8)), draw(st.integers(1, 8)), c_in)
-    out_shape = (n, _tcb_out_size(padding, in_shape[1], k[0], s[0])[0],
-                 _tcb_out_size(padding, in_shape[2], k[1], s[1])[0], c_out)
-    return dict(padding=padding, k=k, s=s, in_shape=in_shape, out_shape=out_shape,
-                c_out=c_out)
 
 
 def _tcb_model(c, weights, bias, extra=b""):

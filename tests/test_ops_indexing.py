@@ -8,9 +8,9 @@ from hypothesis import given, strategies as st
 
 from tflite_taichi.errors import InputError, ModelError, TfliteTaichiError
 from tflite_taichi.testing import (Const, Input, Output, check_against_litert, one_op_model,
-                                   quantize_array, run_litert, run_ours, strategies)
+                                   quantize_array, run_litert, run_ours)
+from cases.indexing import S, cumsum_case, cumsum_model, gather_case, gather_indices, gather_model, gather_nd_case, gather_nd_indices, gather_nd_model, one_hot_case, one_hot_indices
 
-S = strategies()
 INDEX_DTYPES = [np.int32, np.int64]
 
 
@@ -29,35 +29,6 @@ def _values(rng, shape, dtype, levels=None):
     if np.issubdtype(np.dtype(dtype), np.integer):
         return rng.integers(-100, 101, shape).astype(dtype)
     return rng.uniform(-3, 3, shape).astype(dtype)
-
-
-# -- GATHER -----------------------------------------------------------------------------------
-@st.composite
-def gather_case(draw):
-    """(params shape, axis option, batch_dims option, indices shape, output shape)."""
-    shape = draw(S.shapes(1, 4, 1, 5))
-    rank = len(shape)
-    axis = draw(st.integers(0, rank - 1))
-    batch_dims = draw(st.integers(0, axis))
-    extra = draw(S.shapes(0, 2, 1, 4))
-    ishape = tuple(shape[:batch_dims]) + extra
-    out = tuple(shape[:axis]) + tuple(ishape[batch_dims:]) + tuple(shape[axis + 1:])
-    axis_opt = axis - rank if draw(st.booleans()) else axis
-    bd_opt = batch_dims - len(ishape) if batch_dims and draw(st.booleans()) else batch_dims
-    return shape, axis_opt, bd_opt, ishape, out
-
-
-def gather_indices(case, seed, dtype=np.int32):
-    shape, axis, _, ishape, _ = case
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, shape[axis % len(shape)], ishape).astype(dtype)
-
-
-def gather_model(case, indices, const=True, dtype=np.float32, q=None):
-    shape, axis, batch_dims, ishape, out = case
-    ind = Const(indices) if const else Input(ishape, indices.dtype)
-    return one_op_model("GATHER", [Input(shape, dtype, q), ind], [Output(out, dtype, q)],
-                        axis=axis, batch_dims=batch_dims)
 
 
 @given(case=gather_case(), const=st.booleans(), idt=st.sampled_from(INDEX_DTYPES),
@@ -123,30 +94,6 @@ def test_gather_float_indices_are_refused():
         run_ours(model, [np.ones(4, np.float32)])
 
 
-# -- GATHER_ND --------------------------------------------------------------------------------
-@st.composite
-def gather_nd_case(draw):
-    """(params shape, indices shape, output shape)."""
-    shape = draw(S.shapes(1, 4, 1, 5))
-    m = draw(st.integers(1, len(shape)))
-    batch = draw(S.shapes(0, 2, 1, 4))
-    return shape, batch + (m,), batch + tuple(shape[m:])
-
-
-def gather_nd_indices(case, seed, dtype=np.int32):
-    shape, ishape, _ = case
-    rng = np.random.default_rng(seed)
-    m = ishape[-1]
-    return np.stack([rng.integers(0, shape[d], ishape[:-1]) for d in range(m)],
-                    axis=-1).astype(dtype)
-
-
-def gather_nd_model(case, indices, const=True, dtype=np.float32, q=None):
-    shape, ishape, out = case
-    ind = Const(indices) if const else Input(ishape, indices.dtype)
-    return one_op_model("GATHER_ND", [Input(shape, dtype, q), ind], [Output(out, dtype, q)])
-
-
 @given(case=gather_nd_case(), const=st.booleans(), idt=st.sampled_from(INDEX_DTYPES),
        seed=S.seeds())
 def test_gather_nd_float32_matches_litert(case, const, idt, seed):
@@ -190,23 +137,6 @@ def test_gather_nd_invalid_indices(ishape, message):
                          [Output((2,))])
     with pytest.raises(ModelError, match=f"GATHER_ND.*{message}"):
         run_ours(model, [np.ones((3, 5), np.float32)])
-
-
-# -- ONE_HOT ----------------------------------------------------------------------------------
-@st.composite
-def one_hot_case(draw):
-    """(indices shape, depth, axis option, output shape)."""
-    ishape = draw(S.shapes(0, 3, 1, 4))
-    depth = draw(st.integers(1, 6))
-    axis = draw(st.integers(-1, len(ishape)))
-    at = len(ishape) if axis == -1 else axis
-    return ishape, depth, axis, tuple(ishape[:at]) + (depth,) + tuple(ishape[at:])
-
-
-def one_hot_indices(case, seed):
-    """In [-1, depth]: out-of-range entries give a row of off_value."""
-    ishape, depth = case[0], case[1]
-    return np.random.default_rng(seed).integers(-1, depth + 1, ishape).astype(np.int32)
 
 
 def one_hot_model(case, indices, on, off, const_indices=False, runtime_values=False, q=None):
@@ -416,23 +346,6 @@ def test_where_runtime_condition_matches_litert(shape, dtype, q, seed):
         assert out.shape == (0, len(shape)) and out.dtype == np.int64
         return
     check_against_litert(model, [cond])
-
-
-# -- CUMSUM -----------------------------------------------------------------------------------
-@st.composite
-def cumsum_case(draw):
-    """(shape, axis tensor, exclusive, reverse)."""
-    shape = draw(S.shapes(1, 4, 1, 6))
-    axis = draw(st.integers(-len(shape), len(shape) - 1))
-    axis = np.array(axis if draw(st.booleans()) else [axis], np.int32)
-    return shape, axis, draw(st.booleans()), draw(st.booleans())
-
-
-def cumsum_model(case, dtype=np.float32, q=None, qo=None, const_axis=True):
-    shape, axis, exclusive, reverse = case
-    ax = Const(axis) if const_axis else Input(axis.shape, np.int32)
-    return one_op_model("CUMSUM", [Input(shape, dtype, q), ax], [Output(shape, dtype, qo or q)],
-                        exclusive=exclusive, reverse=reverse)
 
 
 @given(case=cumsum_case(), dtype=st.sampled_from([np.float32, np.int32]),

@@ -21,70 +21,17 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.ops.mediapipe import pool_params_bytes
 from tflite_taichi.testing import Input, Output, one_op_model, run_litert, run_ours, strategies
+from cases.mediapipe import POOL, UNPOOL, _data, _window_indices, chain_model, pool_case, pool_model, pool_out_size, unpool_case, unpool_model
 
 S = strategies()
-POOL = "CUSTOM:MaxPoolingWithArgmax2D"
-UNPOOL = "CUSTOM:MaxUnpooling2D"
-PADDINGS = st.sampled_from(["SAME", "VALID"])
-INDEX_DTYPES = {"float32": (np.float32, None), "int32": (np.int32, None),
-                "int32_q": (np.int32, (1.0, 0))}
-
-
-def pool_out_size(padding, size, f, s):
-    return -(-size // s) if padding == "SAME" else (size - f + s) // s
 
 
 def pool_pad_before(padding, size, f, s):
     out = pool_out_size(padding, size, f, s)
     return max((out - 1) * s + f - size, 0) // 2
-
-
-@st.composite
-def pool_case(draw, xnnpack=False):
-    """Pooling geometry; XNNPACK needs stride == filter. With `xnnpack`, padding before may be
-    non-zero (see the module docstring)."""
-    padding = draw(PADDINGS)
-    f = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
-    s = f if xnnpack else (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
-    size = tuple(draw(st.integers(ff if padding == "VALID" else 1, 9)) for ff in f)
-    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 5))
-    out = tuple(pool_out_size(padding, sz, ff, ss) for sz, ff, ss in zip(size, f, s))
-    act = 0 if xnnpack else draw(st.integers(0, 6))
-    return dict(padding=padding, f=f, s=s, in_shape=(n, *size, c), out_shape=(n, *out, c),
-                act=act)
-
-
-def pool_model(case, index_dtype="float32"):
-    dtype, q = INDEX_DTYPES[index_dtype]
-    return one_op_model(POOL, [Input(case["in_shape"])],
-                        [Output(case["out_shape"]), Output(case["out_shape"], dtype, q)],
-                        custom_options=pool_params_bytes(case["padding"], case["s"], case["f"],
-                                                         case["act"]))
-
-
-def unpool_model(in_shape, f, s, padding="VALID", act=0, index_dtype="float32"):
-    dtype, q = INDEX_DTYPES[index_dtype]
-    out_shape = (in_shape[0], in_shape[1] * f[0], in_shape[2] * f[1], in_shape[3])
-    return one_op_model(UNPOOL, [Input(in_shape), Input(in_shape, dtype, q)], [Output(out_shape)],
-                        custom_options=pool_params_bytes(padding, s, f, act))
-
-
-def chain_model(case):
-    """MaxPoolingWithArgmax2D -> MaxUnpooling2D (VALID: XNNPACK's unpooling takes no other)."""
-    n, oh, ow, c = case["out_shape"]
-    b = ModelBuilder()
-    g = b.subgraph()
-    x = g.input("x", case["in_shape"])
-    v, i = g.tensor("values", case["out_shape"]), g.tensor("indices", case["out_shape"])
-    y = g.tensor("y", (n, oh * case["f"][0], ow * case["f"][1], c))
-    g.op(POOL, [x], [v, i], custom_options=pool_params_bytes(case["padding"], case["s"], case["f"]))
-    g.op(UNPOOL, [v, i], [y], custom_options=pool_params_bytes("VALID", case["s"], case["f"]))
-    g.output(y)
-    return b.finish()
 
 
 def xnnpack_to_row_major(raw, f):
@@ -149,12 +96,6 @@ def numpy_unpool(x, idx, f, s):
                     if 0 <= oy < out.shape[1] and 0 <= ox < out.shape[2]:
                         out[b, oy, ox, ch] = x[b, y, xx, ch]
     return out
-
-
-def _data(rng, shape, ties=False):
-    if ties:     # few distinct values: ties inside windows
-        return (rng.integers(-3, 4, shape) / 2).astype(np.float32)
-    return rng.standard_normal(shape).astype(np.float32)
 
 
 def _pointed_input(index, case, clamp):
@@ -227,22 +168,6 @@ def test_pool_special_values():
     values, index = run_ours(pool_model(case), [x])
     np.testing.assert_array_equal(values.ravel(), [np.finfo(np.float32).min, 2.0])
     np.testing.assert_array_equal(index.ravel(), [0, 3])
-
-
-# -- MaxUnpooling2D ---------------------------------------------------------------------------
-@st.composite
-def unpool_case(draw, xnnpack=False):
-    f = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
-    s = f if xnnpack else (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
-    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 6)),
-             draw(st.integers(1, 4)))
-    return dict(f=f, s=s, in_shape=shape,
-                padding="VALID" if xnnpack else draw(PADDINGS),
-                act=0 if xnnpack else draw(st.integers(0, 6)))
-
-
-def _window_indices(rng, case):
-    return rng.integers(0, case["f"][0] * case["f"][1], case["in_shape"])
 
 
 @given(case=unpool_case(xnnpack=True), seed=S.seeds())

@@ -12,37 +12,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tflite_taichi.errors import ModelError
-from tflite_taichi.testing import (Input, Output, check_against_litert, model_inputs,
-                                   one_op_model, run_ours, strategies)
-
-S = strategies()
-ROW_OPS = ["LOG_SOFTMAX", "L2_NORMALIZATION"]
-MAX_RANK = {"LOG_SOFTMAX": 5, "L2_NORMALIZATION": 4}
-# the output quantization LiteRT's kernels require: dtype -> (scale, zero point)
-FIXED_OUTPUT = {"LOG_SOFTMAX": {np.int8: (16 / 256, 127), np.uint8: (16 / 256, 255)},
-                "L2_NORMALIZATION": {np.int8: (1 / 128, 0), np.uint8: (1 / 128, 128)}}
-
-
-@st.composite
-def row_case(draw, op):
-    """(shape, input spread): the spread scales uniform [-1, 1] inputs, so rows range from
-    near-constant to widely spread (LOG_SOFTMAX's exp underflows; L2's norms vary)."""
-    shape = draw(S.shapes(1, MAX_RANK[op], 1, 7))
-    spread = draw(st.sampled_from([0.01, 1.0, 5.0, 40.0]))
-    return shape, spread
-
-
-def row_inputs(shape, spread, seed, zero_rows=False):
-    rng = np.random.default_rng(seed)
-    x = (rng.uniform(-1, 1, shape) * spread).astype(np.float32)
-    if zero_rows and len(shape) > 1:
-        x[..., ::2, :] = 0.0          # whole rows of zeros: L2's epsilon
-    return [x]
-
-
-def row_model(op, shape, dtype=np.float32, qi=None):
-    qo = FIXED_OUTPUT[op][dtype] if dtype in (np.int8, np.uint8) else None
-    return one_op_model(op, [Input(shape, dtype, qi)], [Output(shape, dtype, qo)])
+from tflite_taichi.testing import (Input, Output, check_against_litert, model_inputs, one_op_model,
+                                   run_ours)
+from cases.normalization import FIXED_OUTPUT, ROW_OPS, S, lrn_case, lrn_model, row_case, row_inputs, row_model
 
 
 @pytest.mark.parametrize("op", ROW_OPS)
@@ -68,22 +40,6 @@ def test_quantized_matches_litert(op, dtype, data, seed):
 # round(-15.65 * 16) + 127 = -123), while its optimized kernel, the one a user's interpreter
 # runs (XNNPACK takes no LOG_SOFTMAX), gives -123, as the float view does: held to that one.
 QUANTIZED_ORACLE = {("LOG_SOFTMAX", np.dtype(np.int8)): "builtin"}
-
-
-@st.composite
-def lrn_case(draw):
-    """(shape, options): 4-D inputs, radius up to past the depth, bias > 0 and alpha >= 0 so
-    the base stays positive (TensorFlow's domain)."""
-    shape = draw(S.shapes(4, 4, 1, 6))
-    radius = draw(st.integers(0, 7))
-    bias = draw(st.sampled_from([1e-2, 0.5, 1.0, 2.0]))
-    alpha = draw(st.sampled_from([0.0, 1e-4, 0.1, 1.0]))
-    beta = draw(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.5]))
-    return shape, dict(radius=radius, bias=bias, alpha=alpha, beta=beta)
-
-
-def lrn_model(shape, options):
-    return one_op_model("LOCAL_RESPONSE_NORMALIZATION", [Input(shape)], [Output(shape)], **options)
 
 
 @given(case=lrn_case(), seed=S.seeds())

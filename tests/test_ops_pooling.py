@@ -9,30 +9,14 @@ orders); their squares, multiples of 1/64, too, so an L2 pool differs only by th
 its one division and root."""
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
 
 from tflite_taichi.errors import ModelError
-from tflite_taichi.testing import (Input, Output, check_against_litert, one_op_model, run_ours,
-                                   strategies)
+from tflite_taichi.testing import Input, Output, check_against_litert, one_op_model, run_ours
+from cases.pooling import S, pool_case
 
-S = strategies()
 OPS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]          # float32 and int8
 ALL_OPS = OPS + ["L2_POOL_2D"]                    # float32
-
-
-@st.composite
-def pool_case(draw):
-    padding = draw(st.sampled_from(["SAME", "VALID"]))
-    k = (draw(st.integers(1, 5)), draw(st.integers(1, 5)))
-    s = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
-    size = [draw(st.integers(kk if padding == "VALID" else 1, 12)) for kk in k]
-    out = [-(-n // st_) if padding == "SAME" else (n - kk) // st_ + 1
-           for n, kk, st_ in zip(size, k, s)]
-    n, c = draw(st.integers(1, 2)), draw(st.integers(1, 8))
-    return dict(in_shape=(n, *size, c), out_shape=(n, *out, c),
-                options=dict(padding=padding, filter_height=k[0], filter_width=k[1],
-                             stride_h=s[0], stride_w=s[1],
-                             fused_activation_function=draw(S.activations())))
 
 
 @pytest.mark.parametrize("op", ALL_OPS)

@@ -11,28 +11,8 @@ from hypothesis import given, strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.interpreter import Interpreter
-from tflite_taichi.testing import (Input, Output, check_against_litert, one_op_model,
-                                   strategies)
-
-S = strategies()
-INTS = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16}
-REQUANTIZE = [("int8", "int8"), ("int8", "uint8"), ("uint8", "int8"), ("uint8", "uint8"),
-              ("int16", "int16"), ("int16", "int8")]
-
-
-def quant_params(dtype):
-    """(scale, zero_point) for `dtype`; int16 scales reach lower to use its range."""
-    if np.dtype(dtype) == np.int16:
-        return st.tuples(S.scales(1e-5, 1e-2), st.just(0))
-    return S.quant_params(dtype)
-
-
-def _real_range(dtype, q, margin=0.1):
-    """The reals the grid of (dtype, q) covers, widened by `margin` so clamping is exercised."""
-    info = np.iinfo(dtype)
-    lo, hi = (info.min - q[1]) * q[0], (info.max - q[1]) * q[0]
-    pad = margin * (hi - lo)
-    return lo - pad, hi + pad
+from tflite_taichi.testing import Input, Output, check_against_litert, one_op_model
+from cases.quantize import INTS, REQUANTIZE, S, _real_range, quant_params
 
 
 # -- DEQUANTIZE --------------------------------------------------------------------------------

@@ -26,12 +26,12 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, strategies as st
 
-from test_ops_sequence import lstm_case, lstm_model, lstm_weights
+from cases.sequence import lstm_case, lstm_model, lstm_weights
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.ops import recurrent
-from tflite_taichi.testing import (assert_float_close, assert_quantized_close,
-                                   quantize_array, run_ours, run_sequence_steps, strategies)
+from tflite_taichi.testing import (assert_float_close, assert_quantized_close, quantize_array,
+                                   run_ours, run_sequence_steps, strategies)
 
 S = strategies()
 ACTIVATIONS = ["NONE", "RELU", "RELU_N1_TO_1", "RELU6", "TANH", "SIGN_BIT"]

@@ -12,51 +12,8 @@ from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.quant import round_half_away
 from tflite_taichi.testing import (Const, Input, Output, check_against_litert, model_inputs,
-                                   one_op_model, run_litert, run_ours, strategies)
-
-S = strategies()
-DTYPES = ["float32", "int8", "int32"]
-
-
-@st.composite
-def tensor_type(draw, dtype):
-    """(numpy dtype, quantization) of a tensor of `dtype` ('float32', 'int8', 'int32')."""
-    if dtype == "int8":
-        return np.int8, draw(S.quant_params())
-    return np.dtype(dtype).type, None
-
-
-def _i32(values):
-    return Const(np.array(values, np.int32))
-
-
-def _expect_error(model, *words):
-    with pytest.raises(ModelError) as info:
-        run_ours(model, model_inputs(model))
-    for w in words:
-        assert w in str(info.value), str(info.value)
-
-
-# -- RESHAPE ----------------------------------------------------------------------------------
-@st.composite
-def reshape_case(draw):
-    """An input shape and a new shape with the same element count (maybe with one -1)."""
-    shape = draw(S.shapes(0, 4, 1, 5))
-    count = int(np.prod(shape))
-    factors = []                       # split count into random factors
-    rest = count
-    for _ in range(draw(st.integers(0, 4))):
-        divisors = [d for d in range(1, rest + 1) if rest % d == 0]
-        f = draw(st.sampled_from(divisors))
-        factors.append(f)
-        rest //= f
-    if rest != 1 or not factors:
-        factors.append(rest)
-    factors = draw(st.permutations(factors))
-    new_shape = list(factors)
-    if draw(st.booleans()):
-        new_shape[draw(st.integers(0, len(new_shape) - 1))] = -1
-    return shape, new_shape, tuple(factors)
+                                   one_op_model, run_litert, run_ours)
+from cases.shape import DTYPES, S, _expect_error, _i32, concat_case, depth_to_space_case, reshape_case, squeeze_case, tensor_type
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -204,17 +161,6 @@ def test_expand_dims_matches_litert(dtype, shape, data, scalar_axis, axis_dtype,
     check_against_litert(model, seed=seed)
 
 
-@st.composite
-def squeeze_case(draw):
-    shape = tuple(draw(st.lists(st.sampled_from([1, 1, 2, 3]), min_size=1, max_size=5)))
-    ones = [d for d, s in enumerate(shape) if s == 1]
-    dims = draw(st.lists(st.sampled_from(ones), unique=True)) if ones else []
-    dims = [d - len(shape) if draw(st.booleans()) else d for d in dims]
-    drop = {d % len(shape) for d in dims} if dims else set(ones)
-    out = tuple(s for d, s in enumerate(shape) if d not in drop)
-    return shape, dims, out
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @given(case=squeeze_case(), data=st.data(), seed=S.seeds())
 def test_squeeze_matches_litert(dtype, case, data, seed):
@@ -252,18 +198,6 @@ def test_transpose_errors():
                   "TRANSPOSE", "not a permutation")
     _expect_error(one_op_model("TRANSPOSE", [Input((2, 3)), _i32([1, 0, 2])], [Output((3, 2))]),
                   "TRANSPOSE", "not a permutation")
-
-
-# -- CONCATENATION ----------------------------------------------------------------------------
-@st.composite
-def concat_case(draw):
-    shape = draw(S.shapes(1, 4, 1, 4))
-    axis = draw(st.integers(-len(shape), len(shape) - 1))
-    a = axis % len(shape)
-    sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
-    shapes = [shape[:a] + (s,) + shape[a + 1:] for s in sizes]
-    out = shape[:a] + (sum(sizes),) + shape[a + 1:]
-    return shapes, axis, out
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -316,15 +250,6 @@ def test_concatenation_errors():
                                axis=1), "CONCATENATION", "does not match")
     _expect_error(one_op_model("CONCATENATION", [Input((2, 3)), Input((2, 3, 1))], [Output((2, 6))],
                                axis=1), "CONCATENATION", "does not match")
-
-
-# -- DEPTH_TO_SPACE / SPACE_TO_DEPTH ----------------------------------------------------------
-@st.composite
-def depth_to_space_case(draw):
-    """(input shape, block_size, output shape) of a DEPTH_TO_SPACE; swapped, a SPACE_TO_DEPTH."""
-    b, h, w = draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
-    bs, c = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    return (b, h, w, bs * bs * c), bs, (b, h * bs, w * bs, c)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -13,8 +13,7 @@ from tflite_taichi import Interpreter
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.ops.sparse import DENSE, SPARSE_CSR, DimMetadata, Sparsity, densify, sparsify
-from tflite_taichi.testing import (TAICHI_EXAMPLES, check_against_litert, check_delegate,
-                                   strategies)
+from tflite_taichi.testing import TAICHI_EXAMPLES, check_against_litert, check_delegate, strategies
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 S = strategies()

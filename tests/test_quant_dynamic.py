@@ -64,9 +64,9 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from test_ops_conv import (_conv_options, _depthwise_options, _dyadic, conv_case,
-                           depthwise_case, fully_connected_case, transpose_conv_case)
-from test_ops_sequence import _x as lstm_x, litert_steps, lstm_case, lstm_model, lstm_weights
+from cases.conv import (_conv_options, _depthwise_options, _dyadic, conv_case, depthwise_case,
+                        fully_connected_case, transpose_conv_case)
+from cases.sequence import _x as lstm_x, litert_steps, lstm_case, lstm_model, lstm_weights
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import (FLOAT_RTOL, TAICHI_EXAMPLES, Const, Input, Output,
                                    assert_float_close, check_against_litert, check_delegate,

@@ -3,7 +3,7 @@ tensor or per channel; int64 bias, or int32 declared by quantized_bias_type, wit
 input_scale * filter_scale) on the float view: every op LiteRT has an int16 kernel for, ours
 (reference path) vs LiteRT's reference kernels; the delegate (fp32) vs the reference on the
 Taichi workers (each op family's TAICHI_EXAMPLES shared among its ops); GLES; and fp16's
-refusal of 16-bit grids. Cases: tests/quant_cases.py (the int8 tests' attribute spaces on the
+refusal of 16-bit grids. Cases: tests/cases/quant.py (the int8 tests' attribute spaces on the
 int16 grid, LiteRT's constraints, and the inputs its kernels leave undefined or wrap on:
 DIV's extreme quotients, MUL's rescale above 1, a broadcasting power-of-two ADD, which aborts).
 Tolerances: tflite_taichi.testing (one quantization step) except the measured exceptions below.
@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from quant_cases import (ACTIVATIONS, BINARY, CONV, INT8, INT16, LAYOUT, POOL, REDUCE, RESIZE,
-                         case)
+from cases.quant import ACTIVATIONS, BINARY, CONV, INT8, INT16, LAYOUT, POOL, REDUCE, RESIZE, case
 from tflite_taichi.quant import quantize
 from tflite_taichi.ops.base import Quantization
 from tflite_taichi.testing import (TAICHI_EXAMPLES, assert_quantized_close, check_against_litert,
@@ -52,7 +51,7 @@ INT16_TANH_UNITS = 3
 INT16_LOGISTIC_UNITS = 2
 # EXP: a 513-entry table over the input range, linearly interpolated, so the error grows with
 # the square of the range. Inputs here span at most +-8 (INT16_EXP_INPUT_SCALES) on a
-# calibrated output grid (quant_cases.activation_case): every int16 input, 40 scales, 5 output
+# calibrated output grid (cases.quant.activation_case): every int16 input, 40 scales, 5 output
 # headrooms from 1x to 2x: worst 10 units (range +-8, no headroom). Wider ranges are worse
 # (+-16: 23, +-32: 58, +-87: 261 units), and a grid that saturates inside the range much worse
 # (the table interpolates between clamped entries: 120 to 2084 units seen).

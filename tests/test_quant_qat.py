@@ -43,7 +43,7 @@ import math
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from test_ops_conv import _int8_filter, _int8_output_scale
+from cases.conv import _int8_filter, _int8_output_scale
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import QUANT_UNITS, TAICHI_EXAMPLES, strategies
 

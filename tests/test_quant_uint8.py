@@ -2,7 +2,7 @@
 int32 bias) on the float view: every op LiteRT has a uint8 kernel for, ours (reference path) vs
 LiteRT's reference kernels, and the delegate vs the reference on the Taichi workers (each op
 family's TAICHI_EXAMPLES shared among its ops), fp16 on vulkan, GLES. Cases:
-tests/quant_cases.py (the int8 tests' attribute spaces on the uint8 grid, LiteRT's constraints
+tests/cases/quant.py (the int8 tests' attribute spaces on the uint8 grid, LiteRT's constraints
 and the DIV inputs its kernel leaves undefined). Tolerances: tflite_taichi.testing (one
 quantization step), no exception: every uint8 kernel of LiteRT meets it (600 cases per op).
 
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from quant_cases import (ACTIVATIONS, BINARY, CONV, INT8, LAYOUT, POOL, REDUCE, RESIZE, UINT8,
-                         case, quant)
+from cases.quant import (ACTIVATIONS, BINARY, CONV, INT8, LAYOUT, POOL, REDUCE, RESIZE, UINT8, case,
+                         quant)
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Input, Output, check_against_litert,
                                    check_delegate, one_op_model, strategies)
 

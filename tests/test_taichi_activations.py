@@ -16,8 +16,8 @@ from hypothesis import given, settings, strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, quantize_array, strategies)
-from test_ops_activations import FIXED_OUTPUT_QUANT, UNARY, prelu_int8_case, prelu_shapes
-from test_ops_quantize import INTS, REQUANTIZE, _real_range, quant_params
+from cases.activations import FIXED_OUTPUT_QUANT, UNARY, prelu_int8_case, prelu_shapes
+from cases.quantize import INTS, REQUANTIZE, _real_range, quant_params
 
 S = strategies()
 MAGNITUDES = [1.0, 4.0, 12.0, 20.0]     # 12: below LOGISTIC's -9 cut-off; 20: above 16.6

@@ -17,9 +17,9 @@ from hypothesis import given, settings, strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, strategies)
-from test_ops_arith import (ATAN2_SPECIALS, BINARY, UNARY, atan2_data, binary_data, unary_data,
-                            unary_options)
-from test_ops_elementwise import broadcast_pair
+from cases.arith import (ATAN2_SPECIALS, BINARY, UNARY, atan2_data, binary_data, unary_data,
+                         unary_options)
+from cases.elementwise import broadcast_pair
 
 S = strategies()
 # GELU twice: its erfc form and (approximate) its tanh form

@@ -6,12 +6,12 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Input, Output, check_delegate,
-                                   one_op_model, strategies)
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Input, Output, check_delegate, one_op_model,
+                                   strategies)
 from tflite_taichi.ops.compare import COMPARISONS
-from test_ops_compare import (SWEEP_SCALES, cast_values_of, every_pair, float_compare_case,
-                              quantized_compare_case, select_model, select_shapes)
-from test_ops_elementwise import broadcast_pair
+from cases.compare import (SWEEP_SCALES, cast_values_of, every_pair, float_compare_case,
+                           quantized_compare_case, select_model, select_shapes)
+from cases.elementwise import broadcast_pair
 
 S = strategies()
 CARRIED = [np.float32, np.float16, np.bool_]      # CAST's types the delegate carries

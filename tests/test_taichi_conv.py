@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from test_ops_conv import (_conv_options, _depthwise_options, _dyadic, _int8_bias,
-                           _int8_filter, _int8_output_scale, _tcb_options, _transpose_conv_model,
-                           conv_case, depthwise_case, fully_connected_case, tcb_case,
-                           transpose_conv_case)
-from test_ops_pooling import pool_case
+from cases.conv import (_conv_options, _depthwise_options, _dyadic, _int8_bias, _int8_filter,
+                        _int8_output_scale, _tcb_options, _transpose_conv_model, conv_case,
+                        depthwise_case, fully_connected_case, tcb_case, transpose_conv_case)
+from cases.pooling import pool_case
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, strategies)
 

@@ -7,7 +7,7 @@ the decoded boxes: a score off by float32 rounding could only reorder exact ties
 import pytest
 
 from tflite_taichi.testing import check_delegate, quantize_array
-from test_ops_detection import POSTPROCESS, ssd_image, ssd_model, ssd_ranges
+from cases.detection import POSTPROCESS, ssd_image, ssd_model, ssd_ranges
 
 
 def assert_backbone_delegated(summaries, model_ops):

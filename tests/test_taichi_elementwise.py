@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, strategies)
-from test_ops_elementwise import INT8_OPS, WITH_ACTIVATION, WITHOUT_ACTIVATION, broadcast_pair
+from cases.elementwise import INT8_OPS, WITH_ACTIVATION, WITHOUT_ACTIVATION, broadcast_pair
 
 S = strategies()
 

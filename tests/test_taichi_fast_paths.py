@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 from tflite_taichi.ops.conv import (GEMM_CONFIG, GEMM_K, GEMM_MIN_BLOCKS, SPLIT_K_MIN_TERMS,
                                     SPLIT_K_THREADS, gemm_blocks, pointwise_splits, split_k)
 from tflite_taichi import Interpreter
-from tflite_taichi.testing import (TAICHI_EXAMPLES, BackendWorker, Const, Input, Output, check_delegate,
-                                   model_inputs, one_op_model, quantize_array, strategies)
+from tflite_taichi.testing import (TAICHI_EXAMPLES, BackendWorker, Const, Input, Output,
+                                   check_delegate, model_inputs, one_op_model, quantize_array,
+                                   strategies)
 
 S = strategies()
 TILE_M, TILE_N = GEMM_CONFIG[:2]

@@ -12,9 +12,9 @@ from tflite_taichi.ops.base import Node, TensorSpec, lookup
 from tflite_taichi.ops.indexing import MAX_RUNS, CumsumOptions, arithmetic_runs
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, strategies)
-from test_ops_indexing import (cumsum_case, cumsum_model, gather_case, gather_indices,
-                               gather_model, gather_nd_case, gather_nd_indices, gather_nd_model,
-                               one_hot_case, one_hot_indices)
+from cases.indexing import (cumsum_case, cumsum_model, gather_case, gather_indices, gather_model,
+                            gather_nd_case, gather_nd_indices, gather_nd_model, one_hot_case,
+                            one_hot_indices)
 
 S = strategies()
 DTYPES = [np.float32, np.int8]

@@ -15,8 +15,8 @@ from hypothesis import given, settings, strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, strategies)
-from test_ops_layout import (block_case, broadcast_case, mirror_pad_case, reverse_case,
-                             reverse_sequence_case, set_diag_case, tile_case)
+from cases.layout import (block_case, broadcast_case, mirror_pad_case, reverse_case,
+                          reverse_sequence_case, set_diag_case, tile_case)
 
 S = strategies()
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
-from test_ops_matmul import _hybrid, matmul_case, matmul_model, output_scale
+from cases.matmul import _hybrid, matmul_case, matmul_model, output_scale
 
 S = strategies()
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
-from test_ops_mediapipe import (_data, _window_indices, chain_model, pool_case, pool_model,
-                                unpool_case, unpool_model)
+from cases.mediapipe import (_data, _window_indices, chain_model, pool_case, pool_model,
+                             unpool_case, unpool_model)
 
 S = strategies()
 

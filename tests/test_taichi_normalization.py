@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
-from test_ops_normalization import ROW_OPS, lrn_case, lrn_model, row_case, row_inputs, row_model
+from cases.normalization import ROW_OPS, lrn_case, lrn_model, row_case, row_inputs, row_model
 
 S = strategies()
 

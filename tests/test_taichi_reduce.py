@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-from tflite_taichi.testing import (TAICHI_EXAMPLES, model_inputs, Const, Input, Output, check_delegate,
-                                   one_op_model, strategies)
-from test_ops_reduce import (OPS as REDUCE_OPS, all_inputs, any_inputs, prod_inputs, reduction,
-                             rounding_floor)
-from test_ops_resize import OPS as RESIZE_OPS, _model as resize_model, resize_case
+from tflite_taichi.testing import (TAICHI_EXAMPLES, model_inputs, Const, Input, Output,
+                                   check_delegate, one_op_model, strategies)
+from cases.reduce import (OPS as REDUCE_OPS, all_inputs, any_inputs, prod_inputs, reduction,
+                          rounding_floor)
+from cases.resize import OPS as RESIZE_OPS, _model as resize_model, resize_case
 
 S = strategies()
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
-from test_ops_scatter import (I32, _scatter_data, embedding_case, embedding_model, scatter_case,
-                              scatter_model, segment_sum_model, sorted_segment_ids,
-                              text_classifier, token_ids, unsorted_case, unsorted_model)
+from cases.scatter import (I32, _scatter_data, embedding_case, embedding_model, scatter_case,
+                           scatter_model, segment_sum_model, sorted_segment_ids, text_classifier,
+                           token_ids, unsorted_case, unsorted_model)
 
 S = strategies()
 

@@ -10,8 +10,8 @@ import numpy as np
 from hypothesis import assume, given, settings, strategies as st
 
 from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, run_ours, strategies
-from test_ops_sequence import (BASE_SEQUENCE, _ill_conditioned, _zero_state, basic_inputs,
-                               basic_model, lstm_case, lstm_model, sequence_case, x_shape)
+from cases.sequence import (BASE_SEQUENCE, _ill_conditioned, _zero_state, basic_inputs, basic_model,
+                            lstm_case, lstm_model, sequence_case, x_shape)
 
 S = strategies()
 ALL_ACTIVATIONS = ["TANH", "RELU", "RELU6", "RELU_N1_TO_1", "SIGN_BIT", "NONE"]

@@ -16,9 +16,9 @@ from tflite_taichi.ops.base import Node, TensorSpec, lookup
 from tflite_taichi.ops.slicing import StridedSliceOptions
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
                                    one_op_model, quantize_array, strategies)
-from test_ops_shape import concat_case, depth_to_space_case, reshape_case, squeeze_case
-from test_ops_slicing import (numpy_index, offset_case, pad_case, slice_case, split_case,
-                              split_v_case, strided_spec)
+from cases.shape import concat_case, depth_to_space_case, reshape_case, squeeze_case
+from cases.slicing import (numpy_index, offset_case, pad_case, slice_case, split_case, split_v_case,
+                           strided_spec)
 
 S = strategies()
 DTYPES = ["float32", "int8"]

@@ -10,10 +10,10 @@ from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.ops.transforms import MAX_UNROLLED_LANDMARKS
 from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
-from test_ops_transforms import (_data, _v2, landmarks_case, landmarks_model, matrix_model,
-                                 affine_matrix, pipeline_inputs, pipeline_model,
-                                 resampler_case, resampler_model, tensor_case,
-                                 tensor_model, v1_case, v2_case, warp_values, SQUARE)
+from cases.transforms import (_data, _v2, landmarks_case, landmarks_model, matrix_model,
+                              affine_matrix, pipeline_inputs, pipeline_model, resampler_case,
+                              resampler_model, tensor_case, tensor_model, v1_case, v2_case,
+                              warp_values, SQUARE)
 
 S = strategies()
 

@@ -35,9 +35,8 @@ from tflite_taichi import graph, zoo
 from tflite_taichi.interpreter import Interpreter
 from tflite_taichi.model import read_model, read_options
 from tflite_taichi.quant import dequantize, quantize
-from tflite_taichi.testing import (FLOAT_RTOL, QUANT_UNITS, BackendWorker,
-                                   assert_float_close, assert_quantized_close, run_litert,
-                                   run_ours)
+from tflite_taichi.testing import (FLOAT_RTOL, QUANT_UNITS, BackendWorker, assert_float_close,
+                                   assert_quantized_close, run_litert, run_ours)
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 

@@ -20,16 +20,15 @@ import numpy as np
 from hypothesis import strategies as st
 
 from tflite_taichi.testing import Const, Input, Output, one_op_model, quantize_array, strategies
-from test_ops_conv import (conv_case, depthwise_case, fully_connected_case,
-                           transpose_conv_case)
-from test_ops_elementwise import broadcast_pair
-from test_ops_pooling import pool_case
-from test_ops_reduce import reduction
-from test_ops_resize import resize_case
-from test_ops_shape import (concat_case, depth_to_space_case, reshape_case, squeeze_case)
-from test_ops_slicing import (_litert_is_wrong, numpy_index, pad_case, slice_case,
-                              split_case, split_v_case, strided_spec)
-from test_ops_activations import prelu_shapes
+from cases.conv import conv_case, depthwise_case, fully_connected_case, transpose_conv_case
+from cases.elementwise import broadcast_pair
+from cases.pooling import pool_case
+from cases.reduce import reduction
+from cases.resize import resize_case
+from cases.shape import (concat_case, depth_to_space_case, reshape_case, squeeze_case)
+from cases.slicing import (_litert_is_wrong, numpy_index, pad_case, slice_case, split_case,
+                           split_v_case, strided_spec)
+from cases.activations import prelu_shapes
 
 S = strategies()
 
