@@ -2,10 +2,10 @@
 reference path. Tolerances: tflite_taichi.testing.TAICHI_RTOL."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import strategies as st
 
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
-                                   one_op_model, strategies)
+from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op, one_op_model,
+                                   strategies)
 from cases.elementwise import INT8_OPS, WITH_ACTIVATION, WITHOUT_ACTIVATION, broadcast_pair
 
 S = strategies()
@@ -29,30 +29,43 @@ def _model(op, shapes, act, const_rhs, seed, dtype=np.float32, q=None):
     return model, inputs
 
 
+# The property tests go through check_op, the helper a user's op gets: a strategy of cases
+# (model, inputs[, check_delegate's options]), each run on the reference path and on every
+# worker's backend, delegated and matching.
+@st.composite
+def float32_cases(draw, op):
+    return _model(op, draw(broadcast_pair()), draw(S.activations()), draw(st.booleans()),
+                  draw(S.seeds()))
+
+
+@st.composite
+def int8_cases(draw, op):
+    seed = draw(S.seeds())
+    q = (draw(S.quant_params()), draw(S.quant_params()), draw(S.quant_params()))
+    model, _ = _model(op, draw(broadcast_pair()), draw(S.activations()), False, seed, np.int8, q)
+    return model, None, {"seed": seed}
+
+
+@st.composite
+def logical_and_cases(draw):
+    a_shape, b_shape, out_shape = draw(broadcast_pair())
+    model = one_op_model("LOGICAL_AND", [Input(a_shape, np.bool_), Input(b_shape, np.bool_)],
+                         [Output(out_shape, np.bool_)])
+    return model, None, {"seed": draw(S.seeds())}
+
+
 @pytest.mark.parametrize("op", WITH_ACTIVATION + WITHOUT_ACTIVATION)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shapes=broadcast_pair(), act=S.activations(), const_rhs=st.booleans(), seed=S.seeds())
-def test_float32_delegate_matches_reference(taichi_workers, op, shapes, act, const_rhs, seed):
-    model, inputs = _model(op, shapes, act, const_rhs, seed)
-    check_delegate(model, taichi_workers, inputs)
+def test_float32_delegate_matches_reference(taichi_workers, op):
+    check_op(float32_cases(op), workers=taichi_workers)
 
 
 @pytest.mark.parametrize("op", INT8_OPS)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shapes=broadcast_pair(), act=S.activations(), qa=S.quant_params(), qb=S.quant_params(),
-       qo=S.quant_params(), seed=S.seeds())
-def test_int8_delegate_matches_reference(taichi_workers, op, shapes, act, qa, qb, qo, seed):
-    model, _ = _model(op, shapes, act, False, seed, np.int8, (qa, qb, qo))
-    check_delegate(model, taichi_workers, seed=seed)
+def test_int8_delegate_matches_reference(taichi_workers, op):
+    check_op(int8_cases(op), workers=taichi_workers)
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shapes=broadcast_pair(), seed=S.seeds())
-def test_logical_and_delegate(taichi_workers, shapes, seed):
-    a_shape, b_shape, out_shape = shapes
-    model = one_op_model("LOGICAL_AND", [Input(a_shape, np.bool_), Input(b_shape, np.bool_)],
-                         [Output(out_shape, np.bool_)])
-    check_delegate(model, taichi_workers, seed=seed)
+def test_logical_and_delegate(taichi_workers):
+    check_op(logical_and_cases(), workers=taichi_workers)
 
 
 @pytest.mark.parametrize("op", ["ADD", "MUL", "SQUARED_DIFFERENCE"])

@@ -458,24 +458,31 @@ def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]]
 
 def check_op(cases, *, workers=(), plugins=(), litert: bool = False,
              max_examples: Optional[int] = None, precision: str = "fp32") -> None:
-    """Property-test an op, yours or ours.
+    """Property-test an op, yours or ours (the built-in ops' delegate tests go through it too).
 
     `cases` is a hypothesis strategy drawing (model_bytes, inputs) - usually one-op models from
-    `one_op_model`. Each case runs on the reference path; with `litert=True` it must match LiteRT
-    (for ops LiteRT has); on every worker's Taichi backend it must be delegated and match the
-    reference. `plugins` names the modules that register your ops, so workers import them too.
+    `one_op_model` - or (model_bytes, inputs, options). `inputs` None: seeded inputs drawn from
+    the model's input details (`model_inputs(model, options.get("seed", 0))`: int8 codes over
+    their whole range). Each case runs on the reference path; with `litert=True` it must match
+    LiteRT (for ops LiteRT has); on every worker's Taichi backend it must be delegated and match
+    the reference (check_delegate, which takes `options`: seed, rtol, floor,
+    expect_all_delegated). `plugins` names the modules that register your ops, so workers
+    import them too.
     """
     from hypothesis import given, settings
 
     @settings(max_examples=max_examples or TAICHI_EXAMPLES, deadline=None)
     @given(cases)
     def property_test(case):
-        model, inputs = case
+        model, inputs, options = case if len(case) == 3 else (*case, {})
+        if inputs is None:
+            inputs = model_inputs(model, options.get("seed", 0))
         if litert:
             check_against_litert(model, inputs)
         else:
             run_ours(model, inputs)
         if workers:
-            check_delegate(model, workers, inputs, precision=precision, plugins=list(plugins))
+            check_delegate(model, workers, inputs, precision=precision, plugins=list(plugins),
+                           **options)
 
     property_test()
