@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
-                                   one_op_model, quantize_array, strategies)
+                                   check_op, one_op_model, quantize_array, strategies)
 from cases.activations import FIXED_OUTPUT_QUANT, UNARY, prelu_int8_case, prelu_shapes
 from cases.quantize import INTS, REQUANTIZE, _real_range, quant_params
 
@@ -27,25 +27,35 @@ def _data(rng, shape, magnitude):
     return rng.uniform(-magnitude, magnitude, shape).astype(np.float32)
 
 
+# The property tests go through check_op, the helper a user's op gets: a strategy of cases
+# (model, inputs[, check_delegate's options]; inputs None: seeded from the model), each run on
+# the reference path and on every worker's backend, delegated and matching.
+
 # -- element-wise activations --------------------------------------------------------------------
-@pytest.mark.parametrize("op", UNARY)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(0, 4), magnitude=st.sampled_from(MAGNITUDES), seed=S.seeds())
-def test_unary_float32_delegate_matches_reference(taichi_workers, op, shape, magnitude, seed):
-    rng = np.random.default_rng(seed)
-    model = one_op_model(op, [Input(shape)], [Output(shape)])
-    check_delegate(model, taichi_workers, [_data(rng, shape, magnitude)])
+@st.composite
+def unary_float32_cases(draw, op):
+    shape, magnitude = draw(S.shapes(0, 4)), draw(st.sampled_from(MAGNITUDES))
+    rng = np.random.default_rng(draw(S.seeds()))
+    return one_op_model(op, [Input(shape)], [Output(shape)]), [_data(rng, shape, magnitude)]
 
 
-@pytest.mark.parametrize("op", UNARY)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(0, 4), qi=S.quant_params(), data=st.data(), seed=S.seeds())
-def test_unary_int8_delegate_matches_reference(taichi_workers, op, shape, qi, data, seed):
+@st.composite
+def unary_int8_cases(draw, op):
+    shape, qi = draw(S.shapes(0, 4)), draw(S.quant_params())
     fixed = FIXED_OUTPUT_QUANT.get(op)
-    qo = data.draw(S.quant_params() if fixed is None else st.just(fixed) | S.quant_params(),
-                   label="output quantization")
+    qo = draw(S.quant_params() if fixed is None else st.just(fixed) | S.quant_params())
     model = one_op_model(op, [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": draw(S.seeds())}
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_unary_float32_delegate_matches_reference(taichi_workers, op):
+    check_op(unary_float32_cases(op), workers=taichi_workers)
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_unary_int8_delegate_matches_reference(taichi_workers, op):
+    check_op(unary_int8_cases(op), workers=taichi_workers)
 
 
 def test_logistic_cut_off_regions_delegate_matches_reference(taichi_workers):
@@ -58,41 +68,59 @@ def test_logistic_cut_off_regions_delegate_matches_reference(taichi_workers):
     check_delegate(model, taichi_workers, [above])
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(0, 4), alpha=st.floats(-2, 2), seed=S.seeds())
-def test_leaky_relu_float32_delegate_matches_reference(taichi_workers, shape, alpha, seed):
-    rng = np.random.default_rng(seed)
+@st.composite
+def leaky_relu_float32_cases(draw):
+    shape, alpha = draw(S.shapes(0, 4)), draw(st.floats(-2, 2))
+    rng = np.random.default_rng(draw(S.seeds()))
     model = one_op_model("LEAKY_RELU", [Input(shape)], [Output(shape)], alpha=alpha)
-    check_delegate(model, taichi_workers, [_data(rng, shape, 3.0)])
+    return model, [_data(rng, shape, 3.0)]
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(0, 4), alpha=st.floats(0, 1.5), qi=S.quant_params(), qo=S.quant_params(),
-       seed=S.seeds())
-def test_leaky_relu_int8_delegate_matches_reference(taichi_workers, shape, alpha, qi, qo, seed):
+@st.composite
+def leaky_relu_int8_cases(draw):
+    shape, alpha = draw(S.shapes(0, 4)), draw(st.floats(0, 1.5))
+    qi, qo = draw(S.quant_params()), draw(S.quant_params())
     model = one_op_model("LEAKY_RELU", [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)],
                          alpha=alpha)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": draw(S.seeds())}
+
+
+def test_leaky_relu_float32_delegate_matches_reference(taichi_workers):
+    check_op(leaky_relu_float32_cases(), workers=taichi_workers)
+
+
+def test_leaky_relu_int8_delegate_matches_reference(taichi_workers):
+    check_op(leaky_relu_int8_cases(), workers=taichi_workers)
 
 
 # -- SOFTMAX ---------------------------------------------------------------------------------------
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(1, 4, 1, 7), beta=st.sampled_from([1.0, 0.5, 2.0, 0.01]) | st.floats(-3, 3),
-       magnitude=st.sampled_from([1.0, 10.0, 60.0]), seed=S.seeds())
-def test_softmax_float32_delegate_matches_reference(taichi_workers, shape, beta, magnitude, seed):
-    rng = np.random.default_rng(seed)
+@st.composite
+def softmax_float32_cases(draw):
+    shape = draw(S.shapes(1, 4, 1, 7))
+    beta = draw(st.sampled_from([1.0, 0.5, 2.0, 0.01]) | st.floats(-3, 3))
+    magnitude = draw(st.sampled_from([1.0, 10.0, 60.0]))
+    rng = np.random.default_rng(draw(S.seeds()))
     model = one_op_model("SOFTMAX", [Input(shape)], [Output(shape)], beta=beta)
-    check_delegate(model, taichi_workers, [_data(rng, shape, magnitude)])
+    return model, [_data(rng, shape, magnitude)]
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(1, 4, 1, 7), beta=st.sampled_from([1.0, 0.5, 2.0]) | st.floats(0.05, 4),
-       qi=st.tuples(S.scales(1e-3, 0.5), st.integers(-128, 127)),
-       qo=st.just(FIXED_OUTPUT_QUANT["SOFTMAX"]) | S.quant_params(), seed=S.seeds())
-def test_softmax_int8_delegate_matches_reference(taichi_workers, shape, beta, qi, qo, seed):
+@st.composite
+def softmax_int8_cases(draw):
+    shape = draw(S.shapes(1, 4, 1, 7))
+    beta = draw(st.sampled_from([1.0, 0.5, 2.0]) | st.floats(0.05, 4))
+    qi = draw(st.tuples(S.scales(1e-3, 0.5), st.integers(-128, 127)))
+    qo = draw(st.just(FIXED_OUTPUT_QUANT["SOFTMAX"]) | S.quant_params())
     model = one_op_model("SOFTMAX", [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)],
                          beta=beta)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": draw(S.seeds())}
+
+
+def test_softmax_float32_delegate_matches_reference(taichi_workers):
+    check_op(softmax_float32_cases(), workers=taichi_workers)
+
+
+def test_softmax_int8_delegate_matches_reference(taichi_workers):
+    check_op(softmax_int8_cases(), workers=taichi_workers)
 
 
 def test_softmax_long_rows_delegate_matches_reference(taichi_workers):
@@ -104,25 +132,29 @@ def test_softmax_long_rows_delegate_matches_reference(taichi_workers):
 
 
 # -- PRELU -----------------------------------------------------------------------------------------
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shapes=prelu_shapes(), const_alpha=st.booleans(), seed=S.seeds())
-def test_prelu_float32_delegate_matches_reference(taichi_workers, shapes, const_alpha, seed):
-    shape, alpha_shape = shapes
-    rng = np.random.default_rng(seed)
+@st.composite
+def prelu_float32_cases(draw):
+    (shape, alpha_shape), const_alpha = draw(prelu_shapes()), draw(st.booleans())
+    rng = np.random.default_rng(draw(S.seeds()))
     alpha = rng.uniform(-1, 2, alpha_shape).astype(np.float32)
     alpha_in = Const(alpha) if const_alpha else Input(alpha_shape)
     model = one_op_model("PRELU", [Input(shape), alpha_in], [Output(shape)])
-    check_delegate(model, taichi_workers,
-                   [_data(rng, shape, 3.0)] + ([] if const_alpha else [alpha]))
+    return model, [_data(rng, shape, 3.0)] + ([] if const_alpha else [alpha])
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shapes=prelu_shapes(), const_alpha=st.booleans(), qi=S.quant_params(),
-       qa=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
-def test_prelu_int8_delegate_matches_reference(taichi_workers, shapes, const_alpha, qi, qa, qo,
-                                               seed):
-    model, inputs = prelu_int8_case(shapes, const_alpha, qi, qa, qo, seed)
-    check_delegate(model, taichi_workers, inputs)
+@st.composite
+def prelu_int8_cases(draw):
+    shapes, const_alpha = draw(prelu_shapes()), draw(st.booleans())
+    qi, qa, qo = draw(S.quant_params()), draw(S.quant_params()), draw(S.quant_params())
+    return prelu_int8_case(shapes, const_alpha, qi, qa, qo, draw(S.seeds()))
+
+
+def test_prelu_float32_delegate_matches_reference(taichi_workers):
+    check_op(prelu_float32_cases(), workers=taichi_workers)
+
+
+def test_prelu_int8_delegate_matches_reference(taichi_workers):
+    check_op(prelu_int8_cases(), workers=taichi_workers)
 
 
 @pytest.mark.parametrize("alpha_shape", [(3, 1), (2, 1, 4), (1, 3, 1), (4,), ()])
@@ -137,44 +169,55 @@ def test_prelu_broadcast_alpha_delegate_matches_reference(taichi_workers, alpha_
 
 
 # -- QUANTIZE / DEQUANTIZE -------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", list(INTS))
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(data=st.data(), shape=S.shapes(0, 4), seed=S.seeds())
-def test_quantize_float32_delegate_matches_reference(taichi_workers, dtype, data, shape, seed):
-    q = data.draw(quant_params(INTS[dtype]), label="quantization")
-    rng = np.random.default_rng(seed)
+@st.composite
+def quantize_float32_cases(draw, dtype):
+    q, shape = draw(quant_params(INTS[dtype])), draw(S.shapes(0, 4))
+    rng = np.random.default_rng(draw(S.seeds()))
     lo, hi = _real_range(INTS[dtype], q)        # past both ends: the store's clamp is exercised
     x = rng.uniform(lo, hi, shape).astype(np.float32)
-    model = one_op_model("QUANTIZE", [Input(shape)], [Output(shape, INTS[dtype], q)])
-    check_delegate(model, taichi_workers, [x])
+    return one_op_model("QUANTIZE", [Input(shape)], [Output(shape, INTS[dtype], q)]), [x]
+
+
+@st.composite
+def requantize_cases(draw, src, dst):
+    qi, qo = draw(quant_params(INTS[src])), draw(quant_params(INTS[dst]))
+    shape = draw(S.shapes(0, 4))
+    model = one_op_model("QUANTIZE", [Input(shape, INTS[src], qi)], [Output(shape, INTS[dst], qo)])
+    return model, None, {"seed": draw(S.seeds())}
+
+
+@st.composite
+def dequantize_int_cases(draw, dtype):
+    q, shape = draw(quant_params(INTS[dtype])), draw(S.shapes(0, 4))
+    model = one_op_model("DEQUANTIZE", [Input(shape, INTS[dtype], q)], [Output(shape)])
+    return model, None, {"seed": draw(S.seeds())}
+
+
+@st.composite
+def dequantize_float16_cases(draw):
+    shape, magnitude = draw(S.shapes(0, 4)), draw(st.sampled_from([1.0, 100.0, 60000.0]))
+    rng = np.random.default_rng(draw(S.seeds()))
+    x = rng.uniform(-magnitude, magnitude, shape).astype(np.float16)
+    return one_op_model("DEQUANTIZE", [Input(shape, np.float16)], [Output(shape)]), [x]
+
+
+@pytest.mark.parametrize("dtype", list(INTS))
+def test_quantize_float32_delegate_matches_reference(taichi_workers, dtype):
+    check_op(quantize_float32_cases(dtype), workers=taichi_workers)
 
 
 @pytest.mark.parametrize("src,dst", REQUANTIZE)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(data=st.data(), shape=S.shapes(0, 4), seed=S.seeds())
-def test_requantize_delegate_matches_reference(taichi_workers, src, dst, data, shape, seed):
-    qi = data.draw(quant_params(INTS[src]), label="input quantization")
-    qo = data.draw(quant_params(INTS[dst]), label="output quantization")
-    model = one_op_model("QUANTIZE", [Input(shape, INTS[src], qi)], [Output(shape, INTS[dst], qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+def test_requantize_delegate_matches_reference(taichi_workers, src, dst):
+    check_op(requantize_cases(src, dst), workers=taichi_workers)
 
 
 @pytest.mark.parametrize("dtype", list(INTS))
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(data=st.data(), shape=S.shapes(0, 4), seed=S.seeds())
-def test_dequantize_int_delegate_matches_reference(taichi_workers, dtype, data, shape, seed):
-    q = data.draw(quant_params(INTS[dtype]), label="quantization")
-    model = one_op_model("DEQUANTIZE", [Input(shape, INTS[dtype], q)], [Output(shape)])
-    check_delegate(model, taichi_workers, seed=seed)
+def test_dequantize_int_delegate_matches_reference(taichi_workers, dtype):
+    check_op(dequantize_int_cases(dtype), workers=taichi_workers)
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(0, 4), magnitude=st.sampled_from([1.0, 100.0, 60000.0]), seed=S.seeds())
-def test_dequantize_float16_delegate_matches_reference(taichi_workers, shape, magnitude, seed):
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(-magnitude, magnitude, shape).astype(np.float16)
-    model = one_op_model("DEQUANTIZE", [Input(shape, np.float16)], [Output(shape)])
-    check_delegate(model, taichi_workers, [x])
+def test_dequantize_float16_delegate_matches_reference(taichi_workers):
+    check_op(dequantize_float16_cases(), workers=taichi_workers)
 
 
 def _chain_model(op, shape, q8, q_mid, **options):
