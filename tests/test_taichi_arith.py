@@ -12,11 +12,11 @@ at the end: float32 and int8 broadcasting, every special pair, fused into its pr
 RIGHT_SHIFT has no Taichi part (integers stay on the CPU)."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import strategies as st
 
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
-                                   one_op_model, strategies)
+from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op, one_op_model,
+                                   strategies)
 from cases.arith import (ATAN2_SPECIALS, BINARY, UNARY, atan2_data, binary_data, unary_data,
                          unary_options)
 from cases.elementwise import broadcast_pair
@@ -26,68 +26,86 @@ S = strategies()
 UNARY_VARIANTS = [(op, False) for op in UNARY] + [("GELU", True)]
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(variant=st.sampled_from(UNARY_VARIANTS), shape=S.shapes(0, 4),
-       magnitude=st.sampled_from([1.0, 4.0, 30.0]), seed=S.seeds())
-def test_unary_float32_delegate_matches_reference(taichi_workers, variant, shape, magnitude, seed):
-    op, approximate = variant
-    rng = np.random.default_rng(seed)
+# The property tests go through check_op, the helper a user's op gets: a strategy of cases
+# (model, inputs[, check_delegate's options]; inputs None: seeded from the model), each run on
+# the reference path and on every worker's backend, delegated and matching.
+@st.composite
+def unary_float32_cases(draw):
+    op, approximate = draw(st.sampled_from(UNARY_VARIANTS))
+    shape, magnitude = draw(S.shapes(0, 4)), draw(st.sampled_from([1.0, 4.0, 30.0]))
+    rng = np.random.default_rng(draw(S.seeds()))
     model = one_op_model(op, [Input(shape)], [Output(shape)], **unary_options(op, approximate))
-    check_delegate(model, taichi_workers, [unary_data(op, rng, shape, magnitude)])
+    return model, [unary_data(op, rng, shape, magnitude)]
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(variant=st.sampled_from(UNARY_VARIANTS), shape=S.shapes(0, 4), qi=S.quant_params(),
-       qo=S.quant_params(), seed=S.seeds())
-def test_unary_int8_delegate_matches_reference(taichi_workers, variant, shape, qi, qo, seed):
-    """Full int8 input range: negatives under LOG (-inf: the lowest value), SQRT and RSQRT (NaN:
-    the zero point), zero under RSQRT (inf: the highest value)."""
-    op, approximate = variant
+@st.composite
+def unary_int8_cases(draw):
+    op, approximate = draw(st.sampled_from(UNARY_VARIANTS))
+    shape, qi, qo = draw(S.shapes(0, 4)), draw(S.quant_params()), draw(S.quant_params())
     model = one_op_model(op, [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)],
                          **unary_options(op, approximate))
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": draw(S.seeds())}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(BINARY), shapes=broadcast_pair(), const_rhs=st.booleans(),
-       decimals=st.booleans(), seed=S.seeds())
-def test_binary_float32_delegate_matches_reference(taichi_workers, op, shapes, const_rhs,
-                                                   decimals, seed):
-    a_shape, b_shape, out_shape = shapes
-    rng = np.random.default_rng(seed)
+@st.composite
+def binary_float32_cases(draw):
+    op, (a_shape, b_shape, out_shape) = draw(st.sampled_from(BINARY)), draw(broadcast_pair())
+    const_rhs, decimals = draw(st.booleans()), draw(st.booleans())
+    rng = np.random.default_rng(draw(S.seeds()))
     a, b = binary_data(op, rng, a_shape, b_shape, decimals)
     model = one_op_model(op, [Input(a_shape), Const(b) if const_rhs else Input(b_shape)],
                          [Output(out_shape)])
-    check_delegate(model, taichi_workers, [a] + ([] if const_rhs else [b]))
+    return model, [a] + ([] if const_rhs else [b])
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(BINARY), shapes=broadcast_pair(), qa=S.quant_params(),
-       qb=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
-def test_binary_int8_delegate_matches_reference(taichi_workers, op, shapes, qa, qb, qo, seed):
-    """Random grids: zero divisors (IEEE here, then snapped: inf to the grid's end, NaN to the
-    zero point) and POW of negative bases included."""
-    a_shape, b_shape, out_shape = shapes
+@st.composite
+def binary_int8_cases(draw, op=None):
+    op = op or draw(st.sampled_from(BINARY))
+    a_shape, b_shape, out_shape = draw(broadcast_pair())
+    qa, qb, qo = draw(S.quant_params()), draw(S.quant_params()), draw(S.quant_params())
     model = one_op_model(op, [Input(a_shape, np.int8, qa), Input(b_shape, np.int8, qb)],
                          [Output(out_shape, np.int8, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": draw(S.seeds())}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(n=st.integers(2, 5), shape=S.shapes(0, 4), consts=st.lists(st.booleans(), min_size=5,
-       max_size=5), quantized=st.booleans(), q=S.quant_params(), seed=S.seeds())
-def test_add_n_delegate_matches_reference(taichi_workers, n, shape, consts, quantized, q, seed):
-    rng = np.random.default_rng(seed)
+@st.composite
+def add_n_cases(draw):
+    n, shape = draw(st.integers(2, 5)), draw(S.shapes(0, 4))
+    consts = draw(st.lists(st.booleans(), min_size=5, max_size=5))
+    quantized, q, seed = draw(st.booleans()), draw(S.quant_params()), draw(S.seeds())
     consts[0] = False
     if quantized:
         ins = [Input(shape, np.int8, q)] * n
-        model = one_op_model("ADD_N", ins, [Output(shape, np.int8, q)])
-        check_delegate(model, taichi_workers, seed=seed)
-        return
+        return one_op_model("ADD_N", ins, [Output(shape, np.int8, q)]), None, {"seed": seed}
+    rng = np.random.default_rng(seed)
     values = [rng.uniform(-3, 3, shape).astype(np.float32) for _ in range(n)]
     ins = [Const(v) if c else Input(shape) for v, c in zip(values, consts)]
     model = one_op_model("ADD_N", ins, [Output(shape)])
-    check_delegate(model, taichi_workers, [v for v, c in zip(values, consts) if not c])
+    return model, [v for v, c in zip(values, consts) if not c]
+
+
+def test_unary_float32_delegate_matches_reference(taichi_workers):
+    check_op(unary_float32_cases(), workers=taichi_workers)
+
+
+def test_unary_int8_delegate_matches_reference(taichi_workers):
+    """Full int8 input range: negatives under LOG (-inf: the lowest value), SQRT and RSQRT (NaN:
+    the zero point), zero under RSQRT (inf: the highest value)."""
+    check_op(unary_int8_cases(), workers=taichi_workers)
+
+
+def test_binary_float32_delegate_matches_reference(taichi_workers):
+    check_op(binary_float32_cases(), workers=taichi_workers)
+
+
+def test_binary_int8_delegate_matches_reference(taichi_workers):
+    """Random grids: zero divisors (IEEE here, then snapped: inf to the grid's end, NaN to the
+    zero point) and POW of negative bases included."""
+    check_op(binary_int8_cases(), workers=taichi_workers)
+
+
+def test_add_n_delegate_matches_reference(taichi_workers):
+    check_op(add_n_cases(), workers=taichi_workers)
 
 
 # -- special values: one model, every op -----------------------------------------------------------
@@ -172,27 +190,24 @@ def test_int32_stays_on_the_cpu(taichi_workers, op):
 
 
 # -- ATAN2 -----------------------------------------------------------------------------------------
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shapes=broadcast_pair(), magnitude=st.sampled_from([1e-3, 1.0, 1e4]),
-       const_rhs=st.booleans(), seed=S.seeds())
-def test_atan2_float32_delegate_matches_reference(taichi_workers, shapes, magnitude, const_rhs,
-                                                  seed):
-    a_shape, b_shape, out_shape = shapes
-    rng = np.random.default_rng(seed)
+@st.composite
+def atan2_float32_cases(draw):
+    (a_shape, b_shape, out_shape), magnitude = draw(broadcast_pair()), draw(
+        st.sampled_from([1e-3, 1.0, 1e4]))
+    const_rhs = draw(st.booleans())
+    rng = np.random.default_rng(draw(S.seeds()))
     y, x = atan2_data(rng, a_shape, magnitude), atan2_data(rng, b_shape, magnitude)
     model = one_op_model("ATAN2", [Input(a_shape), Const(x) if const_rhs else Input(b_shape)],
                          [Output(out_shape)])
-    check_delegate(model, taichi_workers, [y] + ([] if const_rhs else [x]))
+    return model, [y] + ([] if const_rhs else [x])
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shapes=broadcast_pair(), qa=S.quant_params(), qb=S.quant_params(), qo=S.quant_params(),
-       seed=S.seeds())
-def test_atan2_int8_delegate_matches_reference(taichi_workers, shapes, qa, qb, qo, seed):
-    a_shape, b_shape, out_shape = shapes
-    model = one_op_model("ATAN2", [Input(a_shape, np.int8, qa), Input(b_shape, np.int8, qb)],
-                         [Output(out_shape, np.int8, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+def test_atan2_float32_delegate_matches_reference(taichi_workers):
+    check_op(atan2_float32_cases(), workers=taichi_workers)
+
+
+def test_atan2_int8_delegate_matches_reference(taichi_workers):
+    check_op(binary_int8_cases("ATAN2"), workers=taichi_workers)
 
 
 def _atan2_special_model(n):
