@@ -3,11 +3,10 @@ workers; fp16 on vulkan; gles) vs the reference path, over the LiteRT tests' cas
 outputs must match exactly (LiteRT's fixed-point rescaling of quantized comparisons included);
 float outputs within tflite_taichi.testing.TAICHI_RTOL."""
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import strategies as st
 
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Input, Output, check_delegate, one_op_model,
-                                   strategies)
+from tflite_taichi.testing import Input, Output, check_delegate, check_op, one_op_model, strategies
 from tflite_taichi.ops.compare import COMPARISONS
 from cases.compare import (SWEEP_SCALES, cast_values_of, every_pair, float_compare_case,
                            quantized_compare_case, select_model, select_shapes)
@@ -17,18 +16,15 @@ S = strategies()
 CARRIED = [np.float32, np.float16, np.bool_]      # CAST's types the delegate carries
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(COMPARISONS), data=st.data())
-def test_float32_comparisons_delegate(taichi_workers, op, data):
-    model, inputs = data.draw(float_compare_case(op))
-    check_delegate(model, taichi_workers, inputs)
+# The property tests go through check_op, the helper a user's op gets: a strategy of cases
+# (model, inputs[, check_delegate's options]; inputs None: seeded from the model), each run on
+# the reference path and on every worker's backend, delegated and matching.
+def test_float32_comparisons_delegate(taichi_workers):
+    check_op(st.sampled_from(COMPARISONS).flatmap(float_compare_case), workers=taichi_workers)
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(COMPARISONS), data=st.data())
-def test_quantized_comparisons_delegate(taichi_workers, op, data):
-    model, inputs = data.draw(quantized_compare_case(op))
-    check_delegate(model, taichi_workers, inputs)
+def test_quantized_comparisons_delegate(taichi_workers):
+    check_op(st.sampled_from(COMPARISONS).flatmap(quantized_compare_case), workers=taichi_workers)
 
 
 def _sweep_model(dtype, pairs, n):
@@ -63,26 +59,33 @@ def test_int16_extremes_delegate(taichi_workers):
                                 256), taichi_workers, [a, bb, a, bb])
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(["LOGICAL_OR", "LOGICAL_NOT", "EQUAL", "NOT_EQUAL"]),
-       shapes=broadcast_pair(), seed=S.seeds())
-def test_logical_and_bool_comparisons_delegate(taichi_workers, op, shapes, seed):
-    a_shape, b_shape, out_shape = shapes
+@st.composite
+def bool_cases(draw):
+    op = draw(st.sampled_from(["LOGICAL_OR", "LOGICAL_NOT", "EQUAL", "NOT_EQUAL"]))
+    a_shape, b_shape, out_shape = draw(broadcast_pair())
     if op == "LOGICAL_NOT":
         model = one_op_model(op, [Input(a_shape, np.bool_)], [Output(a_shape, np.bool_)])
     else:
         model = one_op_model(op, [Input(a_shape, np.bool_), Input(b_shape, np.bool_)],
                              [Output(out_shape, np.bool_)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": draw(S.seeds())}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(["SELECT", "SELECT_V2"]), data=st.data(),
-       dtype=st.sampled_from([np.float32, np.int8, np.bool_]), q=S.quant_params(), seed=S.seeds())
-def test_select_delegate(taichi_workers, op, data, dtype, q, seed):
-    shapes = data.draw(select_shapes(op))
-    check_delegate(select_model(op, shapes, dtype, q if dtype == np.int8 else None),
-                   taichi_workers, seed=seed)
+@st.composite
+def select_cases(draw):
+    op = draw(st.sampled_from(["SELECT", "SELECT_V2"]))
+    shapes = draw(select_shapes(op))
+    dtype, q = draw(st.sampled_from([np.float32, np.int8, np.bool_])), draw(S.quant_params())
+    model = select_model(op, shapes, dtype, q if dtype == np.int8 else None)
+    return model, None, {"seed": draw(S.seeds())}
+
+
+def test_logical_and_bool_comparisons_delegate(taichi_workers):
+    check_op(bool_cases(), workers=taichi_workers)
+
+
+def test_select_delegate(taichi_workers):
+    check_op(select_cases(), workers=taichi_workers)
 
 
 def test_select_of_single_elements_delegate(taichi_workers):
@@ -91,13 +94,16 @@ def test_select_of_single_elements_delegate(taichi_workers):
         check_delegate(select_model(op, ((1, 1), (1,), (), (1, 1, 1))), taichi_workers, seed=2)
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(src=st.sampled_from(CARRIED), dst=st.sampled_from(CARRIED), shape=S.shapes(0, 3),
-       data=st.data())
-def test_cast_delegate(taichi_workers, src, dst, shape, data):
-    x = data.draw(cast_values_of(src, shape))
-    model = one_op_model("CAST", [Input(shape, src)], [Output(shape, dst)])
-    check_delegate(model, taichi_workers, [x])
+@st.composite
+def cast_cases(draw):
+    src, dst = draw(st.sampled_from(CARRIED)), draw(st.sampled_from(CARRIED))
+    shape = draw(S.shapes(0, 3))
+    x = draw(cast_values_of(src, shape))
+    return one_op_model("CAST", [Input(shape, src)], [Output(shape, dst)]), [x]
+
+
+def test_cast_delegate(taichi_workers):
+    check_op(cast_cases(), workers=taichi_workers)
 
 
 def test_cast_to_float16_rounds_inside_a_partition(taichi_workers):
