@@ -5,10 +5,10 @@ tflite_taichi.testing.TAICHI_RTOL; quantized outputs within one quantization ste
 (check_delegate's rule: a value on a rounding boundary may snap either way)."""
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, strategies as st
 
-from tflite_taichi.testing import (TAICHI_EXAMPLES, model_inputs, Const, Input, Output,
-                                   check_delegate, one_op_model, strategies)
+from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op, model_inputs,
+                                   one_op_model, strategies)
 from cases.reduce import (OPS as REDUCE_OPS, all_inputs, any_inputs, prod_inputs, reduction,
                           rounding_floor)
 from cases.resize import OPS as RESIZE_OPS, _model as resize_model, resize_case
@@ -22,25 +22,37 @@ def _reduce_model(op, case, dtype=np.float32, qi=None, qo=None):
                         keep_dims=keep_dims)
 
 
+# The property tests go through check_op, the helper a user's op gets: a strategy of cases
+# (model, inputs[, check_delegate's options]; inputs None: seeded from the model), each run on
+# the reference path and on every worker's backend, delegated and matching.
+
 # -- reductions ------------------------------------------------------------------------------
-@pytest.mark.parametrize("op", REDUCE_OPS)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=reduction(), seed=S.seeds())
-def test_reduce_float32_delegate_matches_reference(taichi_workers, op, case, seed):
+@st.composite
+def reduce_float32_cases(draw, op):
+    case = draw(reduction())
     model = _reduce_model(op, case)
-    inputs = model_inputs(model, seed)
+    inputs = model_inputs(model, draw(S.seeds()))
     # the split reduction and numpy add in different orders: a sum that cancels (0.028 from
     # 60 terms up to 3: seed 55, axes [1, -1, 2]) is held to its terms' magnitudes
-    check_delegate(model, taichi_workers, inputs, floor=rounding_floor(op, inputs[0], case[1]))
+    return model, inputs, {"floor": rounding_floor(op, inputs[0], case[1])}
+
+
+@st.composite
+def reduce_int8_cases(draw, op):
+    case, qi, qo = draw(reduction()), draw(S.quant_params()), draw(S.quant_params())
+    # REDUCE_MAX keeps the input's quantization (LiteRT's constraint); MEAN/SUM rescale.
+    qo = qi if op == "REDUCE_MAX" else qo
+    return _reduce_model(op, case, np.int8, qi, qo), None, {"seed": draw(S.seeds())}
 
 
 @pytest.mark.parametrize("op", REDUCE_OPS)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=reduction(), qi=S.quant_params(), qo=S.quant_params(), seed=S.seeds())
-def test_reduce_int8_delegate_matches_reference(taichi_workers, op, case, qi, qo, seed):
-    # REDUCE_MAX keeps the input's quantization (LiteRT's constraint); MEAN/SUM rescale.
-    qo = qi if op == "REDUCE_MAX" else qo
-    check_delegate(_reduce_model(op, case, np.int8, qi, qo), taichi_workers, seed=seed)
+def test_reduce_float32_delegate_matches_reference(taichi_workers, op):
+    check_op(reduce_float32_cases(op), workers=taichi_workers)
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+def test_reduce_int8_delegate_matches_reference(taichi_workers, op):
+    check_op(reduce_int8_cases(op), workers=taichi_workers)
 
 
 def test_reduce_fp16_on_vulkan(vulkan_workers):
@@ -76,18 +88,17 @@ def _new_reduce_inputs(op, shape, seed):
     return None
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(NEW_REDUCE_OPS), case=reduction(), seed=S.seeds())
-def test_min_prod_any_delegate_matches_reference(taichi_workers, op, case, seed):
+@st.composite
+def min_prod_any_cases(draw):
+    op, case, seed = draw(st.sampled_from(NEW_REDUCE_OPS)), draw(reduction()), draw(S.seeds())
     dtype = np.bool_ if op == "REDUCE_ANY" else np.float32
-    check_delegate(_reduce_model(op, case, dtype), taichi_workers,
-                   _new_reduce_inputs(op, case[0], seed), seed=seed)
+    return _reduce_model(op, case, dtype), _new_reduce_inputs(op, case[0], seed), {"seed": seed}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(["REDUCE_MIN", "REDUCE_PROD"]), case=reduction(), qi=S.quant_params(),
-       widen=st.floats(1.0, 2.0), seed=S.seeds())
-def test_min_prod_int8_delegate_matches_reference(taichi_workers, op, case, qi, widen, seed):
+@st.composite
+def min_prod_int8_cases(draw):
+    op, case = draw(st.sampled_from(["REDUCE_MIN", "REDUCE_PROD"])), draw(reduction())
+    qi, widen, seed = draw(S.quant_params()), draw(st.floats(1.0, 2.0)), draw(S.seeds())
     # REDUCE_MIN keeps the input's quantization (LiteRT's constraint); REDUCE_PROD's output
     # quantization covers its products (as in the LiteRT test).
     shape, axes, _, _ = case
@@ -100,7 +111,15 @@ def test_min_prod_int8_delegate_matches_reference(taichi_workers, op, case, qi, 
         assume(1e-30 < hi - lo < 1e30)
         scale = float(np.float32((hi - lo) / 240 * widen))
         qo = (scale, int(np.clip(round(-(lo + hi) / 2 / scale), -100, 100)))
-    check_delegate(_reduce_model(op, case, np.int8, qi, qo), taichi_workers, [x])
+    return _reduce_model(op, case, np.int8, qi, qo), [x]
+
+
+def test_min_prod_any_delegate_matches_reference(taichi_workers):
+    check_op(min_prod_any_cases(), workers=taichi_workers)
+
+
+def test_min_prod_int8_delegate_matches_reference(taichi_workers):
+    check_op(min_prod_int8_cases(), workers=taichi_workers)
 
 
 def test_min_prod_any_fp16_on_vulkan(vulkan_workers):
@@ -141,27 +160,27 @@ def test_min_of_bool_stays_on_the_cpu(taichi_workers):
 
 
 # -- resizes -------------------------------------------------------------------------------
-@pytest.mark.parametrize("op", RESIZE_OPS)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(data=st.data(), seed=S.seeds())
-def test_resize_float32_delegate_matches_reference(taichi_workers, op, data, seed):
-    check_delegate(resize_model(op, *data.draw(resize_case(op))), taichi_workers, seed=seed)
+@st.composite
+def resize_cases(draw, op, dtype=None, quant=None):
+    """`op`'s case space; int8 bilinear: the 10-bit fixed-point coordinates of LiteRT's kernel."""
+    case = draw(resize_case(op))
+    quantized = () if dtype is None else (dtype, draw(quant))
+    return resize_model(op, *case, *quantized), None, {"seed": draw(S.seeds())}
 
 
 @pytest.mark.parametrize("op", RESIZE_OPS)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(data=st.data(), q=S.quant_params(), seed=S.seeds())
-def test_resize_int8_delegate_matches_reference(taichi_workers, op, data, q, seed):
-    # int8 bilinear: the 10-bit fixed-point coordinates of LiteRT's kernel
-    case = data.draw(resize_case(op))
-    check_delegate(resize_model(op, *case, np.int8, q), taichi_workers, seed=seed)
+def test_resize_float32_delegate_matches_reference(taichi_workers, op):
+    check_op(resize_cases(op), workers=taichi_workers)
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(data=st.data(), q=S.quant_params(np.int16), seed=S.seeds())
-def test_resize_bilinear_int16_delegate_matches_reference(taichi_workers, data, q, seed):
-    case = data.draw(resize_case("RESIZE_BILINEAR"))
-    check_delegate(resize_model("RESIZE_BILINEAR", *case, np.int16, q), taichi_workers, seed=seed)
+@pytest.mark.parametrize("op", RESIZE_OPS)
+def test_resize_int8_delegate_matches_reference(taichi_workers, op):
+    check_op(resize_cases(op, np.int8, S.quant_params()), workers=taichi_workers)
+
+
+def test_resize_bilinear_int16_delegate_matches_reference(taichi_workers):
+    check_op(resize_cases("RESIZE_BILINEAR", np.int16, S.quant_params(np.int16)),
+             workers=taichi_workers)
 
 
 @pytest.mark.parametrize("align, half, in_h, out_h", [
@@ -199,11 +218,14 @@ def test_resize_nearest_with_too_many_ties_stays_on_the_cpu(taichi_workers):
 
 
 # -- REDUCE_ALL (bool carried as 0/1: the minimum) ------------------------------------------
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=reduction(), seed=S.seeds())
-def test_reduce_all_delegate_matches_reference(taichi_workers, case, seed):
-    check_delegate(_reduce_model("REDUCE_ALL", case, np.bool_), taichi_workers,
-                   [all_inputs(case[0], seed)])
+@st.composite
+def reduce_all_cases(draw):
+    case = draw(reduction())
+    return _reduce_model("REDUCE_ALL", case, np.bool_), [all_inputs(case[0], draw(S.seeds()))]
+
+
+def test_reduce_all_delegate_matches_reference(taichi_workers):
+    check_op(reduce_all_cases(), workers=taichi_workers)
 
 
 def test_long_reduce_all_split_into_partial_results(taichi_workers):
