@@ -20,7 +20,7 @@ from cases.conv import (_conv_options, _depthwise_options, _dyadic, _int8_bias, 
                         depthwise_case, fully_connected_case, tcb_case, transpose_conv_case)
 from cases.pooling import pool_case
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
-                                   one_op_model, strategies)
+                                   check_op, one_op_model, strategies)
 
 S = strategies()
 POOLS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]         # float32 and int8
@@ -97,52 +97,29 @@ def _tcb_model(c, rng):
 
 
 # -- float32 and int8 on every backend -------------------------------------------------------------
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=conv_case(), seed=S.seeds())
-def test_conv2d_float32(taichi_workers, case, seed):
-    rng = np.random.default_rng(seed)
-    check_delegate(_conv_model(case, rng), taichi_workers, _f32_inputs(rng, [case["in_shape"]]))
+# The property tests go through check_op, the helper a user's op gets: a strategy of cases
+# (model, inputs[, check_delegate's options]; inputs None: seeded from the model), each run on
+# the reference path and on every worker's backend, delegated and matching.
+@st.composite
+def float32_cases(draw, case, make):
+    """`make(case, rng)`'s model for a drawn case, its input dyadic (exact sums in any order)."""
+    c, rng = draw(case), np.random.default_rng(draw(S.seeds()))
+    return make(c, rng), _f32_inputs(rng, [c["in_shape"]])
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=conv_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
-def test_conv2d_int8(taichi_workers, case, data, qi, seed):
-    check_delegate(_conv_model(case, np.random.default_rng(seed), (data.draw, qi)), taichi_workers, seed=seed)
+@st.composite
+def int8_cases(draw, case, make):
+    """`make(case, rng, (draw, qi))`'s int8 model for a drawn case: filters, output scale and
+    zero point drawn inside; inputs seeded from the model."""
+    c, qi, seed = draw(case), draw(S.quant_params()), draw(S.seeds())
+    return make(c, np.random.default_rng(seed), (draw, qi)), None, {"seed": seed}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=depthwise_case(), seed=S.seeds())
-def test_depthwise_float32(taichi_workers, case, seed):
-    rng = np.random.default_rng(seed)
-    check_delegate(_depthwise_model(case, rng), taichi_workers,
-                   _f32_inputs(rng, [case["in_shape"]]))
-
-
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=depthwise_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
-def test_depthwise_int8(taichi_workers, case, data, qi, seed):
-    check_delegate(_depthwise_model(case, np.random.default_rng(seed), (data.draw, qi)), taichi_workers, seed=seed)
-
-
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=transpose_conv_case(), seed=S.seeds())
-def test_transpose_conv_float32(taichi_workers, case, seed):
-    rng = np.random.default_rng(seed)
-    check_delegate(_tconv_model(case, rng), taichi_workers, _f32_inputs(rng, [case["in_shape"]]))
-
-
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=transpose_conv_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
-def test_transpose_conv_int8(taichi_workers, case, data, qi, seed):
-    check_delegate(_tconv_model(case, np.random.default_rng(seed), (data.draw, qi)), taichi_workers, seed=seed)
-
-
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=fully_connected_case(), const_weights=st.booleans(), seed=S.seeds())
-def test_fully_connected_float32(taichi_workers, case, const_weights, seed):
+@st.composite
+def fully_connected_float32_cases(draw):
     """Constant weights (in the weights buffer) or weights and bias given at run time."""
-    rng = np.random.default_rng(seed)
-    c = case
+    c, const_weights = draw(fully_connected_case()), draw(st.booleans())
+    rng = np.random.default_rng(draw(S.seeds()))
     weights = _dyadic(rng, (c["units"], c["depth"]), 1)
     bias = _dyadic(rng, c["units"], 1)
     x = _dyadic(rng, c["in_shape"], 3)
@@ -152,53 +129,86 @@ def test_fully_connected_float32(taichi_workers, case, const_weights, seed):
         extra = [Input(bias.shape)] if c["bias"] else []
         ins, feeds = [Input(c["in_shape"]), Input(weights.shape)] + extra, [x, weights]
         feeds += [bias] if c["bias"] else []
-    model = one_op_model("FULLY_CONNECTED", ins, [Output(c["out_shape"])], **_fc_options(c))
-    check_delegate(model, taichi_workers, feeds)
+    return one_op_model("FULLY_CONNECTED", ins, [Output(c["out_shape"])], **_fc_options(c)), feeds
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=fully_connected_case(), data=st.data(), qi=S.quant_params(), seed=S.seeds())
-def test_fully_connected_int8(taichi_workers, case, data, qi, seed):
+@st.composite
+def fully_connected_int8_cases(draw):
+    c, qi, seed = draw(fully_connected_case()), draw(S.quant_params()), draw(S.seeds())
     rng = np.random.default_rng(seed)
-    c = case
-    weights, wq, wscales = _int8_filter(data.draw, rng, (c["units"], c["depth"]), 0)
-    qo = (_int8_output_scale(data.draw, qi[0], wscales, c["depth"]),
-          data.draw(st.integers(-128, 127)))
+    weights, wq, wscales = _int8_filter(draw, rng, (c["units"], c["depth"]), 0)
+    qo = (_int8_output_scale(draw, qi[0], wscales, c["depth"]), draw(st.integers(-128, 127)))
     model = one_op_model("FULLY_CONNECTED",
                          [Input(c["in_shape"], np.int8, qi), Const(weights, wq),
                           _int8_bias(rng, qi[0], wscales, c["units"], c["bias"])],
                          [Output(c["out_shape"], np.int8, qo)], **_fc_options(c))
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=tcb_case(stride_within_kernel=False), seed=S.seeds())
-def test_transpose_conv_bias_float32(taichi_workers, case, seed):
-    rng = np.random.default_rng(seed)
-    check_delegate(_tcb_model(case, rng), taichi_workers, _f32_inputs(rng, [case["in_shape"]]))
-
-
-@pytest.mark.parametrize("op", FLOAT_POOLS)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=pool_case(), seed=S.seeds())
-def test_pool_float32(taichi_workers, op, case, seed):
+@st.composite
+def pool_float32_cases(draw, op):
+    case = draw(pool_case())
     model = one_op_model(op, [Input(case["in_shape"])], [Output(case["out_shape"])],
                          **case["options"])
-    check_delegate(model, taichi_workers,
-                   _f32_inputs(np.random.default_rng(seed), [case["in_shape"]]))
+    return model, _f32_inputs(np.random.default_rng(draw(S.seeds())), [case["in_shape"]])
 
 
-@pytest.mark.parametrize("op", POOLS)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=pool_case(), qi=S.quant_params(), qo=S.quant_params(), same=st.booleans(),
-       seed=S.seeds())
-def test_pool_int8(taichi_workers, op, case, qi, qo, same, seed):
+@st.composite
+def pool_int8_cases(draw, op):
     """One quantization for input and output (as converters write it), or two: the float
     view handles both."""
+    case, qi, qo, same = draw(pool_case()), draw(S.quant_params()), draw(S.quant_params()), draw(
+        st.booleans())
     model = one_op_model(op, [Input(case["in_shape"], np.int8, qi)],
                          [Output(case["out_shape"], np.int8, qi if same else qo)],
                          **case["options"])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": draw(S.seeds())}
+
+
+def test_conv2d_float32(taichi_workers):
+    check_op(float32_cases(conv_case(), _conv_model), workers=taichi_workers)
+
+
+def test_conv2d_int8(taichi_workers):
+    check_op(int8_cases(conv_case(), _conv_model), workers=taichi_workers)
+
+
+def test_depthwise_float32(taichi_workers):
+    check_op(float32_cases(depthwise_case(), _depthwise_model), workers=taichi_workers)
+
+
+def test_depthwise_int8(taichi_workers):
+    check_op(int8_cases(depthwise_case(), _depthwise_model), workers=taichi_workers)
+
+
+def test_transpose_conv_float32(taichi_workers):
+    check_op(float32_cases(transpose_conv_case(), _tconv_model), workers=taichi_workers)
+
+
+def test_transpose_conv_int8(taichi_workers):
+    check_op(int8_cases(transpose_conv_case(), _tconv_model), workers=taichi_workers)
+
+
+def test_fully_connected_float32(taichi_workers):
+    check_op(fully_connected_float32_cases(), workers=taichi_workers)
+
+
+def test_fully_connected_int8(taichi_workers):
+    check_op(fully_connected_int8_cases(), workers=taichi_workers)
+
+
+def test_transpose_conv_bias_float32(taichi_workers):
+    check_op(float32_cases(tcb_case(stride_within_kernel=False), _tcb_model), workers=taichi_workers)
+
+
+@pytest.mark.parametrize("op", FLOAT_POOLS)
+def test_pool_float32(taichi_workers, op):
+    check_op(pool_float32_cases(op), workers=taichi_workers)
+
+
+@pytest.mark.parametrize("op", POOLS)
+def test_pool_int8(taichi_workers, op):
+    check_op(pool_int8_cases(op), workers=taichi_workers)
 
 
 @st.composite
