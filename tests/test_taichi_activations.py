@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
-                                   check_op, one_op_model, quantize_array, strategies)
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate, check_op,
+                                   one_op_model, quantize_array, strategies)
 from cases.activations import FIXED_OUTPUT_QUANT, UNARY, prelu_int8_case, prelu_shapes
 from cases.quantize import INTS, REQUANTIZE, _real_range, quant_params
 

@@ -19,8 +19,8 @@ from cases.conv import (_conv_options, _depthwise_options, _dyadic, _int8_bias, 
                         _int8_output_scale, _tcb_options, _transpose_conv_model, conv_case,
                         depthwise_case, fully_connected_case, tcb_case, transpose_conv_case)
 from cases.pooling import pool_case
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
-                                   check_op, one_op_model, strategies)
+from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate, check_op,
+                                   one_op_model, strategies)
 
 S = strategies()
 POOLS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]         # float32 and int8

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from tflite_taichi.ops.conv import (GEMM_CONFIG, GEMM_K, GEMM_MIN_BLOCKS, SPLIT_K_MIN_TERMS,
                                     SPLIT_K_THREADS, gemm_blocks, pointwise_splits, split_k)
 from tflite_taichi import Interpreter
-from tflite_taichi.testing import (TAICHI_EXAMPLES, BackendWorker, Const, Input, Output,
-                                   check_delegate, model_inputs, one_op_model, quantize_array,
-                                   strategies)
+from tflite_taichi.testing import (BackendWorker, Const, Input, Output, TAICHI_EXAMPLES,
+                                   check_delegate, check_op, model_inputs, one_op_model,
+                                   quantize_array, strategies)
 
 S = strategies()
 TILE_M, TILE_N = GEMM_CONFIG[:2]
@@ -54,10 +54,9 @@ def long_reduction_conv(draw):
     return side, c_in, c_out, k, draw(st.sampled_from(["NONE", "RELU6"])), draw(S.seeds())
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(long_reduction_conv())
-def test_split_k_conv2d(taichi_workers, case):
-    side, c_in, c_out, k, act, seed = case
+@st.composite
+def split_k_conv2d_cases(draw):
+    side, c_in, c_out, k, act, seed = draw(long_reduction_conv())
 
     def conv(activation):
         rng = np.random.default_rng(seed)
@@ -75,13 +74,20 @@ def test_split_k_conv2d(taichi_workers, case):
     pre.set_tensor(pre.get_input_details()[0]["index"], model_inputs(conv("NONE"), seed)[0])
     pre.invoke()
     floor = float(np.max(np.abs(pre.get_tensor(pre.get_output_details()[0]["index"]))))
-    check_delegate(conv(act), taichi_workers, seed=seed, floor=floor)
+    return conv(act), None, {"seed": seed, "floor": floor}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(rows=st.integers(1, 3), depth=st.sampled_from([128, 300, 1024]), units=st.integers(1, 64),
-       int8=st.booleans(), seed=S.seeds())
-def test_split_k_fully_connected(taichi_workers, rows, depth, units, int8, seed):
+def test_split_k_conv2d(taichi_workers):
+    check_op(split_k_conv2d_cases(), workers=taichi_workers)
+
+
+@st.composite
+def split_k_fully_connected_cases(draw):
+    rows = draw(st.integers(1, 3))
+    depth = draw(st.sampled_from([128, 300, 1024]))
+    units = draw(st.integers(1, 64))
+    int8 = draw(st.booleans())
+    seed = draw(S.seeds())
     rng = np.random.default_rng(seed)
     w = rng.uniform(-1, 1, (units, depth)).astype(np.float32)
     b = rng.uniform(-1, 1, units).astype(np.float32)
@@ -95,25 +101,41 @@ def test_split_k_fully_connected(taichi_workers, rows, depth, units, int8, seed)
     else:
         model = one_op_model("FULLY_CONNECTED", [Input((rows, depth)), Const(w), Const(b)],
                              [Output((rows, units))])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(["MEAN", "SUM", "REDUCE_MAX"]), side=st.integers(4, 9),
-       channels=st.integers(1, 300), seed=S.seeds())
-def test_split_reductions(taichi_workers, op, side, channels, seed):
-    """A global pool: 16..81 terms per output, few outputs."""
+def test_split_k_fully_connected(taichi_workers):
+    check_op(split_k_fully_connected_cases(), workers=taichi_workers)
+
+
+@st.composite
+def split_reductions_cases(draw):
+    op = draw(st.sampled_from(["MEAN", "SUM", "REDUCE_MAX"]))
+    side = draw(st.integers(4, 9))
+    channels = draw(st.integers(1, 300))
+    seed = draw(S.seeds())
     model = one_op_model(op, [Input((1, side, side, channels)), Const(np.array([1, 2], np.int32))],
                          [Output((1, 1, 1, channels))], keep_dims=True)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(rows=st.integers(1, 4), n=st.integers(64, 1500), beta=st.sampled_from([1.0, 0.5, 3.0]),
-       seed=S.seeds())
-def test_chunked_softmax(taichi_workers, rows, n, beta, seed):
+def test_split_reductions(taichi_workers):
+    """A global pool: 16..81 terms per output, few outputs."""
+    check_op(split_reductions_cases(), workers=taichi_workers)
+
+
+@st.composite
+def chunked_softmax_cases(draw):
+    rows = draw(st.integers(1, 4))
+    n = draw(st.integers(64, 1500))
+    beta = draw(st.sampled_from([1.0, 0.5, 3.0]))
+    seed = draw(S.seeds())
     model = one_op_model("SOFTMAX", [Input((rows, n))], [Output((rows, n))], beta=beta)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+def test_chunked_softmax(taichi_workers):
+    check_op(chunked_softmax_cases(), workers=taichi_workers)
 
 
 def test_gemm_tiles_are_taken_by_the_shapes_they_are_for():
@@ -162,10 +184,14 @@ def gemm_shapes(draw):
     return pixels, c_in, c_out
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=gemm_shapes(), op=st.sampled_from(["CONV_2D", "FULLY_CONNECTED"]),
-       act=st.sampled_from(["NONE", "RELU6"]), bias=st.booleans(), int8=st.booleans(), seed=S.seeds())
-def test_gemm_tiles(gemm_workers, shape, op, act, bias, int8, seed):
+@st.composite
+def gemm_tiles_cases(draw):
+    shape = draw(gemm_shapes())
+    op = draw(st.sampled_from(["CONV_2D", "FULLY_CONNECTED"]))
+    act = draw(st.sampled_from(["NONE", "RELU6"]))
+    bias = draw(st.booleans())
+    int8 = draw(st.booleans())
+    seed = draw(S.seeds())
     pixels, c_in, c_out = shape
     rng = np.random.default_rng(seed)
     w = rng.uniform(-1, 1, (c_out, c_in)).astype(np.float32)
@@ -185,7 +211,11 @@ def test_gemm_tiles(gemm_workers, shape, op, act, bias, int8, seed):
     if bias or op == "CONV_2D":             # LiteRT's CONV_2D needs a bias; FC's is optional
         inputs.append(bias_const)
     model = one_op_model(op, inputs, [out], fused_activation_function=act, **options)
-    check_delegate(model, gemm_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+def test_gemm_tiles(gemm_workers):
+    check_op(gemm_tiles_cases(), workers=gemm_workers)
 
 
 def test_fast_paths_in_fp16_keep_float32_partials(vulkan_workers):

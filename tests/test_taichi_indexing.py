@@ -6,11 +6,11 @@ one quantization step. ARG_MAX, ARG_MIN, TOPK_V2 and WHERE have no Taichi part (
 data-dependent shapes)."""
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, strategies as st
 
 from tflite_taichi.ops.base import Node, TensorSpec, lookup
 from tflite_taichi.ops.indexing import MAX_RUNS, CumsumOptions, arithmetic_runs
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op,
                                    one_op_model, strategies)
 from cases.indexing import (cumsum_case, cumsum_model, gather_case, gather_indices, gather_model,
                             gather_nd_case, gather_nd_indices, gather_nd_model, one_hot_case,
@@ -30,24 +30,38 @@ def _assert_on_the_cpu(summaries, reason: str):
 
 
 # -- GATHER / GATHER_ND -------------------------------------------------------------------------
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=gather_case(), dtype=st.sampled_from(DTYPES), q=S.quant_params(), seed=S.seeds())
-def test_gather_delegate_matches_reference(taichi_workers, case, dtype, q, seed):
+@st.composite
+def gather_delegate_matches_reference_cases(draw):
+    case = draw(gather_case())
+    dtype = draw(st.sampled_from(DTYPES))
+    q = draw(S.quant_params())
+    seed = draw(S.seeds())
     indices = gather_indices(case, seed)
     # tables of more than MAX_RUNS runs stay on the CPU, by design (tested below): seen with 144
     # random indices, a case the strategy draws now and then
     assume(arithmetic_runs(indices) is not None)
     model = gather_model(case, indices, True, dtype, q if dtype == np.int8 else None)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=gather_nd_case(), dtype=st.sampled_from(DTYPES), q=S.quant_params(), seed=S.seeds())
-def test_gather_nd_delegate_matches_reference(taichi_workers, case, dtype, q, seed):
+def test_gather_delegate_matches_reference(taichi_workers):
+    check_op(gather_delegate_matches_reference_cases(), workers=taichi_workers)
+
+
+@st.composite
+def gather_nd_delegate_matches_reference_cases(draw):
+    case = draw(gather_nd_case())
+    dtype = draw(st.sampled_from(DTYPES))
+    q = draw(S.quant_params())
+    seed = draw(S.seeds())
     indices = gather_nd_indices(case, seed)
     assume(indices.size // max(indices.shape[-1], 1) <= MAX_RUNS)   # its offsets fit a run table
     model = gather_nd_model(case, indices, True, dtype, q if dtype == np.int8 else None)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+def test_gather_nd_delegate_matches_reference(taichi_workers):
+    check_op(gather_nd_delegate_matches_reference_cases(), workers=taichi_workers)
 
 
 def test_gather_with_many_runs_matches_reference(taichi_workers):
@@ -86,11 +100,13 @@ def test_gather_with_runtime_indices_stays_on_the_cpu(taichi_workers):
 
 
 # -- ONE_HOT ----------------------------------------------------------------------------------
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=one_hot_case(), on_const=st.booleans(), values=st.lists(st.floats(-5, 5, width=32),
-       min_size=2, max_size=2), seed=S.seeds())
-def test_one_hot_delegate_matches_reference(taichi_workers, case, on_const, values, seed):
-    # constant indices; off_value at run time, on_value a constant (in the weights) or not
+@st.composite
+def one_hot_delegate_matches_reference_cases(draw):
+    case = draw(one_hot_case())
+    on_const = draw(st.booleans())
+    values = draw(st.lists(st.floats(-5, 5, width=32),
+       min_size=2, max_size=2))
+    seed = draw(S.seeds())
     ishape, depth, axis, out = case
     on, off = (np.array(v, np.float32) for v in values)
     assume(arithmetic_runs(one_hot_indices(case, seed)) is not None)     # else on the CPU, by design
@@ -98,7 +114,11 @@ def test_one_hot_delegate_matches_reference(taichi_workers, case, on_const, valu
                                      Const(np.array(depth, np.int32)),
                                      Const(on) if on_const else Input(()), Input(())],
                          [Output(out)], axis=axis)
-    check_delegate(model, taichi_workers, [off] if on_const else [on, off])
+    return model, [off] if on_const else [on, off]
+
+
+def test_one_hot_delegate_matches_reference(taichi_workers):
+    check_op(one_hot_delegate_matches_reference_cases(), workers=taichi_workers)
 
 
 def test_one_hot_with_too_many_runs_stays_on_the_cpu(taichi_workers):
@@ -111,13 +131,20 @@ def test_one_hot_with_too_many_runs_stays_on_the_cpu(taichi_workers):
 
 
 # -- CUMSUM -----------------------------------------------------------------------------------
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=cumsum_case(), dtype=st.sampled_from(DTYPES), qi=S.quant_params(),
-       qo=S.quant_params(scale_range=(0.02, 0.5)), seed=S.seeds())
-def test_cumsum_delegate_matches_reference(taichi_workers, case, dtype, qi, qo, seed):
+@st.composite
+def cumsum_delegate_matches_reference_cases(draw):
+    case = draw(cumsum_case())
+    dtype = draw(st.sampled_from(DTYPES))
+    qi = draw(S.quant_params())
+    qo = draw(S.quant_params(scale_range=(0.02, 0.5)))
+    seed = draw(S.seeds())
     int8 = dtype == np.int8
     model = cumsum_model(case, dtype, qi if int8 else None, qo if int8 else None)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+def test_cumsum_delegate_matches_reference(taichi_workers):
+    check_op(cumsum_delegate_matches_reference_cases(), workers=taichi_workers)
 
 
 @pytest.mark.parametrize("shape, axis, exclusive, reverse", [

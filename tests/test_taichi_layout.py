@@ -10,13 +10,14 @@ the CPU) at the end, in the same three types.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import strategies as st
 
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op,
                                    one_op_model, strategies)
 from cases.layout import (block_case, broadcast_case, mirror_pad_case, reverse_case,
                           reverse_sequence_case, set_diag_case, tile_case)
+from cases import Data
 
 S = strategies()
 
@@ -49,53 +50,76 @@ def gather_model(draw, op):
     return one_op_model("REVERSE_V2", [Input(shape, t, qi), _i32(axes)], [Output(shape, t, qo)])
 
 
+@st.composite
+def gathers_delegate_cases(draw, op):
+    data = Data(draw)
+    seed = draw(S.seeds())
+    return data.draw(gather_model(op)), None, {"seed": seed}
+
+
 @pytest.mark.parametrize("op", ["TILE", "BROADCAST_TO", "REVERSE_V2"])
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(data=st.data(), seed=S.seeds())
-def test_gathers_delegate(taichi_workers, op, data, seed):
-    check_delegate(data.draw(gather_model(op)), taichi_workers, seed=seed)
+def test_gathers_delegate(taichi_workers, op):
+    check_op(gathers_delegate_cases(op), workers=taichi_workers)
 
 
 # -- MIRROR_PAD -------------------------------------------------------------------------------
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=mirror_pad_case(), data=st.data(), seed=S.seeds())
-def test_mirror_pad_delegate(taichi_workers, case, data, seed):
-    """Both modes, paddings up to what each allows."""
+@st.composite
+def mirror_pad_delegate_cases(draw):
+    case = draw(mirror_pad_case())
+    data = Data(draw)
+    seed = draw(S.seeds())
     shape, pads, mode, out = case
     t, qi, qo = data.draw(types())
     model = one_op_model("MIRROR_PAD", [Input(shape, t, qi), Const(pads)], [Output(out, t, qo)],
                          mode=mode)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+def test_mirror_pad_delegate(taichi_workers):
+    """Both modes, paddings up to what each allows."""
+    check_op(mirror_pad_delegate_cases(), workers=taichi_workers)
 
 
 # -- SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND -----------------------------------------------------
-@pytest.mark.parametrize("op", ["SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND"])
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=block_case(litert=False), data=st.data(), seed=S.seeds())
-def test_block_ops_delegate(taichi_workers, op, case, data, seed):
-    """Any number of spatial and remaining dims; SPACE_TO_BATCH_ND pads with the real 0 (an int8
-    output's zero point), BATCH_TO_SPACE_ND takes the paddings as crops."""
+@st.composite
+def block_ops_delegate_cases(draw, op):
+    case = draw(block_case(litert=False))
+    data = Data(draw)
+    seed = draw(S.seeds())
     block, pads, shape, out = case
     if op == "BATCH_TO_SPACE_ND":
         shape, out = out, shape
     t, qi, qo = data.draw(types())
     model = one_op_model(op, [Input(shape, t, qi), _i32(block), _i32(pads)], [Output(out, t, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+@pytest.mark.parametrize("op", ["SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND"])
+def test_block_ops_delegate(taichi_workers, op):
+    """Any number of spatial and remaining dims; SPACE_TO_BATCH_ND pads with the real 0 (an int8
+    output's zero point), BATCH_TO_SPACE_ND takes the paddings as crops."""
+    check_op(block_ops_delegate_cases(op), workers=taichi_workers)
 
 
 # -- FILL, ZEROS_LIKE -------------------------------------------------------------------------
-@pytest.mark.parametrize("op", ["FILL", "ZEROS_LIKE"])
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(0, 4, 1, 5), data=st.data(), seed=S.seeds())
-def test_fill_and_zeros_like_delegate(taichi_workers, op, shape, data, seed):
-    """FILL's value is a run-time scalar (a constant one is folded at prepare); an int8 output
-    with its own grid snaps it (ZEROS_LIKE: to its zero point)."""
+@st.composite
+def fill_and_zeros_like_delegate_cases(draw, op):
+    shape = draw(S.shapes(0, 4, 1, 5))
+    data = Data(draw)
+    seed = draw(S.seeds())
     t, qi, qo = data.draw(types())
     if op == "FILL":
         model = one_op_model("FILL", [_i32(shape), Input((), t, qi)], [Output(shape, t, qo)])
     else:
         model = one_op_model("ZEROS_LIKE", [Input(shape, t, qi)], [Output(shape, t, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+@pytest.mark.parametrize("op", ["FILL", "ZEROS_LIKE"])
+def test_fill_and_zeros_like_delegate(taichi_workers, op):
+    """FILL's value is a run-time scalar (a constant one is folded at prepare); an int8 output
+    with its own grid snaps it (ZEROS_LIKE: to its zero point)."""
+    check_op(fill_and_zeros_like_delegate_cases(op), workers=taichi_workers)
 
 
 # -- every op in one partition; fp16; GLES ----------------------------------------------------
@@ -198,11 +222,16 @@ def diag_or_sequence_model(draw, op):
                         seq_dim=seq, batch_dim=batch)
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(op=st.sampled_from(["MATRIX_DIAG", "MATRIX_SET_DIAG", "REVERSE_SEQUENCE"]),
-       data=st.data(), seed=S.seeds())
-def test_diag_and_reverse_sequence_delegate(taichi_workers, op, data, seed):
-    check_delegate(data.draw(diag_or_sequence_model(op)), taichi_workers, seed=seed)
+@st.composite
+def diag_and_reverse_sequence_delegate_cases(draw):
+    op = draw(st.sampled_from(["MATRIX_DIAG", "MATRIX_SET_DIAG", "REVERSE_SEQUENCE"]))
+    data = Data(draw)
+    seed = draw(S.seeds())
+    return data.draw(diag_or_sequence_model(op)), None, {"seed": seed}
+
+
+def test_diag_and_reverse_sequence_delegate(taichi_workers):
+    check_op(diag_and_reverse_sequence_delegate_cases(), workers=taichi_workers)
 
 
 def _diag_sequence_model():

@@ -3,28 +3,37 @@ reference path, over the attribute space of the LiteRT tests (run-time or consta
 latter packed for the kernel; adj_x / adj_y; broadcast batch dimensions; split-K).
 Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within one quantization step."""
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import strategies as st
 
-from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
+from tflite_taichi.testing import check_delegate, check_op, strategies
 from cases.matmul import _hybrid, matmul_case, matmul_model, output_scale
 
 S = strategies()
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=matmul_case(), const=st.booleans(), seed=S.seeds())
-def test_float32_delegate_matches_reference(taichi_workers, case, const, seed):
+@st.composite
+def float32_delegate_matches_reference_cases(draw):
+    case = draw(matmul_case())
+    const = draw(st.booleans())
+    seed = draw(S.seeds())
     rhs = (np.random.default_rng(seed).uniform(-3, 3, case[1]).astype(np.float32)
            if const else None)
-    check_delegate(matmul_model(case, rhs_const=rhs), taichi_workers, seed=seed)
+    return matmul_model(case, rhs_const=rhs), None, {"seed": seed}
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=matmul_case(), const=st.sampled_from(["input", "int8", "hybrid"]),
-       ql=S.quant_params(), qr=S.quant_params(), zo=st.integers(-20, 20),
-       widen=st.floats(0.05, 1.0), seed=S.seeds())
-def test_int8_delegate_matches_reference(taichi_workers, case, const, ql, qr, zo, widen, seed):
-    # int8 x int8 with the RHS at run time or constant, or float32 x int8-constant (hybrid)
+def test_float32_delegate_matches_reference(taichi_workers):
+    check_op(float32_delegate_matches_reference_cases(), workers=taichi_workers)
+
+
+@st.composite
+def int8_delegate_matches_reference_cases(draw):
+    case = draw(matmul_case())
+    const = draw(st.sampled_from(["input", "int8", "hybrid"]))
+    ql = draw(S.quant_params())
+    qr = draw(S.quant_params())
+    zo = draw(st.integers(-20, 20))
+    widen = draw(st.floats(0.05, 1.0))
+    seed = draw(S.seeds())
     if const == "hybrid":
         model = _hybrid(case, seed)[0]
     else:
@@ -32,7 +41,11 @@ def test_int8_delegate_matches_reference(taichi_workers, case, const, ql, qr, zo
         rhs = (np.random.default_rng(seed).integers(-128, 128, case[1]).astype(np.int8)
                if const == "int8" else None)
         model = matmul_model(case, np.int8, (ql, qr, qo), rhs)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+def test_int8_delegate_matches_reference(taichi_workers):
+    check_op(int8_delegate_matches_reference_cases(), workers=taichi_workers)
 
 
 def test_split_k(taichi_workers):

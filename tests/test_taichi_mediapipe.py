@@ -11,27 +11,34 @@ as MaxPoolingWithArgmax2D writes them.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL (the values are copies: exact in fp32)."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import strategies as st
 
-from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
+from tflite_taichi.testing import check_delegate, check_op, strategies
 from cases.mediapipe import (_data, _window_indices, chain_model, pool_case, pool_model,
                              unpool_case, unpool_model)
 
 S = strategies()
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=pool_case(), ties=st.booleans(), seed=S.seeds())
-def test_pool_delegate_matches_reference(taichi_workers, case, ties, seed):
+@st.composite
+def pool_delegate_matches_reference_cases(draw):
+    case = draw(pool_case())
+    ties = draw(st.booleans())
+    seed = draw(S.seeds())
     x = _data(np.random.default_rng(seed), case["in_shape"], ties)
-    check_delegate(pool_model(case), taichi_workers, [x])
+    return pool_model(case), [x]
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=unpool_case(), overlap=st.booleans(), fractional=st.booleans(), seed=S.seeds())
-def test_unpool_delegate_matches_reference(taichi_workers, case, overlap, fractional, seed):
-    """Every stride: gaps, padding before, overlapping windows (`overlap`: stride 1, so several
-    elements often land on one place, where the last in NHWC order wins)."""
+def test_pool_delegate_matches_reference(taichi_workers):
+    check_op(pool_delegate_matches_reference_cases(), workers=taichi_workers)
+
+
+@st.composite
+def unpool_delegate_matches_reference_cases(draw):
+    case = draw(unpool_case())
+    overlap = draw(st.booleans())
+    fractional = draw(st.booleans())
+    seed = draw(S.seeds())
     if overlap:
         case = dict(case, s=(1, 1))
     rng = np.random.default_rng(seed)
@@ -39,8 +46,14 @@ def test_unpool_delegate_matches_reference(taichi_workers, case, overlap, fracti
     index = _window_indices(rng, case).astype(np.float32)
     if fractional:       # truncated toward zero: -0.5 is index 0
         index = index + rng.uniform(-0.9 * (index == 0), 0.99, index.shape).astype(np.float32)
-    check_delegate(unpool_model(case["in_shape"], case["f"], case["s"], case["padding"],
-                                case["act"]), taichi_workers, [x, index])
+    return unpool_model(case["in_shape"], case["f"], case["s"], case["padding"],
+                                case["act"]), [x, index]
+
+
+def test_unpool_delegate_matches_reference(taichi_workers):
+    """Every stride: gaps, padding before, overlapping windows (`overlap`: stride 1, so several
+    elements often land on one place, where the last in NHWC order wins)."""
+    check_op(unpool_delegate_matches_reference_cases(), workers=taichi_workers)
 
 
 def test_pool_then_unpool_delegate_matches_reference(taichi_workers):

@@ -5,8 +5,9 @@ quantization step (check_delegate's rule)."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
+from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, check_op, strategies
 from cases.normalization import ROW_OPS, lrn_case, lrn_model, row_case, row_inputs, row_model
+from cases import Data
 
 S = strategies()
 
@@ -25,14 +26,19 @@ def test_float32_delegate_matches_reference(taichi_workers, data, seed):
     check_delegate(row_model(op, shape), taichi_workers, row_inputs(shape, spread, seed, zero_rows))
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(data=st.data(), seed=S.seeds())
-def test_row_ops_int8_delegate_matches_reference(taichi_workers, data, seed):
+@st.composite
+def row_ops_int8_delegate_matches_reference_cases(draw):
+    data = Data(draw)
+    seed = draw(S.seeds())
     op = data.draw(st.sampled_from(ROW_OPS))
     dtype = data.draw(st.sampled_from([np.int8, np.uint8]))
     shape, _ = data.draw(row_case(op))
     qi = data.draw(S.quant_params(dtype, scale_range=(1e-3, 0.5)))
-    check_delegate(row_model(op, shape, dtype, qi), taichi_workers, seed=seed)
+    return row_model(op, shape, dtype, qi), None, {"seed": seed}
+
+
+def test_row_ops_int8_delegate_matches_reference(taichi_workers):
+    check_op(row_ops_int8_delegate_matches_reference_cases(), workers=taichi_workers)
 
 
 def test_normalization_fp16_on_vulkan(vulkan_workers):

@@ -8,9 +8,9 @@ reference path's InputError. Constant ones are compiled into the kernel. Every o
 that sums in the reference's order: TAICHI_RTOL (fp32) holds, duplicates included."""
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, strategies as st
 
-from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
+from tflite_taichi.testing import check_delegate, check_op, strategies
 from cases.scatter import (I32, _scatter_data, embedding_case, embedding_model, scatter_case,
                            scatter_model, segment_sum_model, sorted_segment_ids, text_classifier,
                            token_ids, unsorted_case, unsorted_model)
@@ -22,12 +22,12 @@ def _rng(seed):
     return np.random.default_rng(seed)
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=embedding_case(), kind=st.sampled_from(["float", "per_row_int8", "int8_out",
-                                                     "runtime_table"]), seed=S.seeds())
-def test_embedding_delegate_matches_reference(taichi_workers, case, kind, seed):
-    """Run-time ids into a constant table (float32; int8 with a scale per row read into float;
-    int8 into int8), or constant ids into a run-time table."""
+@st.composite
+def embedding_delegate_matches_reference_cases(draw):
+    case = draw(embedding_case())
+    kind = draw(st.sampled_from(["float", "per_row_int8", "int8_out",
+                                                     "runtime_table"]))
+    seed = draw(S.seeds())
     n, shape = case
     rng = _rng(seed)
     ids = rng.integers(0, shape[0], n).astype(I32)
@@ -45,13 +45,21 @@ def test_embedding_delegate_matches_reference(taichi_workers, case, kind, seed):
         inputs = [ids]
     else:
         model, inputs = embedding_model(n, shape, ids=ids), [table]
-    check_delegate(model, taichi_workers, inputs)
+    return model, inputs
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=scatter_case(), const_indices=st.booleans(), int8=st.booleans(), seed=S.seeds())
-def test_scatter_nd_delegate_matches_reference(taichi_workers, case, const_indices, int8, seed):
-    """Duplicate rows add in row order on both paths; int8: the float view on both."""
+def test_embedding_delegate_matches_reference(taichi_workers):
+    """Run-time ids into a constant table (float32; int8 with a scale per row read into float;
+    int8 into int8), or constant ids into a run-time table."""
+    check_op(embedding_delegate_matches_reference_cases(), workers=taichi_workers)
+
+
+@st.composite
+def scatter_nd_delegate_matches_reference_cases(draw):
+    case = draw(scatter_case())
+    const_indices = draw(st.booleans())
+    int8 = draw(st.booleans())
+    seed = draw(S.seeds())
     shape, outer, m = case
     rng = _rng(seed)
     indices, updates = _scatter_data(rng, shape, outer, m)
@@ -60,28 +68,45 @@ def test_scatter_nd_delegate_matches_reference(taichi_workers, case, const_indic
         updates = rng.integers(-128, 128, updates.shape).astype(np.int8)
     model = scatter_model(shape, outer, m, np.int8 if int8 else np.float32, q,
                           indices=indices if const_indices else None)
-    check_delegate(model, taichi_workers, ([] if const_indices else [indices]) + [updates])
+    return model, ([] if const_indices else [indices]) + [updates]
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(ids=sorted_segment_ids(), inner=S.shapes(0, 2, 1, 4), seed=S.seeds())
-def test_segment_sum_delegate_matches_reference(taichi_workers, ids, inner, seed):
-    """Constant ids (run-time ones make the shape data-dependent: CPU, see below)."""
+def test_scatter_nd_delegate_matches_reference(taichi_workers):
+    """Duplicate rows add in row order on both paths; int8: the float view on both."""
+    check_op(scatter_nd_delegate_matches_reference_cases(), workers=taichi_workers)
+
+
+@st.composite
+def segment_sum_delegate_matches_reference_cases(draw):
+    ids = draw(sorted_segment_ids())
+    inner = draw(S.shapes(0, 2, 1, 4))
+    seed = draw(S.seeds())
     shape = (ids.size,) + tuple(inner)
     data = _rng(seed).uniform(-3, 3, shape).astype(np.float32)
-    check_delegate(segment_sum_model(shape, ids, rows=int(ids[-1]) + 1), taichi_workers, [data])
+    return segment_sum_model(shape, ids, rows=int(ids[-1]) + 1), [data]
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=unsorted_case(), const_ids=st.booleans(), seed=S.seeds())
-def test_unsorted_segment_sum_delegate_matches_reference(taichi_workers, case, const_ids, seed):
+def test_segment_sum_delegate_matches_reference(taichi_workers):
+    """Constant ids (run-time ones make the shape data-dependent: CPU, see below)."""
+    check_op(segment_sum_delegate_matches_reference_cases(), workers=taichi_workers)
+
+
+@st.composite
+def unsorted_segment_sum_delegate_matches_reference_cases(draw):
+    case = draw(unsorted_case())
+    const_ids = draw(st.booleans())
+    seed = draw(S.seeds())
     shape, ids_rank, n = case
     rng = _rng(seed)
     ids = rng.integers(-2, n, shape[:ids_rank]).astype(I32)
     data = rng.uniform(-3, 3, shape).astype(np.float32)
     assume(int(np.prod(shape[ids_rank:])) * n > 0)
     model = unsorted_model(shape, ids.shape, n, ids=ids if const_ids else None)
-    check_delegate(model, taichi_workers, [data] + ([] if const_ids else [ids]))
+    return model, [data] + ([] if const_ids else [ids])
+
+
+def test_unsorted_segment_sum_delegate_matches_reference(taichi_workers):
+    check_op(unsorted_segment_sum_delegate_matches_reference_cases(), workers=taichi_workers)
 
 
 @pytest.mark.parametrize("kind", ["float", "hybrid", "int8"])

@@ -9,7 +9,7 @@ int8 within one quantization step."""
 import numpy as np
 from hypothesis import assume, given, settings, strategies as st
 
-from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, run_ours, strategies
+from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, check_op, run_ours, strategies
 from cases.sequence import (BASE_SEQUENCE, _ill_conditioned, _zero_state, basic_inputs, basic_model,
                             lstm_case, lstm_model, sequence_case, x_shape)
 
@@ -49,15 +49,20 @@ def test_float32_delegate_matches_reference(taichi_workers, kind, case, zero_sta
         raise
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=full_case(), qx=S.quant_params(), qh=S.quant_params(), qo=S.quant_params(),
-       wq=S.scales(2e-3, 1e-2), seed=S.seeds())
-def test_int8_delegate_matches_reference(taichi_workers, case, qx, qh, qo, wq, seed):
-    # The float view of a quantized LSTM: int8 input, output state and output, int8 weights
-    # (biases and cell state float32), computed in float as the reference does (h float32
-    # between time steps, only the output snapped).
+@st.composite
+def int8_delegate_matches_reference_cases(draw):
+    case = draw(full_case())
+    qx = draw(S.quant_params())
+    qh = draw(S.quant_params())
+    qo = draw(S.quant_params())
+    wq = draw(S.scales(2e-3, 1e-2))
+    seed = draw(S.seeds())
     model = lstm_model(case, "input", x_q=qx, out_q=qo, state_q=(qh, None), weight_q=wq)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+def test_int8_delegate_matches_reference(taichi_workers):
+    check_op(int8_delegate_matches_reference_cases(), workers=taichi_workers)
 
 
 def test_fp16_on_vulkan(vulkan_workers):

@@ -9,16 +9,17 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, strategies as st
 
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.ops.base import Node, TensorSpec, lookup
 from tflite_taichi.ops.slicing import StridedSliceOptions
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate,
+from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op,
                                    one_op_model, quantize_array, strategies)
 from cases.shape import concat_case, depth_to_space_case, reshape_case, squeeze_case
 from cases.slicing import (numpy_index, offset_case, pad_case, slice_case, split_case, split_v_case,
                            strided_spec)
+from cases import Data
 
 S = strategies()
 DTYPES = ["float32", "int8"]
@@ -38,11 +39,12 @@ def _i32(values):
 
 
 # -- copies: RESHAPE, EXPAND_DIMS, SQUEEZE ----------------------------------------------------
-@pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=reshape_case(), data=st.data(), how=st.sampled_from(["input", "options", "both"]),
-       seed=S.seeds())
-def test_reshape_delegate(taichi_workers, dtype, case, data, how, seed):
+@st.composite
+def reshape_delegate_cases(draw, dtype):
+    case = draw(reshape_case())
+    data = Data(draw)
+    how = draw(st.sampled_from(["input", "options", "both"]))
+    seed = draw(S.seeds())
     shape, new_shape, out = case
     t, qi, qo = data.draw(types(dtype))
     inputs, options = [Input(shape, t, qi)], {}
@@ -50,50 +52,73 @@ def test_reshape_delegate(taichi_workers, dtype, case, data, how, seed):
         inputs.append(_i32(new_shape))
     if how in ("options", "both"):
         options["new_shape"] = new_shape
-    check_delegate(one_op_model("RESHAPE", inputs, [Output(out, t, qo)], **options),
-                   taichi_workers, seed=seed)
+    return one_op_model("RESHAPE", inputs, [Output(out, t, qo)], **options), None, {"seed": seed}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(0, 4, 1, 5), data=st.data(), seed=S.seeds())
-def test_expand_dims_delegate(taichi_workers, dtype, shape, data, seed):
+def test_reshape_delegate(taichi_workers, dtype):
+    check_op(reshape_delegate_cases(dtype), workers=taichi_workers)
+
+
+@st.composite
+def expand_dims_delegate_cases(draw, dtype):
+    shape = draw(S.shapes(0, 4, 1, 5))
+    data = Data(draw)
+    seed = draw(S.seeds())
     t, qi, qo = data.draw(types(dtype))
     axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
     out = np.expand_dims(np.empty(shape), axis).shape
     model = one_op_model("EXPAND_DIMS", [Input(shape, t, qi), _i32(axis)], [Output(out, t, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=squeeze_case(), data=st.data(), seed=S.seeds())
-def test_squeeze_delegate(taichi_workers, dtype, case, data, seed):
+def test_expand_dims_delegate(taichi_workers, dtype):
+    check_op(expand_dims_delegate_cases(dtype), workers=taichi_workers)
+
+
+@st.composite
+def squeeze_delegate_cases(draw, dtype):
+    case = draw(squeeze_case())
+    data = Data(draw)
+    seed = draw(S.seeds())
     shape, dims, out = case
     t, qi, qo = data.draw(types(dtype))
     options = {"squeeze_dims": dims} if dims else {}
     model = one_op_model("SQUEEZE", [Input(shape, t, qi)], [Output(out, t, qo)], **options)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_squeeze_delegate(taichi_workers, dtype):
+    check_op(squeeze_delegate_cases(dtype), workers=taichi_workers)
 
 
 # -- TRANSPOSE, CONCATENATION, PACK, UNPACK ---------------------------------------------------
-@pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(1, 5, 1, 4), data=st.data(), seed=S.seeds())
-def test_transpose_delegate(taichi_workers, dtype, shape, data, seed):
+@st.composite
+def transpose_delegate_cases(draw, dtype):
+    shape = draw(S.shapes(1, 5, 1, 4))
+    data = Data(draw)
+    seed = draw(S.seeds())
     t, qi, qo = data.draw(types(dtype))
     perm = data.draw(st.permutations(range(len(shape))))
     out = tuple(shape[p] for p in perm)
     model = one_op_model("TRANSPOSE", [Input(shape, t, qi), _i32(perm)], [Output(out, t, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=concat_case(), data=st.data(), act=S.activations(), const_index=st.integers(-1, 3),
-       seed=S.seeds())
-def test_concatenation_delegate(taichi_workers, dtype, case, data, act, const_index, seed):
-    """Inputs with their own grids (int8) and a constant among them (packed in the weights)."""
+def test_transpose_delegate(taichi_workers, dtype):
+    check_op(transpose_delegate_cases(dtype), workers=taichi_workers)
+
+
+@st.composite
+def concatenation_delegate_cases(draw, dtype):
+    case = draw(concat_case())
+    data = Data(draw)
+    act = draw(S.activations())
+    const_index = draw(st.integers(-1, 3))
+    seed = draw(S.seeds())
     shapes, axis, out = case
     t, _, qo = data.draw(types(dtype))
     rng = np.random.default_rng(seed)
@@ -107,67 +132,99 @@ def test_concatenation_delegate(taichi_workers, dtype, case, data, act, const_in
             inputs.append(Input(s, t, q))
     model = one_op_model("CONCATENATION", inputs, [Output(out, t, qo)], axis=axis,
                          fused_activation_function=act)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(0, 4, 1, 4), n=st.integers(1, 4), data=st.data(), seed=S.seeds())
-def test_pack_delegate(taichi_workers, dtype, shape, n, data, seed):
+def test_concatenation_delegate(taichi_workers, dtype):
+    """Inputs with their own grids (int8) and a constant among them (packed in the weights)."""
+    check_op(concatenation_delegate_cases(dtype), workers=taichi_workers)
+
+
+@st.composite
+def pack_delegate_cases(draw, dtype):
+    shape = draw(S.shapes(0, 4, 1, 4))
+    n = draw(st.integers(1, 4))
+    data = Data(draw)
+    seed = draw(S.seeds())
     t, qi, qo = data.draw(types(dtype))
     axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
     a = axis % (len(shape) + 1)
     out = shape[:a] + (n,) + shape[a:]
     model = one_op_model("PACK", [Input(shape, t, qi) for _ in range(n)], [Output(out, t, qo)],
                          values_count=n, axis=axis)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(1, 4, 1, 4), data=st.data(), seed=S.seeds())
-def test_unpack_delegate(taichi_workers, dtype, shape, data, seed):
-    """Several outputs, all written by the one step."""
+def test_pack_delegate(taichi_workers, dtype):
+    check_op(pack_delegate_cases(dtype), workers=taichi_workers)
+
+
+@st.composite
+def unpack_delegate_cases(draw, dtype):
+    shape = draw(S.shapes(1, 4, 1, 4))
+    data = Data(draw)
+    seed = draw(S.seeds())
     t, qi, qo = data.draw(types(dtype))
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
     a = axis % len(shape)
     out = shape[:a] + shape[a + 1:]
     model = one_op_model("UNPACK", [Input(shape, t, qi)],
                          [Output(out, t, qo) for _ in range(shape[a])], num=shape[a], axis=axis)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unpack_delegate(taichi_workers, dtype):
+    """Several outputs, all written by the one step."""
+    check_op(unpack_delegate_cases(dtype), workers=taichi_workers)
 
 
 # -- DEPTH_TO_SPACE, SPACE_TO_DEPTH -----------------------------------------------------------
-@pytest.mark.parametrize("op", ["DEPTH_TO_SPACE", "SPACE_TO_DEPTH"])
-@pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=depth_to_space_case(), data=st.data(), seed=S.seeds())
-def test_depth_space_delegate(taichi_workers, op, dtype, case, data, seed):
+@st.composite
+def depth_space_delegate_cases(draw, op, dtype):
+    case = draw(depth_to_space_case())
+    data = Data(draw)
+    seed = draw(S.seeds())
     deep, bs, wide = case
     shape, out = (deep, wide) if op == "DEPTH_TO_SPACE" else (wide, deep)
     t, qi, qo = data.draw(types(dtype))
     model = one_op_model(op, [Input(shape, t, qi)], [Output(out, t, qo)], block_size=bs)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+@pytest.mark.parametrize("op", ["DEPTH_TO_SPACE", "SPACE_TO_DEPTH"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_depth_space_delegate(taichi_workers, op, dtype):
+    check_op(depth_space_delegate_cases(op, dtype), workers=taichi_workers)
 
 
 # -- PAD, PADV2 -------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=pad_case(), data=st.data(), seed=S.seeds())
-def test_pad_delegate(taichi_workers, dtype, case, data, seed):
-    """int8: pads with the real value 0 (the input's zero point), snapped to the output grid."""
+@st.composite
+def pad_delegate_cases(draw, dtype):
+    case = draw(pad_case())
+    data = Data(draw)
+    seed = draw(S.seeds())
     shape, pads, out = case
     t, qi, qo = data.draw(types(dtype))
     model = one_op_model("PAD", [Input(shape, t, qi), Const(pads)], [Output(out, t, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=pad_case(), data=st.data(), value=st.floats(-4, 4),
-       where=st.sampled_from(["const", "input"]), seed=S.seeds())
-def test_padv2_delegate(taichi_workers, dtype, case, data, value, where, seed):
-    """The pad value as a constant (packed in the weights) or a run-time input."""
+def test_pad_delegate(taichi_workers, dtype):
+    """int8: pads with the real value 0 (the input's zero point), snapped to the output grid."""
+    check_op(pad_delegate_cases(dtype), workers=taichi_workers)
+
+
+@st.composite
+def padv2_delegate_cases(draw, dtype):
+    case = draw(pad_case())
+    data = Data(draw)
+    value = draw(st.floats(-4, 4))
+    where = draw(st.sampled_from(["const", "input"]))
+    seed = draw(S.seeds())
     shape, pads, out = case
     t, qi, qo = data.draw(types(dtype))
     qv = data.draw(S.quant_params()) if dtype == "int8" else None
@@ -178,71 +235,105 @@ def test_padv2_delegate(taichi_workers, dtype, case, data, value, where, seed):
     else:
         pad_value = Const(np.full((1,), value, np.float32))
     model = one_op_model("PADV2", [Input(shape, t, qi), Const(pads), pad_value], [Output(out, t, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_padv2_delegate(taichi_workers, dtype):
+    """The pad value as a constant (packed in the weights) or a run-time input."""
+    check_op(padv2_delegate_cases(dtype), workers=taichi_workers)
 
 
 # -- SLICE, STRIDED_SLICE ---------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=slice_case(), data=st.data(), seed=S.seeds())
-def test_slice_delegate(taichi_workers, dtype, case, data, seed):
+@st.composite
+def slice_delegate_cases(draw, dtype):
+    case = draw(slice_case())
+    data = Data(draw)
+    seed = draw(S.seeds())
     shape, begin, size, out = case
     t, qi, qo = data.draw(types(dtype))
     model = one_op_model("SLICE", [Input(shape, t, qi), _i32(begin), _i32(size)], [Output(out, t, qo)])
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(shape=S.shapes(1, 4, 1, 6), data=st.data(), seed=S.seeds())
-def test_strided_slice_delegate(taichi_workers, dtype, shape, data, seed):
-    """Every spec (masks, ellipsis, new axes, shrinks, negative strides), as numpy indexes."""
+def test_slice_delegate(taichi_workers, dtype):
+    check_op(slice_delegate_cases(dtype), workers=taichi_workers)
+
+
+@st.composite
+def strided_slice_delegate_cases(draw, dtype):
+    shape = draw(S.shapes(1, 4, 1, 6))
+    data = Data(draw)
+    seed = draw(S.seeds())
     t, qi, qo = data.draw(types(dtype))
     begin, end, strides, masks, kinds = data.draw(strided_spec(shape))
     out = np.empty(shape)[numpy_index(begin, end, strides, masks, kinds)].shape
-    if 0 in out:
-        return    # an empty output stays on the CPU (partition.delegate_reason)
+    assume(0 not in out)    # an empty output stays on the CPU (partition.delegate_reason)
     model = one_op_model("STRIDED_SLICE", [Input(shape, t, qi), _i32(begin), _i32(end),
                                            _i32(strides)], [Output(out, t, qo)], **masks)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=offset_case(), data=st.data(), seed=S.seeds())
-def test_strided_slice_offset_delegate(taichi_workers, dtype, case, data, seed):
+def test_strided_slice_delegate(taichi_workers, dtype):
+    """Every spec (masks, ellipsis, new axes, shrinks, negative strides), as numpy indexes."""
+    check_op(strided_slice_delegate_cases(dtype), workers=taichi_workers)
+
+
+@st.composite
+def strided_slice_offset_delegate_cases(draw, dtype):
+    case = draw(offset_case())
+    data = Data(draw)
+    seed = draw(S.seeds())
     shape, begin, size, strides = case
     out = tuple(max(-(-s // st_), 0) for s, st_ in zip(size, strides))
-    if 0 in out:
-        return
+    assume(0 not in out)    # an empty output stays on the CPU (partition.delegate_reason)
     t, qi, qo = data.draw(types(dtype))
     model = one_op_model("STRIDED_SLICE", [Input(shape, t, qi), _i32(begin), _i32(size),
                                            _i32(strides)], [Output(out, t, qo)], offset=True)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_slice_offset_delegate(taichi_workers, dtype):
+    check_op(strided_slice_offset_delegate_cases(dtype), workers=taichi_workers)
 
 
 # -- SPLIT, SPLIT_V ---------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=split_case(), data=st.data(), seed=S.seeds())
-def test_split_delegate(taichi_workers, dtype, case, data, seed):
+@st.composite
+def split_delegate_cases(draw, dtype):
+    case = draw(split_case())
+    data = Data(draw)
+    seed = draw(S.seeds())
     shape, axis, num, out = case
     t, qi, qo = data.draw(types(dtype))
     model = one_op_model("SPLIT", [_i32(axis), Input(shape, t, qi)],
                          [Output(out, t, qo) for _ in range(num)], num_splits=num)
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=split_v_case(), data=st.data(), seed=S.seeds())
-def test_split_v_delegate(taichi_workers, dtype, case, data, seed):
+def test_split_delegate(taichi_workers, dtype):
+    check_op(split_delegate_cases(dtype), workers=taichi_workers)
+
+
+@st.composite
+def split_v_delegate_cases(draw, dtype):
+    case = draw(split_v_case())
+    data = Data(draw)
+    seed = draw(S.seeds())
     shape, axis, size_splits, outs = case
     t, qi, _ = data.draw(types(dtype))
     outputs = [Output(o, t, data.draw(S.quant_params()) if qi else None) for o in outs]
     model = one_op_model("SPLIT_V", [Input(shape, t, qi), _i32(size_splits), _i32(axis)],
                          outputs, num_splits=len(outs))
-    check_delegate(model, taichi_workers, seed=seed)
+    return model, None, {"seed": seed}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_split_v_delegate(taichi_workers, dtype):
+    check_op(split_v_delegate_cases(dtype), workers=taichi_workers)
 
 
 # -- several ops in one partition; fp16; GLES -------------------------------------------------

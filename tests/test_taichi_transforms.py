@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.ops.transforms import MAX_UNROLLED_LANDMARKS
-from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, strategies
+from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, check_op, strategies
 from cases.transforms import (_data, _v2, landmarks_case, landmarks_model, matrix_model,
                               affine_matrix, pipeline_inputs, pipeline_model, resampler_case,
                               resampler_model, tensor_case, tensor_model, v1_case, v2_case,
@@ -54,22 +54,32 @@ def test_transform_tensor_delegate_matches_reference(taichi_workers, case, int8,
         check_delegate(model, taichi_workers, [data] + inputs, floor=float(np.abs(data).max()))
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(v1=v1_case(), v2=v2_case(), version=st.sampled_from([1, 2]))
-def test_landmarks_matrix_delegate_matches_reference(taichi_workers, v1, v2, version):
-    """One thread, float32 (v1's reference works in float64, as the C++ mixes it in)."""
+@st.composite
+def landmarks_matrix_delegate_matches_reference_cases(draw):
+    v1 = draw(v1_case())
+    v2 = draw(v2_case())
+    version = draw(st.sampled_from([1, 2]))
     o, points = v1 if version == 1 else v2
-    check_delegate(matrix_model(o, points.shape, version), taichi_workers, [points])
+    return matrix_model(o, points.shape, version), [points]
 
 
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(case=landmarks_case(), matrix=affine_matrix(), seed=S.seeds())
-def test_transform_landmarks_delegate_matches_reference(taichi_workers, case, matrix, seed):
+def test_landmarks_matrix_delegate_matches_reference(taichi_workers):
+    """One thread, float32 (v1's reference works in float64, as the C++ mixes it in)."""
+    check_op(landmarks_matrix_delegate_matches_reference_cases(), workers=taichi_workers)
+
+
+@st.composite
+def transform_landmarks_delegate_matches_reference_cases(draw):
+    case = draw(landmarks_case())
+    matrix = draw(affine_matrix())
+    seed = draw(S.seeds())
     version, shape, options = case
     points = np.random.default_rng(seed).uniform(-50, 250, shape).astype(np.float32)
-    check_delegate(landmarks_model(shape, version, options), taichi_workers,
-                   [points, matrix[None]],
-                   floor=float(np.abs(points).max() * np.abs(matrix).max()))
+    return landmarks_model(shape, version, options), [points, matrix[None]], {"floor": float(np.abs(points).max() * np.abs(matrix).max())}
+
+
+def test_transform_landmarks_delegate_matches_reference(taichi_workers):
+    check_op(transform_landmarks_delegate_matches_reference_cases(), workers=taichi_workers)
 
 
 def test_pipeline_delegate_matches_reference(taichi_workers):
