@@ -61,7 +61,7 @@ import numpy as np
 
 from .activations import _TANH_SATURATION
 from .base import OpDef, register_op
-from .common import broadcast_shapes, unbroadcast_inputs
+from .common import broadcast_shapes, register_binary, unbroadcast_inputs
 from .kit import BroadcastBinaryStep, ElementwiseStep, ti
 
 _QUANTIZED_DTYPES = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
@@ -614,9 +614,7 @@ def _binary(name, fn, ints):
             out = fn(a, b)
         return [np.broadcast_to(out, node.outputs[0].shape)]
 
-    return register_op(OpDef(name=name, infer=infer, reference=reference,
-                             taichi=_binary_taichi, min_inputs=2, max_inputs=2,
-                             stores_once=True, epilogue_inputs=unbroadcast_inputs))
+    return register_binary(name, infer, reference, _binary_taichi)
 
 
 POW = _binary("POW", _pow_np, ints=(np.int32,))

@@ -6,6 +6,8 @@ import numpy as np
 
 from tflite_taichi.errors import ModelError
 
+from .base import OpDef, register_op
+
 # tflite.ActivationFunctionType
 ACT_NONE, ACT_RELU, ACT_RELU_N1_TO_1, ACT_RELU6, ACT_TANH, ACT_SIGN_BIT = range(6)
 ACTIVATION_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
@@ -91,6 +93,16 @@ def unbroadcast_inputs(node) -> tuple:
     out = tuple(node.outputs[0].shape)
     return tuple(i for i, spec in enumerate(node.inputs)
                  if spec is not None and tuple(spec.shape) == out)
+
+
+def register_binary(name: str, infer, reference, taichi, **fields) -> OpDef:
+    """Registers a two-input element-wise op (the arithmetic, math and logical families): its
+    inputs broadcast, its Taichi part a kit.BroadcastBinaryStep, which stores each element once
+    and takes an unbroadcast input as a value handed over by that input's producer (epilogue
+    fusion). `fields` set the rest (options, parsing) or override these."""
+    definition = dict(name=name, infer=infer, reference=reference, taichi=taichi, min_inputs=2,
+                      max_inputs=2, stores_once=True, epilogue_inputs=unbroadcast_inputs)
+    return register_op(OpDef(**{**definition, **fields}))
 
 
 def flexbuffer_map(op, layout: str = "") -> dict:

@@ -4,9 +4,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import OpDef, register_op
 from .compare import infer_logical
-from .common import apply_activation, broadcast_shapes, check_activation, unbroadcast_inputs
+from .common import apply_activation, broadcast_shapes, check_activation, register_binary
 from .kit import BroadcastBinaryStep, activation, ti
 
 
@@ -85,13 +84,11 @@ def _binary(name, fn, options_class=None, has_activation=True, **fields):
             out = apply_activation(out, node.options.fused_activation_function)
         return [out]
 
-    definition = dict(
-        name=name, infer=_infer_broadcast, reference=reference,
-        parse=_parse_activation if has_activation else (lambda _o: None),
-        options_class=options_class if options_class else None,
-        taichi=_binary_taichi, min_inputs=2, max_inputs=2,
-        stores_once=True, epilogue_inputs=unbroadcast_inputs, computed_at_load=True)
-    return register_op(OpDef(**{**definition, **fields}))
+    infer = fields.pop("infer", _infer_broadcast)
+    return register_binary(name, infer, reference, _binary_taichi, **{
+        "parse": _parse_activation if has_activation else (lambda _o: None),
+        "options_class": options_class if options_class else None,
+        "computed_at_load": True, **fields})
 
 
 def _divide(a, b):
