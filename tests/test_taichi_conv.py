@@ -4,7 +4,7 @@ MAX_POOL_2D and L2_POOL_2D (float32 only, as LiteRT) (ops/pooling.py) against th
 backend under test (cpu, vulkan, opengl; see conftest.py), float32 and int8; fp16 on vulkan;
 GLES; and the supports() refusal.
 
-Cases come from the LiteRT tests' generators (tests/test_ops_conv.py, test_ops_pooling.py), so
+Cases come from the LiteRT tests' generators (tests/cases/conv.py, cases/pooling.py), so
 the delegate sees the same attribute space. Float data are multiples of 1/8 (`_dyadic`): sums
 are then exact in float32 whatever the order, as the reference and the kernels sum differently.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL (1e-5 of the largest magnitude; fp16 2e-2) and

@@ -1,6 +1,6 @@
 """MediaPipe's CUSTOM:MaxPoolingWithArgmax2D and CUSTOM:MaxUnpooling2D on the delegate (cpu,
 vulkan, opengl workers; fp16 on vulkan; gles) vs the reference path, over the attribute space
-of tests/test_ops_mediapipe.py (every stride, padding and activation).
+of tests/cases/mediapipe.py (the LiteRT tests': every stride, padding and activation).
 
 The index tensors are float32, as in real models, so the arena carries them (exact integers;
 float16 holds them exactly up to 2048, beyond which the delegate refuses the window). int32

@@ -1,6 +1,6 @@
 """CUSTOM:Resampler, Landmarks2TransformMatrix, TransformTensorBilinear and TransformLandmarks
 on the delegate (cpu, vulkan, opengl workers; fp16 on vulkan; gles) vs the reference path, over
-the cases of tests/test_ops_transforms.py (float32, and int8 data in the float view), and the
+the cases of tests/cases/transforms.py (the LiteRT tests') (float32, and int8 data in the float view), and the
 landmark pipeline (matrix -> warp -> CONV_2D, landmarks mapped back) in one partition.
 
 Tolerances: tflite_taichi.testing.TAICHI_RTOL (1 unit for int8 outputs); `floor` where a
