@@ -272,13 +272,23 @@ SPLIT_THREADS = 65536      # an op with fewer outputs than this leaves a GPU mos
 SHARED_MEMORY_ARCHS = ("cuda", "vulkan", "opengl", "metal", "amdgpu", "dx11", "dx12")
 
 
+_claimed_backend = None       # what the delegate told claim_backend() (ops never import it)
+
+
+def claim_backend(name) -> None:
+    """The delegate's word (backend.ensure_runtime) on which Taichi backend this process runs,
+    or None when that claim is given up: ops read it through current_arch()."""
+    global _claimed_backend
+    _claimed_backend = name
+
+
 def current_arch() -> str:
     """The Taichi arch this process's delegate runs on ('cuda', 'vulkan', 'x64', ...): the
-    backend the process claimed (backend.ensure_runtime), which is known before Taichi's
-    Python runtime starts - a process whose kernels all come from the cache (Taichi's C API)
-    never starts it, and ops ask this while the partitioner runs, before any compile."""
-    from tflite_taichi import backend        # at call time: the runtime imports ops
-    claimed = backend.current()
+    backend the process claimed (backend.ensure_runtime -> claim_backend), which is known
+    before Taichi's Python runtime starts - a process whose kernels all come from the cache
+    (Taichi's C API) never starts it, and ops ask this while the partitioner runs, before any
+    compile."""
+    claimed = _claimed_backend
     if claimed is not None:
         return "x64" if claimed == "cpu" else claimed
     if ti.lang.impl.get_runtime().prog is None:    # no delegate in this process (inspect)

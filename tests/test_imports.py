@@ -54,6 +54,23 @@ def test_model_and_quant_import_nothing_from_ops():
     assert not upward, f"imports from ops below it: {upward}"
 
 
+RUNTIME = ["backend", "cache", "capi", "codegen", "delegate", "device", "executor", "graph",
+           "interpreter", "partition", "planner", "vulkan_host"]
+
+
+def test_ops_never_import_the_runtime_above_them():
+    """ops <- delegate: an op learns what it must of the runtime from what it is handed (its
+    node, StepIO, the Runtime protocol) or told (kit.claim_backend), never by importing it."""
+    upward = {}
+    for name in sorted(os.listdir(os.path.join(ROOT, "ops"))):
+        if name.endswith(".py"):
+            modules = imported_modules(os.path.join(ROOT, "ops", name), "tflite_taichi.ops")
+            found = sum((_reaches(modules, f"tflite_taichi.{m}") for m in RUNTIME), [])
+            if found:
+                upward[name] = found
+    assert not upward, upward
+
+
 def test_the_executor_sits_below_the_interpreter():
     """The executor (subgraph state, the runtime stateful ops see) knows nothing of the tf.lite
     face above it."""

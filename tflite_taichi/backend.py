@@ -18,6 +18,7 @@ import threading
 from typing import Optional
 
 from tflite_taichi.errors import BackendUnavailable
+from tflite_taichi.ops import kit
 
 TAICHI_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles", "cpu")
 AUTO_ORDER = ("cuda", "vulkan", "metal", "opengl")   # hardware GPUs, best first
@@ -141,6 +142,7 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
                     raise BackendUnavailable(f"{name} does not work here: {detail}")
                 os.environ.update({k: v for k, v in _env_for(name).items() if k == "EGL_PLATFORM"})
             _current, _cache_root = name, cache_root
+            kit.claim_backend(name)
     from tflite_taichi import cache, device
     try:
         device.get(name, lambda: cache.driver_env(_cache_root))
@@ -148,6 +150,7 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
         with _lock:
             if device.current(name) is None:
                 _current = None
+                kit.claim_backend(None)
         raise
     return name
 
