@@ -479,7 +479,7 @@ def check_op(cases, *, workers=(), plugins=(), litert: bool = False,
             inputs = model_inputs(model, options.get("seed", 0))
         if litert:
             check_against_litert(model, inputs)
-        else:
+        elif not workers:           # (with workers, check_delegate runs the reference path)
             run_ours(model, inputs)
         if workers:
             check_delegate(model, workers, inputs, precision=precision, plugins=list(plugins),
