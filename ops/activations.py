@@ -22,7 +22,7 @@ import numpy as np
 
 from .base import OpDef, register_op
 from .common import broadcast_shapes
-from .kit import ElementwiseStep, broadcast_flat, keep_nan, load_broadcast, ti
+from .kit import BroadcastBinaryStep, ElementwiseStep, keep_nan, ti
 
 _ACTIVATION_DTYPES = {np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8),
                       np.dtype(np.int16)}
@@ -213,26 +213,13 @@ def _softmax_taichi(node, io):
 
 
 @ti.data_oriented
-class PreluStep:
-    """One thread per element: x >= 0 ? x : x * alpha, alpha broadcast against x."""
-
-    def __init__(self, x, alpha, out):
-        self.x, self.alpha, self.out = x, alpha, out
-        self.loop = out.shape or (1,)
+class PreluStep(BroadcastBinaryStep):
+    """x >= 0 ? x : x * alpha, alpha broadcast against x (the kit's binary template; x has the
+    output's shape, so its producer may hand it over: epilogue input 0)."""
 
     @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for I in ti.grouped(ti.ndrange(*self.loop)):
-            f = self.out.flat_index(I)
-            v = self.x.load(arena, weights, io, f)
-            a = self.alpha.load(arena, weights, io, broadcast_flat(I, self.alpha, self.out.rank))
-            self.out.store(arena, io, f, ti.select(v >= 0.0, v, v * a))
-
-    @ti.func
-    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
-                    value, position: ti.template()):
-        a = load_broadcast(self.alpha, self.out, arena, weights, io, flat)
-        self.out.store(arena, io, flat, ti.select(value >= 0.0, value, value * a))
+    def formula(self, v, a):
+        return ti.select(v >= 0.0, v, v * a)
 
 
 def _prelu_taichi(node, io):

@@ -17,7 +17,7 @@ a QUANTIZE/DEQUANTIZE at the model boundary still runs here, as a snap or an ide
 import numpy as np
 
 from .base import OpDef, register_op
-from .kit import ti
+from .kit import ElementwiseStep, ti
 
 _QUANTIZED_INTS = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
 
@@ -77,22 +77,12 @@ def _quantize_reference(node, inputs):
 
 # -- Taichi ------------------------------------------------------------------------------------
 @ti.data_oriented
-class CopyStep:
-    """One thread per element: out[i] = x[i], through the output's store (its grid, if any)."""
-
-    def __init__(self, x, out):
-        self.x, self.out = x, out
-        self.n = out.size
+class CopyStep(ElementwiseStep):
+    """out[i] = x[i] through the output's store (its grid, if any): the kit's template."""
 
     @ti.func
-    def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
-        for i in range(self.n):
-            self.out.store(arena, io, i, self.x.load(arena, weights, io, i))
-
-    @ti.func
-    def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
-                    value, position: ti.template()):
-        self.out.store(arena, io, flat, value)
+    def formula(self, v):
+        return v
 
 
 def _copy_taichi(node, io):

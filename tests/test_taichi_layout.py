@@ -17,7 +17,6 @@ from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_o
                                    one_op_model, strategies)
 from cases.layout import (block_case, broadcast_case, mirror_pad_case, reverse_case,
                           reverse_sequence_case, set_diag_case, tile_case)
-from cases import Data
 
 S = strategies()
 
@@ -52,9 +51,8 @@ def gather_model(draw, op):
 
 @st.composite
 def gathers_delegate_cases(draw, op):
-    data = Data(draw)
     seed = draw(S.seeds())
-    return data.draw(gather_model(op)), None, {"seed": seed}
+    return draw(gather_model(op)), None, {"seed": seed}
 
 
 @pytest.mark.parametrize("op", ["TILE", "BROADCAST_TO", "REVERSE_V2"])
@@ -66,10 +64,9 @@ def test_gathers_delegate(taichi_workers, op):
 @st.composite
 def mirror_pad_delegate_cases(draw):
     case = draw(mirror_pad_case())
-    data = Data(draw)
     seed = draw(S.seeds())
     shape, pads, mode, out = case
-    t, qi, qo = data.draw(types())
+    t, qi, qo = draw(types())
     model = one_op_model("MIRROR_PAD", [Input(shape, t, qi), Const(pads)], [Output(out, t, qo)],
                          mode=mode)
     return model, None, {"seed": seed}
@@ -84,12 +81,11 @@ def test_mirror_pad_delegate(taichi_workers):
 @st.composite
 def block_ops_delegate_cases(draw, op):
     case = draw(block_case(litert=False))
-    data = Data(draw)
     seed = draw(S.seeds())
     block, pads, shape, out = case
     if op == "BATCH_TO_SPACE_ND":
         shape, out = out, shape
-    t, qi, qo = data.draw(types())
+    t, qi, qo = draw(types())
     model = one_op_model(op, [Input(shape, t, qi), _i32(block), _i32(pads)], [Output(out, t, qo)])
     return model, None, {"seed": seed}
 
@@ -105,9 +101,8 @@ def test_block_ops_delegate(taichi_workers, op):
 @st.composite
 def fill_and_zeros_like_delegate_cases(draw, op):
     shape = draw(S.shapes(0, 4, 1, 5))
-    data = Data(draw)
     seed = draw(S.seeds())
-    t, qi, qo = data.draw(types())
+    t, qi, qo = draw(types())
     if op == "FILL":
         model = one_op_model("FILL", [_i32(shape), Input((), t, qi)], [Output(shape, t, qo)])
     else:
@@ -225,9 +220,8 @@ def diag_or_sequence_model(draw, op):
 @st.composite
 def diag_and_reverse_sequence_delegate_cases(draw):
     op = draw(st.sampled_from(["MATRIX_DIAG", "MATRIX_SET_DIAG", "REVERSE_SEQUENCE"]))
-    data = Data(draw)
     seed = draw(S.seeds())
-    return data.draw(diag_or_sequence_model(op)), None, {"seed": seed}
+    return draw(diag_or_sequence_model(op)), None, {"seed": seed}
 
 
 def test_diag_and_reverse_sequence_delegate(taichi_workers):

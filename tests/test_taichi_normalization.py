@@ -7,7 +7,6 @@ from hypothesis import given, settings, strategies as st
 
 from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, check_op, strategies
 from cases.normalization import ROW_OPS, lrn_case, lrn_model, row_case, row_inputs, row_model
-from cases import Data
 
 S = strategies()
 
@@ -28,12 +27,11 @@ def test_float32_delegate_matches_reference(taichi_workers, data, seed):
 
 @st.composite
 def row_ops_int8_delegate_matches_reference_cases(draw):
-    data = Data(draw)
     seed = draw(S.seeds())
-    op = data.draw(st.sampled_from(ROW_OPS))
-    dtype = data.draw(st.sampled_from([np.int8, np.uint8]))
-    shape, _ = data.draw(row_case(op))
-    qi = data.draw(S.quant_params(dtype, scale_range=(1e-3, 0.5)))
+    op = draw(st.sampled_from(ROW_OPS))
+    dtype = draw(st.sampled_from([np.int8, np.uint8]))
+    shape, _ = draw(row_case(op))
+    qi = draw(S.quant_params(dtype, scale_range=(1e-3, 0.5)))
     return row_model(op, shape, dtype, qi), None, {"seed": seed}
 
 

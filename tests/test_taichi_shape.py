@@ -19,7 +19,6 @@ from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_o
 from cases.shape import concat_case, depth_to_space_case, reshape_case, squeeze_case
 from cases.slicing import (numpy_index, offset_case, pad_case, slice_case, split_case, split_v_case,
                            strided_spec)
-from cases import Data
 
 S = strategies()
 DTYPES = ["float32", "int8"]
@@ -42,11 +41,10 @@ def _i32(values):
 @st.composite
 def reshape_delegate_cases(draw, dtype):
     case = draw(reshape_case())
-    data = Data(draw)
     how = draw(st.sampled_from(["input", "options", "both"]))
     seed = draw(S.seeds())
     shape, new_shape, out = case
-    t, qi, qo = data.draw(types(dtype))
+    t, qi, qo = draw(types(dtype))
     inputs, options = [Input(shape, t, qi)], {}
     if how in ("input", "both"):
         inputs.append(_i32(new_shape))
@@ -63,10 +61,9 @@ def test_reshape_delegate(taichi_workers, dtype):
 @st.composite
 def expand_dims_delegate_cases(draw, dtype):
     shape = draw(S.shapes(0, 4, 1, 5))
-    data = Data(draw)
     seed = draw(S.seeds())
-    t, qi, qo = data.draw(types(dtype))
-    axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    t, qi, qo = draw(types(dtype))
+    axis = draw(st.integers(-len(shape) - 1, len(shape)))
     out = np.expand_dims(np.empty(shape), axis).shape
     model = one_op_model("EXPAND_DIMS", [Input(shape, t, qi), _i32(axis)], [Output(out, t, qo)])
     return model, None, {"seed": seed}
@@ -80,10 +77,9 @@ def test_expand_dims_delegate(taichi_workers, dtype):
 @st.composite
 def squeeze_delegate_cases(draw, dtype):
     case = draw(squeeze_case())
-    data = Data(draw)
     seed = draw(S.seeds())
     shape, dims, out = case
-    t, qi, qo = data.draw(types(dtype))
+    t, qi, qo = draw(types(dtype))
     options = {"squeeze_dims": dims} if dims else {}
     model = one_op_model("SQUEEZE", [Input(shape, t, qi)], [Output(out, t, qo)], **options)
     return model, None, {"seed": seed}
@@ -98,10 +94,9 @@ def test_squeeze_delegate(taichi_workers, dtype):
 @st.composite
 def transpose_delegate_cases(draw, dtype):
     shape = draw(S.shapes(1, 5, 1, 4))
-    data = Data(draw)
     seed = draw(S.seeds())
-    t, qi, qo = data.draw(types(dtype))
-    perm = data.draw(st.permutations(range(len(shape))))
+    t, qi, qo = draw(types(dtype))
+    perm = draw(st.permutations(range(len(shape))))
     out = tuple(shape[p] for p in perm)
     model = one_op_model("TRANSPOSE", [Input(shape, t, qi), _i32(perm)], [Output(out, t, qo)])
     return model, None, {"seed": seed}
@@ -115,16 +110,15 @@ def test_transpose_delegate(taichi_workers, dtype):
 @st.composite
 def concatenation_delegate_cases(draw, dtype):
     case = draw(concat_case())
-    data = Data(draw)
     act = draw(S.activations())
     const_index = draw(st.integers(-1, 3))
     seed = draw(S.seeds())
     shapes, axis, out = case
-    t, _, qo = data.draw(types(dtype))
+    t, _, qo = draw(types(dtype))
     rng = np.random.default_rng(seed)
     inputs = []
     for i, s in enumerate(shapes):
-        q = data.draw(S.quant_params()) if dtype == "int8" else None
+        q = draw(S.quant_params()) if dtype == "int8" else None
         if i == const_index and len(shapes) > 1:
             value = rng.uniform(-3, 3, s).astype(np.float32)
             inputs.append(Const(quantize_array(value, q) if q else value, quantization=q))
@@ -145,10 +139,9 @@ def test_concatenation_delegate(taichi_workers, dtype):
 def pack_delegate_cases(draw, dtype):
     shape = draw(S.shapes(0, 4, 1, 4))
     n = draw(st.integers(1, 4))
-    data = Data(draw)
     seed = draw(S.seeds())
-    t, qi, qo = data.draw(types(dtype))
-    axis = data.draw(st.integers(-len(shape) - 1, len(shape)))
+    t, qi, qo = draw(types(dtype))
+    axis = draw(st.integers(-len(shape) - 1, len(shape)))
     a = axis % (len(shape) + 1)
     out = shape[:a] + (n,) + shape[a:]
     model = one_op_model("PACK", [Input(shape, t, qi) for _ in range(n)], [Output(out, t, qo)],
@@ -164,10 +157,9 @@ def test_pack_delegate(taichi_workers, dtype):
 @st.composite
 def unpack_delegate_cases(draw, dtype):
     shape = draw(S.shapes(1, 4, 1, 4))
-    data = Data(draw)
     seed = draw(S.seeds())
-    t, qi, qo = data.draw(types(dtype))
-    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    t, qi, qo = draw(types(dtype))
+    axis = draw(st.integers(-len(shape), len(shape) - 1))
     a = axis % len(shape)
     out = shape[:a] + shape[a + 1:]
     model = one_op_model("UNPACK", [Input(shape, t, qi)],
@@ -185,11 +177,10 @@ def test_unpack_delegate(taichi_workers, dtype):
 @st.composite
 def depth_space_delegate_cases(draw, op, dtype):
     case = draw(depth_to_space_case())
-    data = Data(draw)
     seed = draw(S.seeds())
     deep, bs, wide = case
     shape, out = (deep, wide) if op == "DEPTH_TO_SPACE" else (wide, deep)
-    t, qi, qo = data.draw(types(dtype))
+    t, qi, qo = draw(types(dtype))
     model = one_op_model(op, [Input(shape, t, qi)], [Output(out, t, qo)], block_size=bs)
     return model, None, {"seed": seed}
 
@@ -204,10 +195,9 @@ def test_depth_space_delegate(taichi_workers, op, dtype):
 @st.composite
 def pad_delegate_cases(draw, dtype):
     case = draw(pad_case())
-    data = Data(draw)
     seed = draw(S.seeds())
     shape, pads, out = case
-    t, qi, qo = data.draw(types(dtype))
+    t, qi, qo = draw(types(dtype))
     model = one_op_model("PAD", [Input(shape, t, qi), Const(pads)], [Output(out, t, qo)])
     return model, None, {"seed": seed}
 
@@ -221,13 +211,12 @@ def test_pad_delegate(taichi_workers, dtype):
 @st.composite
 def padv2_delegate_cases(draw, dtype):
     case = draw(pad_case())
-    data = Data(draw)
     value = draw(st.floats(-4, 4))
     where = draw(st.sampled_from(["const", "input"]))
     seed = draw(S.seeds())
     shape, pads, out = case
-    t, qi, qo = data.draw(types(dtype))
-    qv = data.draw(S.quant_params()) if dtype == "int8" else None
+    t, qi, qo = draw(types(dtype))
+    qv = draw(S.quant_params()) if dtype == "int8" else None
     if where == "input":
         pad_value = Input((1,), t, qv)
     elif qv:
@@ -248,10 +237,9 @@ def test_padv2_delegate(taichi_workers, dtype):
 @st.composite
 def slice_delegate_cases(draw, dtype):
     case = draw(slice_case())
-    data = Data(draw)
     seed = draw(S.seeds())
     shape, begin, size, out = case
-    t, qi, qo = data.draw(types(dtype))
+    t, qi, qo = draw(types(dtype))
     model = one_op_model("SLICE", [Input(shape, t, qi), _i32(begin), _i32(size)], [Output(out, t, qo)])
     return model, None, {"seed": seed}
 
@@ -264,10 +252,9 @@ def test_slice_delegate(taichi_workers, dtype):
 @st.composite
 def strided_slice_delegate_cases(draw, dtype):
     shape = draw(S.shapes(1, 4, 1, 6))
-    data = Data(draw)
     seed = draw(S.seeds())
-    t, qi, qo = data.draw(types(dtype))
-    begin, end, strides, masks, kinds = data.draw(strided_spec(shape))
+    t, qi, qo = draw(types(dtype))
+    begin, end, strides, masks, kinds = draw(strided_spec(shape))
     out = np.empty(shape)[numpy_index(begin, end, strides, masks, kinds)].shape
     assume(0 not in out)    # an empty output stays on the CPU (partition.delegate_reason)
     model = one_op_model("STRIDED_SLICE", [Input(shape, t, qi), _i32(begin), _i32(end),
@@ -284,12 +271,11 @@ def test_strided_slice_delegate(taichi_workers, dtype):
 @st.composite
 def strided_slice_offset_delegate_cases(draw, dtype):
     case = draw(offset_case())
-    data = Data(draw)
     seed = draw(S.seeds())
     shape, begin, size, strides = case
     out = tuple(max(-(-s // st_), 0) for s, st_ in zip(size, strides))
     assume(0 not in out)    # an empty output stays on the CPU (partition.delegate_reason)
-    t, qi, qo = data.draw(types(dtype))
+    t, qi, qo = draw(types(dtype))
     model = one_op_model("STRIDED_SLICE", [Input(shape, t, qi), _i32(begin), _i32(size),
                                            _i32(strides)], [Output(out, t, qo)], offset=True)
     return model, None, {"seed": seed}
@@ -304,10 +290,9 @@ def test_strided_slice_offset_delegate(taichi_workers, dtype):
 @st.composite
 def split_delegate_cases(draw, dtype):
     case = draw(split_case())
-    data = Data(draw)
     seed = draw(S.seeds())
     shape, axis, num, out = case
-    t, qi, qo = data.draw(types(dtype))
+    t, qi, qo = draw(types(dtype))
     model = one_op_model("SPLIT", [_i32(axis), Input(shape, t, qi)],
                          [Output(out, t, qo) for _ in range(num)], num_splits=num)
     return model, None, {"seed": seed}
@@ -321,11 +306,10 @@ def test_split_delegate(taichi_workers, dtype):
 @st.composite
 def split_v_delegate_cases(draw, dtype):
     case = draw(split_v_case())
-    data = Data(draw)
     seed = draw(S.seeds())
     shape, axis, size_splits, outs = case
-    t, qi, _ = data.draw(types(dtype))
-    outputs = [Output(o, t, data.draw(S.quant_params()) if qi else None) for o in outs]
+    t, qi, _ = draw(types(dtype))
+    outputs = [Output(o, t, draw(S.quant_params()) if qi else None) for o in outs]
     model = one_op_model("SPLIT_V", [Input(shape, t, qi), _i32(size_splits), _i32(axis)],
                          outputs, num_splits=len(outs))
     return model, None, {"seed": seed}
