@@ -59,18 +59,7 @@ def main(argv=None) -> int:
     devices = {b: bench.device_of(b, threads) for b in backends}
     for b, d in devices.items():
         print(f"{b}: {d['device'] if d['ok'] else 'does not start: ' + d['detail']}", file=sys.stderr)
-    bar = bench.progress_bar(len(paths) * len(backends) * bench.units_per_backend(args.runs, args.warmup),
-                             "bench")
-    results = []
-    try:
-        for path in paths:
-            bar.set_description(os.path.splitext(os.path.basename(path))[0])
-            results.append(bench.bench_model(
-                path, backends, threads=threads, runs=args.runs, warmup=args.warmup,
-                precision=args.precision, seed=args.seed, profile=args.profile,
-                timeout=args.timeout, progress=bar, devices=devices))
-    finally:
-        bar.close()
+    results = bench.bench_models(paths, backends, args, threads, devices)
     command = "python " + " ".join(shlex.quote(a) for a in
                                    [os.path.relpath(__file__)] + list(sys.argv[1:] if argv is None else argv))
     report = bench.make_report(results, command, machine, title=args.title or

@@ -619,11 +619,15 @@ def table_rows(results: Sequence[dict]) -> list:
     return lines
 
 
-def render_table(results: Sequence[dict]) -> str:
-    lines = table_rows(results)
+def _markdown(lines: list) -> str:
+    """Rows of strings (header first) as a markdown table."""
     out = ["| " + " | ".join(lines[0]) + " |", "|" + " --- |" * len(lines[0])]
     out += ["| " + " | ".join(l) + " |" for l in lines[1:]]
     return "\n".join(out)
+
+
+def render_table(results: Sequence[dict]) -> str:
+    return _markdown(table_rows(results))
 
 
 def render_text(results: Sequence[dict]) -> str:
@@ -712,10 +716,7 @@ def _ratio(ours: float, theirs: float, target: float) -> str:
 
 
 def render_speed_table(results: Sequence[dict]) -> str:
-    lines = speed_rows(results)
-    out = ["| " + " | ".join(lines[0]) + " |", "|" + " --- |" * len(lines[0])]
-    out += ["| " + " | ".join(l) + " |" for l in lines[1:]]
-    return "\n".join(out)
+    return _markdown(speed_rows(results))
 
 
 def render_speed_text(results: Sequence[dict]) -> str:
@@ -910,6 +911,25 @@ def progress_bar(total: int, desc: str):
                 mininterval=0.5)
 
 
+def bench_models(paths: Sequence[str], backends: Sequence[str], args, threads: int,
+                 devices: dict) -> list:
+    """bench_model for each path in turn, the options from `args` (add_arguments'), one
+    progress bar on stderr over them all: what `tflite-taichi bench` and bench/bench.py run."""
+    bar = progress_bar(len(paths) * len(backends) * units_per_backend(args.runs, args.warmup),
+                       "bench")
+    results = []
+    try:
+        for path in paths:
+            bar.set_description(os.path.splitext(os.path.basename(path))[0])
+            results.append(bench_model(path, backends, threads=threads, runs=args.runs,
+                                       warmup=args.warmup, precision=args.precision, seed=args.seed,
+                                       profile=args.profile, timeout=args.timeout, progress=bar,
+                                       devices=devices))
+    finally:
+        bar.close()
+    return results
+
+
 def run_cli(args) -> int:
     """`tflite-taichi bench MODEL [MODEL ...]`: the table on stdout (with the runtimes side by side
     when several ran), a progress bar on stderr; --out NAME writes NAME.md/.json/.png as
@@ -922,18 +942,7 @@ def run_cli(args) -> int:
     threads = args.threads or os.cpu_count() or 1
     started, machine = now(), machine_info()
     devices = {b: device_of(b, threads) for b in backends}
-    bar = progress_bar(len(args.model) * len(backends) * units_per_backend(args.runs, args.warmup),
-                       "bench")
-    results = []
-    try:
-        for path in args.model:
-            bar.set_description(os.path.splitext(os.path.basename(path))[0])
-            results.append(bench_model(path, backends, threads=threads, runs=args.runs,
-                                       warmup=args.warmup, precision=args.precision, seed=args.seed,
-                                       profile=args.profile, timeout=args.timeout, progress=bar,
-                                       devices=devices))
-    finally:
-        bar.close()
+    results = bench_models(args.model, backends, args, threads, devices)
     print(render_text(results))
     if len(backends) > 1:
         print()
