@@ -201,6 +201,12 @@ class ModelBuilder:
         self._buffers: list = [b""]          # buffer 0 is the empty one, by convention
         self._opcodes: dict = {}             # (name, version) -> index
         self._signatures: list = []
+        self._metadata: list = []            # (name, buffer index)
+
+    def metadata(self, name: str, data: bytes):
+        """A metadata entry: `data` in a buffer of its own, under `name` (e.g. "TFLITE_METADATA",
+        tflite_taichi.metadata.normalization_metadata's bytes)."""
+        self._metadata.append((name, self._add_buffer(bytes(data))))
 
     def subgraph(self, name: str = "") -> SubgraphBuilder:
         """A new subgraph; the first one is the model's main graph."""
@@ -255,10 +261,11 @@ class ModelBuilder:
         opcodes = [self._write_opcode(b, name, version)
                    for (name, version), _ in sorted(self._opcodes.items(), key=lambda kv: kv[1])]
         signatures = [self._write_signature(b, *s) for s in self._signatures]
+        metadata = [self._write_metadata(b, name, buffer) for name, buffer in self._metadata]
         description = b.CreateString(self.description)
         M = importlib.import_module("tflite.Model")
         vectors = {"OperatorCodes": opcodes, "Subgraphs": subgraphs, "Buffers": buffers,
-                   "SignatureDefs": signatures}
+                   "SignatureDefs": signatures, "Metadata": metadata}
         offsets = {k: _table_vector(b, M, "Model", k, v) for k, v in vectors.items()}
         M.ModelStart(b)
         M.ModelAddVersion(b, 3)
@@ -267,6 +274,15 @@ class ModelBuilder:
             getattr(M, f"ModelAdd{k}")(b, off)
         b.Finish(M.ModelEnd(b), file_identifier=b"TFL3")
         return bytes(b.Output())
+
+    @staticmethod
+    def _write_metadata(b, name: str, buffer: int):
+        MD = importlib.import_module("tflite.Metadata")
+        name_offset = b.CreateString(name)
+        MD.MetadataStart(b)
+        MD.MetadataAddName(b, name_offset)
+        MD.MetadataAddBuffer(b, buffer)
+        return MD.MetadataEnd(b)
 
     @staticmethod
     def _write_buffer(b, data: bytes):

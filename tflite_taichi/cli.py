@@ -306,6 +306,44 @@ def cmd_bench(args) -> int:
     return run_cli(args)
 
 
+def cmd_batch(args) -> int:
+    from tflite_taichi import batch
+    result = batch.run(args.model, args.inputs, args.out, backend=args.backend,
+                       batch_size=args.batch, workers=args.workers, ray=args.ray,
+                       gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker,
+                       fmt=args.format, preprocess=args.preprocess, precision=args.precision,
+                       retries=args.retries, overwrite=args.overwrite,
+                       progress=sys.stderr.isatty())
+    per_invoke = sorted({w["items_per_invoke"] for w in result.workers if "items_per_invoke" in w})
+    notes = sorted({w["batching"] for w in result.workers if "batching" in w})
+    print(f"batch: {result.written} of {result.items} inputs written to {args.out}, "
+          f"{result.errors} in {os.path.join(args.out, 'errors.jsonl')}")
+    print(f"batch: {result.seconds:.2f} s, {result.items_per_second:.1f} items/s on "
+          f"{result.backend} ({result.mode}, {len(result.workers)} worker(s)"
+          + (f", {'/'.join(map(str, per_invoke))} item(s) per invoke" if per_invoke else "") + ")")
+    if result.steady_items_per_second:
+        print(f"batch: {result.steady_items_per_second:.1f} items/s once every worker had started "
+              f"({result.workers_ready_s:.2f} s)")
+    for note in notes:
+        if not note.startswith(f"{args.batch} items"):
+            print(f"batch: {note}")
+    for w in result.workers:
+        if "items" in w:
+            print(f"batch:   worker {w['worker']}: {w['items']} items, started in "
+                  f"{w.get('start_s', float('nan')):.2f} s")
+    return 1 if result.errors else 0
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"takes a number >= 0, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tflite-taichi")
     sub = p.add_subparsers(dest="command", required=True)
@@ -335,6 +373,34 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", metavar="NAME", help="also write the report: NAME.md, NAME.json, NAME.png")
     bench.add_argument("--title", default="", help="the report's title (with --out)")
     bench.set_defaults(func=cmd_bench)
+    bat = sub.add_parser("batch", help="run a folder of inputs through a model on every GPU "
+                         "(a local pool of processes, or a Ray cluster)")
+    bat.add_argument("model")
+    bat.add_argument("inputs", nargs="+", metavar="INPUTS",
+                     help=".npy/.npz files, images, Parquet/Arrow tables, or folders of them")
+    bat.add_argument("--out", required=True, metavar="DIR", help="where outputs and errors.jsonl go")
+    bat.add_argument("--backend", default="auto", choices=BACKENDS)
+    bat.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    bat.add_argument("--batch", type=at_least_one, default=16, metavar="N",
+                     help="items per invoke where the batch dimension resizes (default 16)")
+    bat.add_argument("--workers", type=at_least_one, metavar="N",
+                     help="worker processes or Ray actors (default: one per GPU, or per core "
+                          "on cpu/reference)")
+    bat.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                     help="run on Ray Data: a local cluster, or the one at ADDRESS")
+    bat.add_argument("--gpus-per-worker", type=_fraction, metavar="F",
+                     help="Ray: GPUs per actor (0.25 puts four on one GPU; default 1 on a GPU backend)")
+    bat.add_argument("--cpus-per-worker", type=_fraction, default=1.0, metavar="F",
+                     help="Ray: CPUs per actor (default 1)")
+    bat.add_argument("--format", default="parquet", choices=("parquet", "npz"))
+    bat.add_argument("--preprocess", metavar="P",
+                     help="images to a float input: unit, signed, raw, imagenet or "
+                          "'mean=M;std=S' (default: the model's metadata)")
+    bat.add_argument("--retries", type=int, default=2, metavar="N",
+                     help="runs again of a batch whose worker died (default 2)")
+    bat.add_argument("--overwrite", action="store_true",
+                     help="replace a previous run's outputs in --out")
+    bat.set_defaults(func=cmd_batch)
     # the top line of --help names every subcommand: taken from the parser, so none is left out
     p.description = "tflite-taichi: " + " | ".join(sub.choices)
     return p

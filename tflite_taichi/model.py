@@ -142,6 +142,7 @@ class Model:
     signatures: list
     size: int = 0
     max_tensor_bytes: Optional[int] = None  # the memory limit per tensor (see tensor_bytes)
+    metadata: dict = field(default_factory=dict)   # name -> bytes of the model's metadata entries
     _keepalive: object = field(default=None, repr=False)   # the mmap behind the constant views
 
     @property
@@ -310,7 +311,23 @@ def _parse(r: _Reader) -> Model:
         sg.max_tensor_bytes = r.max_tensor_bytes
     return Model(version=int(m.Version()), description=r.string(m.Description(), "description"),
                  subgraphs=subgraphs, signatures=signatures, size=r.size,
-                 max_tensor_bytes=r.max_tensor_bytes)
+                 max_tensor_bytes=r.max_tensor_bytes, metadata=_metadata(r, m, buffers))
+
+
+def _metadata(r: _Reader, m, buffers) -> dict:
+    """{name: bytes} of the model's metadata entries ("min_runtime_version", "TFLITE_METADATA",
+    ...), each a buffer of the model."""
+    entries = {}
+    for i in range(r.length(m.MetadataLength(), "metadata")):
+        entry, what = m.Metadata(i), f"metadata[{i}]"
+        name = r.string(entry.Name(), f"{what}.name")
+        index = int(entry.Buffer())
+        if not 0 <= index < len(buffers):
+            raise ModelError(f"{what} ({name!r}) names buffer {index}, but the model has "
+                             f"{len(buffers)} buffers")
+        data = _buffer_data(r, buffers[index], f"{what} ({name!r}) buffer {index}")
+        entries[name] = b"" if data is None else data.tobytes()
+    return entries
 
 
 def _check_entry_points(subgraphs, signatures):

@@ -1,0 +1,218 @@
+"""Batch inference: a folder of inputs through a model, on every GPU of a host (a local pool of
+worker processes) or of a Ray cluster (Ray Data), with outputs written as Parquet or .npz.
+
+    from tflite_taichi import batch
+    result = batch.run("model.tflite", ["frames/"], "out/", backend="cuda", batch_size=32)
+    outputs = batch.read_outputs("out/")      # {input path: {output name: array}}
+
+The same is `tflite-taichi batch MODEL INPUTS... --out DIR`. See docs/batch.md.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+from tflite_taichi.batch.inputs import (BatchError, InputSpec, Item, check_images, discover,
+                                        input_spec, parse_preprocess)
+from tflite_taichi.batch.outputs import (FORMATS, check_output_names, merge_errors, output_info,
+                                         prepare_out_dir, read_errors, read_outputs,
+                                         require_pyarrow, write_info)
+from tflite_taichi.batch.runner import RunConfig
+
+__all__ = ["run", "BatchResult", "BatchError", "read_outputs", "read_errors", "discover",
+           "InputSpec", "Item"]
+
+GPU_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles")
+TASK_ITEMS = 32          # items per task (one part file) at least: a few invokes' worth
+
+
+@dataclass
+class BatchResult:
+    items: int                   # inputs found
+    written: int                 # inputs whose outputs were written
+    errors: int                  # inputs in errors.jsonl
+    seconds: float               # the whole run, workers' start-up included
+    backend: str
+    mode: str                    # "local" or "ray"
+    workers: list = field(default_factory=list)   # per worker: items, start_s, items_per_invoke
+    out_dir: str = ""
+    workers_ready_s: Optional[float] = None    # local pool: when every worker had started
+    steady_items_per_second: Optional[float] = None   # local pool: the rate after that
+    restarts: int = 0            # local pool: workers started again after one died
+
+    @property
+    def items_per_second(self) -> float:
+        return (self.written + self.errors) / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> dict:
+        return {"items": self.items, "written": self.written, "errors": self.errors,
+                "seconds": round(self.seconds, 3), "items_per_s": round(self.items_per_second, 2),
+                "workers_ready_s": self.workers_ready_s, "restarts": self.restarts,
+                "steady_items_per_s": self.steady_items_per_second,
+                "backend": self.backend, "mode": self.mode, "workers": self.workers}
+
+
+def gpu_devices() -> list:
+    """The GPUs a worker can be given: CUDA_VISIBLE_DEVICES's entries where it is set, else
+    every device the CUDA driver counts; [] without an NVIDIA driver (one device is assumed)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(0)
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+            return []
+        return [str(i) for i in range(count.value)]
+    except OSError:
+        return []
+
+
+def _resolve_backend(backend: str, cache_dir: Optional[str]) -> str:
+    from tflite_taichi.interpreter import BACKENDS
+    if backend not in BACKENDS:
+        raise BatchError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend
+    from tflite_taichi import backend as backends
+    return backends.choose_auto(cache_dir)      # probes run in subprocesses: nothing is claimed here
+
+
+def _model_bytes(model: Union[str, bytes, os.PathLike]) -> bytes:
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    try:
+        with open(model, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise BatchError(f"cannot read the model {model}: {e.strerror or e}") from None
+
+
+def _tasks(items: list, task_items: int) -> list:
+    return [(i, items[start:start + task_items])
+            for i, start in enumerate(range(0, len(items), task_items))]
+
+
+def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str = "auto",
+        batch_size: int = 16, workers: Optional[int] = None, ray: Optional[str] = None,
+        gpus_per_worker: Optional[float] = None, cpus_per_worker: float = 1.0,
+        fmt: str = "parquet", preprocess: Optional[str] = None, precision: str = "fp32",
+        retries: int = 2, overwrite: bool = False, progress: bool = False,
+        cache_dir: Optional[str] = None) -> BatchResult:
+    """Run every input found in `inputs` (files and folders) through `model` (a path or bytes),
+    writing outputs and errors.jsonl into `out_dir`.
+
+    batch_size: items per invoke where the model's batch dimension can be resized (else one).
+    workers: local pool processes (default: one per GPU, or per core on cpu/reference), or Ray
+    actors. ray: None for the local pool; "" to start or join a local Ray cluster (RAY_ADDRESS
+    is honoured); an address ("auto", "ray://host:10001") to join one. gpus_per_worker: Ray's
+    num_gpus per actor (default 1 on a GPU backend, 0 otherwise; 0.25 puts four on a GPU).
+    fmt: "parquet" or "npz" (local pool only). preprocess: how image pixels become a float
+    input, overriding the model's metadata (a preset or "mean=M;std=S"). retries: how often a
+    batch whose worker died is run again. Returns a BatchResult; bad inputs are in errors.jsonl.
+    """
+    started = time.perf_counter()
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    if fmt not in FORMATS:
+        raise BatchError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if ray is not None and fmt != "parquet":
+        raise BatchError("with Ray, outputs are written by Ray Data's Parquet writer: --format parquet")
+    if fmt == "parquet":
+        require_pyarrow("writing Parquet outputs")
+    if batch_size < 1 or retries < 0 or (workers is not None and workers < 1):
+        raise BatchError("batch_size and workers must be at least 1, retries at least 0")
+    model_data = _model_bytes(model)
+    from tflite_taichi.interpreter import Interpreter
+    reader = Interpreter(model_content=model_data, backend="reference")   # no Taichi here
+    spec = input_spec(reader, parse_preprocess(preprocess))
+    info = output_info(reader)
+    check_output_names(info)
+    items, problems = discover(list(inputs), exclude=out_dir)
+    check_images(spec, items)
+    resolved = _resolve_backend(backend, cache_dir)
+    prepare_out_dir(out_dir, overwrite)
+    task_items = batch_size * max(1, math.ceil(TASK_ITEMS / batch_size))
+    config = RunConfig(model=model_data, backend=resolved, precision=precision,
+                       batch_size=batch_size, spec=spec, info=info, out_dir=out_dir, fmt=fmt,
+                       cache_dir=cache_dir)
+    given_up = []
+    if not items:
+        report = {"workers": []}
+    elif ray is None:
+        report = _run_local(items, config, workers, retries, task_items, progress)
+        given_up = report["given_up"]
+    else:
+        from tflite_taichi.batch.ray_data import run_ray
+        if gpus_per_worker is None:
+            gpus_per_worker = 1.0 if resolved in GPU_BACKENDS else 0.0
+        report = run_ray(items, config, address=ray, workers=workers,
+                         gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker,
+                         retries=retries, task_items=task_items, progress=progress)
+    errors = merge_errors(out_dir, problems + given_up)
+    written = _count_written(out_dir, fmt)
+    result = BatchResult(items=len(items) + len(problems), written=written, errors=len(errors),
+                         seconds=time.perf_counter() - started, backend=resolved,
+                         mode="local" if ray is None else "ray", workers=report["workers"],
+                         out_dir=out_dir, workers_ready_s=report.get("workers_ready_s"),
+                         steady_items_per_second=report.get("steady_items_per_s"),
+                         restarts=report.get("restarts", 0))
+    write_info(out_dir, info, result.summary())
+    return result
+
+
+def _count_written(out_dir: str, fmt: str) -> int:
+    total = 0
+    for name in os.listdir(out_dir):
+        path = os.path.join(out_dir, name)
+        if name.startswith(".") or not name.endswith("." + fmt):
+            continue
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+            total += pq.ParquetFile(path).metadata.num_rows
+        else:
+            import numpy as np
+            with np.load(path, allow_pickle=False) as archive:
+                total += len(archive["path"])
+    return total
+
+
+def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,
+               task_items: int, progress: bool) -> dict:
+    from tflite_taichi.batch.pool import LocalPool, worker_environments
+    tasks = _tasks(items, task_items)
+    devices = gpu_devices() if config.backend in ("cuda", "vulkan") else []
+    if workers is None:
+        workers = max(len(devices), 1) if config.backend in GPU_BACKENDS else (os.cpu_count() or 1)
+    workers = max(1, min(workers, len(tasks)))
+    bar = _progress_bar(len(items), workers) if progress else None
+    pool = LocalPool(config, worker_environments(config.backend, workers, devices), retries,
+                     progress=bar.update if bar else None)
+    try:
+        return pool.run(tasks)
+    finally:
+        if bar:
+            bar.close()
+
+
+class _progress_bar:
+    """Items done and items/s (tqdm), with each worker's count beside them."""
+
+    def __init__(self, total: int, workers: int):
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, unit="item", file=sys.stderr, dynamic_ncols=True)
+        self.per_worker = [0] * workers
+
+    def update(self, n: int, worker) -> None:
+        self.per_worker[worker.slot] += n
+        self.bar.set_postfix_str(" ".join(f"w{i}:{c}" for i, c in enumerate(self.per_worker)),
+                                 refresh=False)
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()

@@ -1,0 +1,229 @@
+"""What a batch run writes into its output folder, and reading it back.
+
+    part-000017.parquet   one row per input: `path` (the item's key) and one column per model
+                          output, each row's values flattened (a fixed-size list; the shape is
+                          in _outputs.json and in the Parquet schema's metadata)
+    part-000017.npz       (--format npz) `path` and one array per output, items stacked
+    errors.jsonl          one {"path", "reason"} per input that was not run
+    _outputs.json         the outputs' names, shapes and dtypes, the run's summary
+
+Under Ray, Ray Data's Parquet writer names the part files. Every file appears whole or not at all
+(written beside its final name, then renamed), and a retried batch rewrites the same file, so an
+input is never written twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Optional
+
+import numpy as np
+
+from tflite_taichi.batch.inputs import BatchError
+
+ERRORS_FILE = "errors.jsonl"
+ERROR_PARTS = "_errors"
+INFO_FILE = "_outputs.json"
+FORMATS = ("parquet", "npz")
+SCHEMA_KEY = b"tflite_taichi.outputs"
+
+
+def require_pyarrow(why: str):
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401 - the writer and reader used below
+    except ImportError:
+        raise BatchError(f"{why} needs pyarrow: pip install 'tflite-taichi[batch]' "
+                         "(or write --format npz)") from None
+    return pyarrow
+
+
+def atomic_write(path: str, write) -> None:
+    """write(temporary path) then rename onto `path`: readers see the whole file or none."""
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=folder)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def output_info(interpreter) -> list:
+    """[{"name", "shape" (one item's), "dtype", "batch_dim"}] of the main graph's outputs (an
+    output whose first dimension is 1 has it dropped per item: batch_dim)."""
+    from tflite_taichi.batch.inputs import _has_batch_dim, _item_shape
+    return [{"name": d["name"], "shape": list(_item_shape(d["shape"])),
+             "dtype": np.dtype(d["dtype"]).name, "batch_dim": _has_batch_dim(d["shape"])}
+            for d in interpreter.get_output_details()]
+
+
+def arrow_table(keys: list, outputs: list, info: list):
+    """A pyarrow Table: `path` and a fixed-size list column per output (`outputs`: per output,
+    the items stacked)."""
+    pa = require_pyarrow("writing Parquet")
+    columns = {"path": pa.array(keys, pa.string())}
+    for spec, values in zip(info, outputs):
+        size = int(np.prod(spec["shape"]))
+        flat = np.ascontiguousarray(values).reshape(-1)
+        columns[spec["name"]] = pa.FixedSizeListArray.from_arrays(pa.array(flat), size)
+    schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
+                       metadata={SCHEMA_KEY: json.dumps(info).encode()})
+    return pa.Table.from_arrays(list(columns.values()), schema=schema)
+
+
+def empty_arrow_table(info: list):
+    """The schema of arrow_table with no rows (a batch whose inputs all failed)."""
+    return arrow_table([], [np.zeros((0, *s["shape"]), s["dtype"]) for s in info], info)
+
+
+def check_output_names(info: list) -> None:
+    names = [s["name"] for s in info]
+    if "path" in names or len(set(names)) != len(names):
+        raise BatchError(f"the model's output names {names} cannot be column names beside "
+                         "'path' (a duplicate, or an output named 'path')")
+
+
+def write_part(out_dir: str, part: str, keys: list, outputs: list, info: list, fmt: str) -> str:
+    """Write one batch's outputs as `part`.parquet or .npz; returns the path."""
+    path = os.path.join(out_dir, f"{part}.{fmt}")
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+        table = arrow_table(keys, outputs, info)
+        atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+    else:
+        arrays = {"path": np.asarray(keys, dtype=str)}
+        arrays.update({spec["name"]: values for spec, values in zip(info, outputs)})
+
+        def save(tmp):
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+        atomic_write(path, save)
+    return path
+
+
+def error_part_name(keys: list) -> str:
+    """A name for a batch's error records that is the same when the batch is retried."""
+    return hashlib.sha1("\n".join(keys).encode()).hexdigest()[:20]
+
+
+def write_error_part(out_dir: str, keys: list, errors: list) -> None:
+    """The batch's [(path, reason)] under _errors/ (merged into errors.jsonl at the end)."""
+    if not errors:
+        return
+    folder = os.path.join(out_dir, ERROR_PARTS)
+    os.makedirs(folder, exist_ok=True)
+    text = "".join(json.dumps({"path": p, "reason": r}) + "\n" for p, r in errors)
+
+    def save(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    atomic_write(os.path.join(folder, error_part_name(keys) + ".jsonl"), save)
+
+
+def merge_errors(out_dir: str, extra: list) -> list:
+    """errors.jsonl from the batches' error parts and `extra` [(path, reason)] (inputs the run
+    found unusable before running them), sorted by path; returns the records."""
+    records = [{"path": p, "reason": r} for p, r in extra]
+    folder = os.path.join(out_dir, ERROR_PARTS)
+    if os.path.isdir(folder):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".jsonl"):
+                with open(os.path.join(folder, name)) as f:
+                    records += [json.loads(line) for line in f if line.strip()]
+    records.sort(key=lambda r: r["path"])
+    text = "".join(json.dumps(r) + "\n" for r in records)
+
+    def save(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    atomic_write(os.path.join(out_dir, ERRORS_FILE), save)
+    if os.path.isdir(folder):
+        shutil.rmtree(folder)
+    return records
+
+
+def write_info(out_dir: str, info: list, summary: dict) -> None:
+    text = json.dumps({"outputs": info, "summary": summary}, indent=2) + "\n"
+
+    def save(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    atomic_write(os.path.join(out_dir, INFO_FILE), save)
+
+
+def prepare_out_dir(out_dir: str, overwrite: bool) -> None:
+    """Create the folder; one that holds a previous run's files is refused unless `overwrite`
+    (then those files, and only those, are removed): parts of two runs must not mix."""
+    os.makedirs(out_dir, exist_ok=True)
+    ours = [n for n in os.listdir(out_dir) if _is_ours(n)]
+    if ours and not overwrite:
+        raise BatchError(f"{out_dir} already holds a batch run's outputs ({', '.join(sorted(ours)[:3])}"
+                         f"{', ...' if len(ours) > 3 else ''}): choose another --out, or --overwrite")
+    for name in ours:
+        path = os.path.join(out_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+
+
+def _is_ours(name: str) -> bool:
+    return (name.endswith((".parquet", ".npz")) or name in (ERRORS_FILE, ERROR_PARTS, INFO_FILE)
+            or name.startswith(".tmp-"))
+
+
+# -- reading back ---------------------------------------------------------------------------------
+def _info(out_dir: str) -> Optional[list]:
+    path = os.path.join(out_dir, INFO_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)["outputs"]
+
+
+def read_outputs(out_dir: str) -> dict:
+    """{input key: {output name: array of one item's shape}} of a finished run's folder. A key
+    found in two part files is a BatchError (the run wrote it twice)."""
+    info = _info(out_dir)
+    found = {}
+
+    def add(key, values):
+        if key in found:
+            raise BatchError(f"{key} is written twice in {out_dir}")
+        found[key] = values
+
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name)
+        if name.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as archive:
+                keys = archive["path"].tolist()
+                outputs = {n: archive[n] for n in archive.files if n != "path"}
+            for i, key in enumerate(keys):
+                add(key, {n: v[i] for n, v in outputs.items()})
+        elif name.endswith(".parquet") and not name.startswith("."):
+            import pyarrow.parquet as pq
+            table = pq.read_table(path)
+            meta = table.schema.metadata or {}
+            specs = json.loads(meta[SCHEMA_KEY]) if SCHEMA_KEY in meta else info
+            shapes = {s["name"]: (s["shape"], s["dtype"]) for s in specs or []}
+            keys = table.column("path").to_pylist()
+            columns = {}
+            for column in table.column_names:
+                if column == "path":
+                    continue
+                shape, dtype = shapes.get(column, ([-1], None))
+                flat = table.column(column).combine_chunks().flatten().to_numpy(zero_copy_only=False)
+                columns[column] = flat.astype(dtype or flat.dtype).reshape(len(keys), *shape)
+            for i, key in enumerate(keys):
+                add(key, {n: v[i] for n, v in columns.items()})
+    return found
+
+
+def read_errors(out_dir: str) -> list:
+    """[{"path", "reason"}] of a finished run's errors.jsonl."""
+    with open(os.path.join(out_dir, ERRORS_FILE)) as f:
+        return [json.loads(line) for line in f if line.strip()]

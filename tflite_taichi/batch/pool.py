@@ -1,0 +1,267 @@
+"""The local pool: one worker process per GPU (or per core on cpu/reference), each with one
+Interpreter, fed tasks of a few batches by the driver.
+
+Processes, not threads: Taichi runs one backend and one device per process, and the decoding is
+Python. Workers are started with `spawn` (a forked Taichi or CUDA runtime is unusable) and with
+their device in the environment (CUDA_VISIBLE_DEVICES for cuda; TI_VISIBLE_DEVICE, Taichi's
+Vulkan device index, for vulkan). Each worker reads its tasks' inputs itself and writes their
+outputs itself (part files named by task), so only keys and counts cross the pipes.
+
+A worker that dies (killed, out of memory, a crash in a driver) is noticed by the driver, which
+starts another in its place and gives the dead worker's tasks to the pool again; a task whose
+worker died `retries + 1` times is given up and its inputs go to the errors file with the exit
+status. A task's part file is written under its final name only when complete, and a retried task
+rewrites the same name, so no input is lost or written twice.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import multiprocessing
+import os
+import multiprocessing.connection
+import time
+import traceback
+from typing import Optional
+
+from tflite_taichi.batch.inputs import BatchError, ItemError, TableCache, load_payload
+from tflite_taichi.batch.outputs import write_error_part, write_part
+from tflite_taichi.batch.runner import BatchRunner, RunConfig
+
+PREFETCH = 2                 # tasks queued per worker: the next one is ready when one finishes
+START_ATTEMPTS = 3           # a worker slot that dies this many times while starting ends the run
+
+
+def _worker_main(slot: int, config: RunConfig, conn) -> None:
+    """A worker: its interpreter, then tasks from `conn` until None, each answered on `conn`."""
+    try:
+        runner = BatchRunner(config)
+    except BaseException as e:   # noqa: BLE001 - reported to the driver, which ends the run
+        conn.send(("failed", slot, f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready", slot, runner.describe()))
+    tables = TableCache()
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:         # the driver is gone
+            return
+        if task is None:
+            return
+        task_id, items = task
+        started = time.perf_counter()
+        try:
+            payloads, errors = [], []
+            for item in items:
+                try:
+                    payloads.append((item.key, load_payload(item, tables)))
+                except ItemError as e:
+                    errors.append((item.key, str(e)))
+            keys, outputs, run_errors = runner.run(payloads)
+            errors += run_errors
+            if keys:
+                write_part(config.out_dir, f"part-{task_id:06d}", keys, outputs, config.info,
+                           config.fmt)
+            write_error_part(config.out_dir, [item.key for item in items], errors)
+        except BaseException:    # noqa: BLE001 - a bug or a failing disk: the driver retries
+            conn.send(("crashed", slot, task_id, traceback.format_exc()))
+            return
+        conn.send(("done", slot, task_id, len(keys), len(errors), time.perf_counter() - started,
+                   runner.describe()))        # it changes if the batching falls back
+
+
+class _Worker:
+    def __init__(self, slot: int, env: dict):
+        self.slot, self.env = slot, env
+        self.process = None
+        self.conn = None                 # the driver's end of this worker's pipe
+        self.outstanding = []            # task ids sent, not done
+        self.ready = False
+        self.start_failures = 0
+        self.done_items = 0
+        self.info = None
+
+
+@contextlib.contextmanager
+def _environment(env: dict):
+    """os.environ with `env` while a worker starts (a spawned child copies it at start)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class LocalPool:
+    """Each worker has a pipe of its own to the driver: a worker killed while writing can only
+    break its own pipe (a queue shared by all would stay locked for every other writer)."""
+
+    def __init__(self, config: RunConfig, worker_envs: list, retries: int, progress=None):
+        self.config = config
+        self.ctx = multiprocessing.get_context("spawn")
+        self.workers = [_Worker(i, env) for i, env in enumerate(worker_envs)]
+        self.retries = retries
+        self.progress = progress         # callable(items done now, worker) or None
+        self.restarts = 0
+        self.started = None
+        self.items_done = 0
+        self.all_ready = None            # (seconds after start, items done) when every worker
+                                         # had started once: the steady rate is measured after
+
+    def _start(self, w: _Worker) -> None:
+        w.conn, child = self.ctx.Pipe()
+        w.ready, w.outstanding = False, []
+        with _environment(w.env):
+            w.process = self.ctx.Process(target=_worker_main, name=f"tflite-taichi-batch-{w.slot}",
+                                         args=(w.slot, self.config, child), daemon=True)
+            w.process.start()
+        child.close()                    # the worker's end lives in the worker only
+
+    def run(self, tasks: list) -> dict:
+        """tasks: [(task id, [Item])]. Returns {"given_up": [(key, reason)], "workers": [...]}."""
+        self.pending = collections.deque(tasks)
+        self.by_id = dict(tasks)
+        self.attempts = collections.Counter()
+        self.finished, self.given_up = set(), []
+        self.started = time.perf_counter()
+        for w in self.workers:
+            self._start(w)
+        try:
+            while len(self.finished) < len(tasks):
+                self._feed()
+                live = [w for w in self.workers if w.process is not None]
+                waiting = {w.conn: w for w in live}
+                waiting.update({w.process.sentinel: w for w in live})
+                for ready in multiprocessing.connection.wait(list(waiting), timeout=1.0):
+                    w = waiting[ready]
+                    if w.process is None or (ready is not w.conn and ready is not w.process.sentinel):
+                        continue                 # replaced earlier in this round
+                    self._service(w)
+            elapsed = time.perf_counter() - self.started    # the workers' exit is not work
+        finally:
+            self._stop()
+        report = {"given_up": self.given_up, "restarts": self.restarts,
+                  "workers": [{"worker": w.slot, "items": w.done_items, **(w.info or {})}
+                              for w in self.workers]}
+        if self.all_ready is not None and elapsed > self.all_ready[0]:
+            ready_s, done = self.all_ready
+            report["workers_ready_s"] = round(ready_s, 3)
+            report["steady_items_per_s"] = round((self.items_done - done) / (elapsed - ready_s), 2)
+        return report
+
+    def _service(self, w: _Worker) -> None:
+        """Read what worker `w` sent; if its pipe is closed, it is gone."""
+        while True:
+            try:
+                if not w.conn.poll():
+                    break
+                message = w.conn.recv()
+            except (EOFError, OSError):
+                message = None
+            if message is None:
+                break
+            self._handle(w, message)
+            if w.process is None or message[0] == "crashed":
+                return
+        if not w.process.is_alive():
+            w.process.join()
+            self._lost(w, f"exit status {w.process.exitcode}")
+
+    def _feed(self) -> None:
+        for w in self.workers:
+            while w.ready and self.pending and len(w.outstanding) < PREFETCH:
+                task_id, items = self.pending.popleft()
+                w.outstanding.append(task_id)
+                try:
+                    w.conn.send((task_id, items))
+                except (BrokenPipeError, OSError):
+                    break                        # dead: the wait on its sentinel says so next
+
+    def _handle(self, w: _Worker, message) -> None:
+        kind = message[0]
+        if kind == "ready":
+            w.ready, w.info, w.start_failures = True, message[2], 0
+            if self.all_ready is None and all(x.info is not None for x in self.workers):
+                self.all_ready = (time.perf_counter() - self.started, self.items_done)
+        elif kind == "failed":
+            raise BatchError(f"worker {w.slot} cannot start an interpreter: {message[2]}")
+        elif kind == "done":
+            _, _, task_id, written, errors, _seconds, w.info = message
+            if task_id in w.outstanding:
+                w.outstanding.remove(task_id)
+            if task_id not in self.finished:
+                self.finished.add(task_id)
+                w.done_items += written + errors
+                self.items_done += written + errors
+                if self.progress is not None:
+                    self.progress(written + errors, w)
+        elif kind == "crashed":
+            _, _, task_id, trace = message
+            w.process.join(timeout=10)
+            self._lost(w, f"it raised {trace.strip().splitlines()[-1]}")
+
+    def _lost(self, w: _Worker, why: str) -> None:
+        """Worker `w` is gone: its tasks go back to the pool (or are given up), and a new worker
+        takes its slot."""
+        if not w.ready:
+            w.start_failures += 1
+            if w.start_failures >= START_ATTEMPTS:
+                raise BatchError(f"worker {w.slot} died {w.start_failures} times while starting "
+                                 f"({why})")
+        for task_id in w.outstanding:
+            if task_id in self.finished:
+                continue
+            self.attempts[task_id] += 1
+            if self.attempts[task_id] > self.retries:
+                self.finished.add(task_id)
+                reason = (f"not run: the worker running its batch died {self.attempts[task_id]} "
+                          f"times (last: {why})")
+                self.given_up += [(item.key, reason) for item in self.by_id[task_id]]
+                if self.progress is not None:
+                    self.progress(len(self.by_id[task_id]), w)
+            else:
+                self.pending.appendleft((task_id, self.by_id[task_id]))
+        w.outstanding = []
+        w.conn.close()
+        self.restarts += 1
+        if len(self.finished) < len(self.by_id):
+            self._start(w)
+        else:
+            w.process = None
+
+    def _stop(self) -> None:
+        for w in self.workers:
+            if w.process is not None and w.process.is_alive():
+                with contextlib.suppress(Exception):
+                    w.conn.send(None)
+        deadline = time.monotonic() + 30
+        for w in self.workers:
+            if w.process is None:
+                continue
+            w.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            with contextlib.suppress(Exception):
+                w.conn.close()
+
+
+def worker_environments(backend: str, workers: int, devices: Optional[list]) -> list:
+    """The environment of each worker: its GPU (worker i on device i mod the number of
+    devices) for cuda and vulkan; nothing for the others."""
+    if backend not in ("cuda", "vulkan") or not devices:
+        return [{} for _ in range(workers)]
+    envs = []
+    for i in range(workers):
+        position = i % len(devices)
+        env = {"CUDA_VISIBLE_DEVICES": str(devices[position])}
+        if backend == "vulkan":
+            # Taichi's Vulkan device index; NVIDIA's Vulkan driver lists GPUs in CUDA's order
+            env["TI_VISIBLE_DEVICE"] = str(devices[position])
+        envs.append(env)
+    return envs

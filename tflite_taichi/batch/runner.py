@@ -1,0 +1,194 @@
+"""One worker's interpreter: decode a batch of items, run them, and return their outputs.
+
+The same `BatchRunner` serves the local pool's worker processes and Ray Data's actors.
+
+Batching: when every input's batch dimension is 1 and the model still works with it resized to
+`batch_size` (each output's first dimension follows), `batch_size` items run as one invoke (a
+short last group is padded with copies of its first item, so one shape is ever prepared);
+otherwise items run one by one. Resizing is not proof that the first dimension is a batch (a
+model may reduce over it), so the first group run batched is checked: its first row must not
+change when every other row is replaced by a copy of it (`_rows_independent`); if it does,
+the runner goes back to one item per invoke and says so in `describe()`.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from tflite_taichi.batch.inputs import InputSpec, ItemError, decode
+from tflite_taichi.errors import TfliteTaichiError
+
+# The batch-independence check compares one row computed beside different rows, by the same
+# kernels at the same shape: equal but for float atomics' order, so 1e-5 of the row's largest
+# magnitude (float32 rounding over ~100 reordered terms) and one quantization step for 8-bit.
+ROW_TOLERANCE = 1e-5
+
+FAULT_ENV = "TFLITE_TAICHI_BATCH_FAULT"
+
+
+@dataclass
+class RunConfig:
+    """What a worker needs to build its runner (picklable; the model's bytes travel once)."""
+    model: bytes
+    backend: str
+    precision: str
+    batch_size: int
+    spec: InputSpec
+    info: list                   # output_info: name, item shape, dtype per output
+    out_dir: str
+    fmt: str
+    cache_dir: Optional[str] = None
+
+
+class BatchRunner:
+    def __init__(self, config: RunConfig):
+        from tflite_taichi.interpreter import Interpreter
+        self.config = config
+        started = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")    # the delegate's partition notes, once per worker
+            self.it = Interpreter(model_content=config.model, backend=config.backend,
+                                  precision=config.precision, cache_dir=config.cache_dir)
+            self.inputs = [d["index"] for d in self.it.get_input_details()]
+            self.outputs = [d["index"] for d in self.it.get_output_details()]
+            self.group, self.batching_note = self._choose_group(config.batch_size)
+        self.checked = self.group == 1
+        self.start_seconds = time.perf_counter() - started
+
+    def describe(self) -> dict:
+        return {"backend": self.it.backend, "items_per_invoke": self.group,
+                "batching": self.batching_note, "start_s": round(self.start_seconds, 3),
+                "pid": os.getpid()}
+
+    # -- batching ---------------------------------------------------------------------------
+    def _resize(self, n: int) -> None:
+        spec = self.config.spec
+        for index, shape, batched in zip(self.inputs, spec.item_shapes, spec.batch_dims):
+            self.it.resize_tensor_input(index, [n, *shape] if batched else list(shape))
+        self.it.allocate_tensors()
+
+    def _choose_group(self, n: int) -> tuple:
+        if n <= 1:
+            self._resize(1)
+            return 1, "one item per invoke (--batch 1)"
+        if not all(self.config.spec.batch_dims) or \
+                not all(spec["batch_dim"] for spec in self.config.info):
+            self._resize(1)
+            return 1, "one item per invoke: an input or output has no batch dimension of 1"
+        try:
+            self._resize(n)
+            shapes = [tuple(d["shape"]) for d in self.it.get_output_details()]
+        except TfliteTaichiError as e:
+            self._resize_back()
+            return 1, f"one item per invoke: the model does not take batch {n} ({e})"
+        if any(len(s) == 0 or s[0] != n for s in shapes):
+            self._resize_back()
+            return 1, (f"one item per invoke: with batch {n} the outputs' shapes are "
+                       f"{[list(s) for s in shapes]}, not batch-first")
+        return n, f"{n} items per invoke"
+
+    def _resize_back(self) -> None:
+        self._resize(1)
+
+    def _invoke(self, arrays: list) -> list:
+        for index, value in zip(self.inputs, arrays):
+            self.it.set_tensor(index, value)
+        self.it.invoke()
+        return [np.array(self.it.get_tensor(index), copy=True) for index in self.outputs]
+
+    def _rows_independent(self, group: list) -> bool:
+        """Row 0 of the outputs for `group`, against the same with every row a copy of row 0."""
+        mixed = self._invoke([np.stack(column) for column in zip(*group)])
+        same = self._invoke([np.stack([value] * self.group) for value in group[0]])
+        for a, b in zip(mixed, same):
+            a, b = a[0], b[0]
+            if a.dtype.kind == "f":
+                scale = max(float(np.max(np.abs(b))) if b.size else 0.0, 1.0)
+                if not np.all(np.abs(a - b) <= ROW_TOLERANCE * scale):
+                    return False
+            elif np.any(np.abs(a.astype(np.int64) - b.astype(np.int64)) > 1):
+                return False
+        return True
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self, items: list) -> tuple:
+        """items: [(key, payload)] -> (keys, [stacked outputs per output], [(key, reason)])."""
+        inject_fault([key for key, _ in items])
+        decoded, errors = [], []
+        for key, payload in items:
+            try:
+                decoded.append((key, decode(self.config.spec, key, payload)))
+            except ItemError as e:
+                errors.append((key, str(e)))
+        keys, rows = [], [[] for _ in self.outputs]
+        step = self.group
+        for start in range(0, len(decoded), step):
+            chunk = decoded[start:start + step]
+            try:
+                values = self._run_chunk([arrays for _, arrays in chunk])
+            except TfliteTaichiError as e:
+                errors += [(key, f"the invoke failed: {type(e).__name__}: {e}") for key, _ in chunk]
+                continue
+            for (key, _), item_outputs in zip(chunk, values):
+                problem = self._check_shapes(item_outputs)
+                if problem:
+                    errors.append((key, problem))
+                    continue
+                keys.append(key)
+                for column, value in zip(rows, item_outputs):
+                    column.append(value)
+        stacked = [np.stack(column) if column else
+                   np.zeros((0, *spec["shape"]), spec["dtype"])
+                   for column, spec in zip(rows, self.config.info)]
+        return keys, stacked, errors
+
+    def _run_chunk(self, group: list) -> list:
+        """[[output per model output] per item] for a list of items' decoded arrays."""
+        if self.group == 1:
+            spec, info = self.config.spec, self.config.info
+            return [[o[0] if out["batch_dim"] else o for o, out in zip(
+                        self._invoke([a[None] if batched else a
+                                      for a, batched in zip(arrays, spec.batch_dims)]), info)]
+                    for arrays in group]
+        padded = group + [group[0]] * (self.group - len(group))
+        if not self.checked:
+            self.checked = True
+            if len(group) > 1 and not self._rows_independent(padded):
+                self._resize_back()
+                self.group = 1
+                self.batching_note = ("one item per invoke: the model's first dimension is not "
+                                      "a batch (a row changed with its neighbours)")
+                return self._run_chunk(group)
+        outputs = self._invoke([np.stack(column) for column in zip(*padded)])
+        return [[o[i] for o in outputs] for i in range(len(group))]
+
+    def _check_shapes(self, item_outputs: list) -> Optional[str]:
+        for value, spec in zip(item_outputs, self.config.info):
+            if list(value.shape) != spec["shape"]:
+                return (f"output '{spec['name']}' has shape {list(value.shape)} for this input, "
+                        f"not {spec['shape']} (outputs of a batch run have one shape)")
+        return None
+
+
+def inject_fault(keys: list) -> None:
+    """For tests of the retries: with TFLITE_TAICHI_BATCH_FAULT="kill:KEY_SUFFIX:MARKER", the
+    first worker to run a batch holding an item whose key ends with KEY_SUFFIX creates the file
+    MARKER and kills its own process (SIGKILL, as the OOM killer would); later attempts run."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    kind, suffix, marker = spec.split(":", 2)
+    if kind != "kill" or not any(k.endswith(suffix) for k in keys):
+        return
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
