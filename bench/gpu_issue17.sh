@@ -23,9 +23,9 @@ case "${1:-}" in
       source bench/gpu_setup.sh
     fi
     ls $IMAGES | wc -l
-    python3 bench/batch_scale.py run "$2" $IMAGES --backend cuda --workers 1 2 4 --batch 1 32 \
+    python3 bench/batch_scale.py run "$2" $IMAGES --backend cuda --workers 1 2 4 8 --batch 1 32 \
       --preprocess signed --runtimes ours litert --threads 16 --work /tmp/issue17_work \
       --out "$OUT/issue17_batch_h200" \
-      --title "H200: tflite-taichi batch over 10,000 JPEGs of mobilenet_v1_fp32, 1/2/4 workers on one GPU" ;;
+      --title "H200: tflite-taichi batch over 10,000 JPEGs of mobilenet_v1_fp32, 1/2/4/8 workers on one GPU" ;;
   *) echo "usage: $0 prep | run MODEL"; exit 2 ;;
 esac

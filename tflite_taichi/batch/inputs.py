@@ -364,9 +364,15 @@ def _from_image(spec: InputSpec, data: bytes) -> list:
 
 
 def check_images(spec: InputSpec, items: Sequence[Item]) -> None:
-    """A BatchError before the run when images would need a normalization nobody gave."""
+    """A BatchError before the run when there are images and no Pillow to decode them, or
+    they would need a normalization nobody gave."""
     if not any(_suffix(i.key) in IMAGE_SUFFIXES for i in items) or spec.count != 1:
         return
+    try:
+        import PIL.Image  # noqa: F401 - only whether the workers will have it
+    except ImportError:
+        raise BatchError("the inputs include images, which need Pillow: "
+                         "pip install 'tflite-taichi[batch]'") from None
     if np.dtype(spec.dtypes[0]).kind == "f" and not spec.normalization:
         why = f" ({spec.normalization_source})" if spec.normalization_source else ""
         raise BatchError(
