@@ -97,7 +97,8 @@ def batch_command(model, folder, backend, workers, batch, preprocess, out) -> di
     with open(os.path.join(out, "_outputs.json")) as f:
         summary = json.load(f)["summary"]
     return {"runtime": "tflite-taichi batch", "backend": backend, "workers": workers,
-            "items_per_invoke": max(w["items_per_invoke"] for w in summary["workers"]),
+            "items_per_invoke": max(w.get("items_per_invoke", 0) for w in summary["workers"]),
+            "workers_that_ran": sum(1 for w in summary["workers"] if w["items"]),
             "start_s": summary["workers_ready_s"], "seconds": round(wall, 3),
             "images_per_s": round(summary["written"] / wall, 1),
             "steady_images_per_s": summary["steady_items_per_s"], "command": " ".join(command[2:]),
@@ -123,7 +124,9 @@ def render(rows: list, meta: dict) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         diff = r.get("max_diff")
-        lines.append(f"| {r['runtime']} | {r['backend']} | {r['workers']} | {r['items_per_invoke']} "
+        ran = r.get("workers_that_ran", r["workers"])
+        workers = f"{r['workers']}" + (f" ({ran} started in time to work)" if ran < r["workers"] else "")
+        lines.append(f"| {r['runtime']} | {r['backend']} | {workers} | {r['items_per_invoke']} "
                      f"| {r['start_s']} | {r['images_per_s']} | {r['steady_images_per_s']} | "
                      f"{'' if diff is None else f'{diff:.2e}'} |")
     return "\n".join(lines) + "\n"

@@ -110,8 +110,10 @@ class LocalPool:
         self.restarts = 0
         self.started = None
         self.items_done = 0
-        self.all_ready = None            # (seconds after start, items done) when every worker
-                                         # had started once: the steady rate is measured after
+        self.ready_marks = []            # (seconds after start, items done) as each worker
+                                         # first started: the steady rate is measured after the
+                                         # last (a worker still starting when the work ran out
+                                         # did none of it, and does not count)
 
     def _start(self, w: _Worker) -> None:
         w.conn, child = self.ctx.Pipe()
@@ -148,8 +150,8 @@ class LocalPool:
         report = {"given_up": self.given_up, "restarts": self.restarts,
                   "workers": [{"worker": w.slot, "items": w.done_items, **(w.info or {})}
                               for w in self.workers]}
-        if self.all_ready is not None and elapsed > self.all_ready[0]:
-            ready_s, done = self.all_ready
+        if self.ready_marks and elapsed > self.ready_marks[-1][0]:
+            ready_s, done = self.ready_marks[-1]
             report["workers_ready_s"] = round(ready_s, 3)
             report["steady_items_per_s"] = round((self.items_done - done) / (elapsed - ready_s), 2)
         return report
@@ -185,9 +187,9 @@ class LocalPool:
     def _handle(self, w: _Worker, message) -> None:
         kind = message[0]
         if kind == "ready":
+            if w.info is None:
+                self.ready_marks.append((time.perf_counter() - self.started, self.items_done))
             w.ready, w.info, w.start_failures = True, message[2], 0
-            if self.all_ready is None and all(x.info is not None for x in self.workers):
-                self.all_ready = (time.perf_counter() - self.started, self.items_done)
         elif kind == "failed":
             raise BatchError(f"worker {w.slot} cannot start an interpreter: {message[2]}")
         elif kind == "done":
