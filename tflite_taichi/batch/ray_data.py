@@ -7,8 +7,8 @@ are put in the object store once and fetched by each actor), with `num_gpus` per
 --gpus-per-worker (a fraction lets several actors share a GPU; Ray sets CUDA_VISIBLE_DEVICES for
 each actor, and the actor points Taichi's Vulkan device at the same GPU), and Ray Data's Parquet
 writer writes what they return. An actor that dies is restarted by Ray and its batch retried
-(`max_restarts`, `max_task_retries`); Ray Data's writer names each file by its write task, so a
-retried write replaces its own file.
+(`max_restarts`, `max_task_retries`): the dead actor's batch never returned, so its rows reach
+the writer once.
 """
 from __future__ import annotations
 
