@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 
 from tflite_taichi import batch
-from tflite_taichi.batch.inputs import BatchError, ItemError, decode, input_spec, parse_preprocess
+from tflite_taichi.batch.inputs import ItemError, decode, input_spec, parse_preprocess
 from tflite_taichi.batch.runner import FAULT_ENV
 from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.errors import BatchError
 from tflite_taichi.interpreter import Interpreter
 from tflite_taichi.metadata import Normalization, input_normalizations, normalization_metadata
 from tflite_taichi.model import read_model
@@ -271,6 +272,49 @@ def test_batch_falls_back_when_rows_are_not_independent(tmp_path):
     assert "not a batch" in result.workers[0]["batching"]
 
 
+def test_workers_get_their_gpu(model, tmp_path, monkeypatch):
+    """Worker i on GPU i mod G: CUDA_VISIBLE_DEVICES (cuda), and TI_VISIBLE_DEVICE, Taichi's
+    Vulkan device index (vulkan); each worker process really starts with its own."""
+    from tflite_taichi.batch.pool import LocalPool, worker_environments
+    from tflite_taichi.batch.runner import RunConfig
+    envs = worker_environments("cuda", 4, ["2", "5"])
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["2", "5", "2", "5"]
+    assert [e["TI_VISIBLE_DEVICE"] for e in worker_environments("vulkan", 2, ["0", "1"])] == ["0", "1"]
+    assert worker_environments("cpu", 2, ["0"]) == [{}, {}]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert batch.gpu_devices() == ["3", "1"]
+    # the environment reaches the worker processes (a reference run: no GPU needed)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(80):
+        np.save(folder / f"a{i:02d}.npy", np.zeros((SIDE, SIDE, CHANNELS), np.float32))
+    spec = input_spec(Interpreter(model_content=model, backend="reference"))
+    info = batch.output_info(Interpreter(model_content=model, backend="reference"))
+    config = RunConfig(model=model, backend="reference", precision="fp32", batch_size=8, spec=spec,
+                       info=info, out_dir=str(tmp_path), fmt="npz")
+    items, _ = batch.discover([str(folder)])
+    for gpu in ("7", "9"):
+        report = LocalPool(config, [{"CUDA_VISIBLE_DEVICES": gpu}], retries=0).run([(0, items)])
+        assert [w["gpu"] for w in report["workers"]] == [gpu]
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3,1"       # the driver's own is untouched
+
+
+def test_the_driver_never_starts_taichi(model, tmp_path):
+    """The driver reads the model with the reference path only: the GPU is the workers'."""
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    np.save(folder / "a.npy", np.zeros((SIDE, SIDE, CHANNELS), np.float32))
+    code = ("import sys; from tflite_taichi import batch; "
+            f"r = batch.run({str(path)!r}, [{str(folder)!r}], {str(tmp_path / 'out')!r}, "
+            "backend='cpu', workers=1); "
+            "print(r.written, 'taichi' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split()[-2:] == ["1", "False"], proc.stdout
+
+
 # -- inputs ----------------------------------------------------------------------------------------
 def test_metadata_normalization_round_trip():
     model = read_model(conv_model(Normalization([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])))
@@ -418,6 +462,7 @@ def test_cli_batch(tmp_path):
     proc = subprocess.run(command, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "10 of 10 inputs written" in proc.stdout and "4 item(s) per invoke" in proc.stdout
+    assert "local pool, 1 worker(s)" in proc.stdout       # 10 inputs are one task of 32
     assert len(batch.read_outputs(str(out))) == 10
     (folder / "bad.npy").write_bytes(b"junk")
     proc = subprocess.run(command + ["--overwrite"], capture_output=True, text=True)
@@ -457,7 +502,7 @@ def test_ray_reference_equals_one_interpreter(ray_cluster, model, dataset, expec
     out = str(tmp_path / "out")
     result = batch.run(model, [folder], out, backend="reference", batch_size=8, workers=2,
                        ray="", cpus_per_worker=0.5)
-    assert result.mode == "ray"
+    assert result.mode == "ray" and result.ray["actors"] == 2 and result.workers == []
     check_run(result, out, expected_reference, bad)
     # the inputs went to Ray in blocks of about 32 (one block would feed one actor only)
     assert len([n for n in os.listdir(out) if n.endswith(".parquet")]) >= 3

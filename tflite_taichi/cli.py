@@ -318,9 +318,14 @@ def cmd_batch(args) -> int:
     notes = sorted({w["batching"] for w in result.workers if "batching" in w})
     print(f"batch: {result.written} of {result.items} inputs written to {args.out}, "
           f"{result.errors} in {os.path.join(args.out, 'errors.jsonl')}")
+    if result.ray:
+        who = (f"Ray, {result.ray['actors']} actor(s) of {result.ray['gpus_per_actor']:g} GPU and "
+               f"{result.ray['cpus_per_actor']:g} CPU on a cluster of {result.ray['cluster']}")
+    else:
+        who = (f"local pool, {len(result.workers)} worker(s)"
+               + (f", {'/'.join(map(str, per_invoke))} item(s) per invoke" if per_invoke else ""))
     print(f"batch: {result.seconds:.2f} s, {result.items_per_second:.1f} items/s on "
-          f"{result.backend} ({result.mode}, {len(result.workers)} worker(s)"
-          + (f", {'/'.join(map(str, per_invoke))} item(s) per invoke" if per_invoke else "") + ")")
+          f"{result.backend} ({who})")
     if result.steady_items_per_second:
         print(f"batch: {result.steady_items_per_second:.1f} items/s once every worker had started "
               f"({result.workers_ready_s:.2f} s)")
@@ -329,8 +334,10 @@ def cmd_batch(args) -> int:
             print(f"batch: {note}")
     for w in result.workers:
         if "items" in w:
-            print(f"batch:   worker {w['worker']}: {w['items']} items, started in "
-                  f"{w.get('start_s', float('nan')):.2f} s")
+            gpu = f" on GPU {w['gpu']}" if w.get("gpu") is not None else ""
+            started = (f"started in {w['start_s']:.2f} s" if "start_s" in w
+                       else "still starting when the work ran out")
+            print(f"batch:   worker {w['worker']}{gpu}: {w['items']} items, {started}")
     return 1 if result.errors else 0
 
 

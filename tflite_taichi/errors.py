@@ -52,3 +52,9 @@ class NotReadyError(InterpreterStateError, ValueError):
 
 class BackendUnavailable(TfliteTaichiError, RuntimeError):
     """The requested backend cannot run on this machine, with the reason."""
+
+
+class BatchError(TfliteTaichiError, RuntimeError):
+    """A batch run (tflite_taichi.batch) cannot start or go on: bad options, an output folder
+    that holds another run's files, workers that cannot start an interpreter. A bad *input* is
+    not one: it goes to the run's errors.jsonl and the run goes on."""

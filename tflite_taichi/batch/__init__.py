@@ -17,15 +17,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
-from tflite_taichi.batch.inputs import (BatchError, InputSpec, Item, check_images, discover,
-                                        input_spec, parse_preprocess)
+from tflite_taichi.batch.inputs import (InputSpec, Item, check_images, discover, input_spec,
+                                        parse_preprocess)
 from tflite_taichi.batch.outputs import (FORMATS, check_output_names, merge_errors, output_info,
                                          prepare_out_dir, read_errors, read_outputs,
                                          require_pyarrow, write_info)
 from tflite_taichi.batch.runner import RunConfig
+from tflite_taichi.errors import BatchError
 
 __all__ = ["run", "BatchResult", "BatchError", "read_outputs", "read_errors", "discover",
-           "InputSpec", "Item"]
+           "gpu_devices", "output_info", "InputSpec", "Item"]
 
 GPU_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles")
 TASK_ITEMS = 32          # items per task (one part file) at least: a few invokes' worth
@@ -44,6 +45,7 @@ class BatchResult:
     workers_ready_s: Optional[float] = None    # local pool: when every worker had started
     steady_items_per_second: Optional[float] = None   # local pool: the rate after that
     restarts: int = 0            # local pool: workers started again after one died
+    ray: Optional[dict] = None   # Ray: actors, GPUs and CPUs per actor, the cluster's resources
 
     @property
     def items_per_second(self) -> float:
@@ -54,7 +56,8 @@ class BatchResult:
                 "seconds": round(self.seconds, 3), "items_per_s": round(self.items_per_second, 2),
                 "workers_ready_s": self.workers_ready_s, "restarts": self.restarts,
                 "steady_items_per_s": self.steady_items_per_second,
-                "backend": self.backend, "mode": self.mode, "workers": self.workers}
+                "backend": self.backend, "mode": self.mode, "workers": self.workers,
+                "ray": self.ray}
 
 
 def gpu_devices() -> list:
@@ -161,7 +164,7 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
                          mode="local" if ray is None else "ray", workers=report["workers"],
                          out_dir=out_dir, workers_ready_s=report.get("workers_ready_s"),
                          steady_items_per_second=report.get("steady_items_per_s"),
-                         restarts=report.get("restarts", 0))
+                         restarts=report.get("restarts", 0), ray=report.get("ray"))
     write_info(out_dir, info, result.summary())
     return result
 
@@ -190,7 +193,7 @@ def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,
     if workers is None:
         workers = max(len(devices), 1) if config.backend in GPU_BACKENDS else (os.cpu_count() or 1)
     workers = max(1, min(workers, len(tasks)))
-    bar = _progress_bar(len(items), workers) if progress else None
+    bar = _ProgressBar(len(items), workers) if progress else None
     pool = LocalPool(config, worker_environments(config.backend, workers, devices), retries,
                      progress=bar.update if bar else None)
     try:
@@ -200,7 +203,7 @@ def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,
             bar.close()
 
 
-class _progress_bar:
+class _ProgressBar:
     """Items done and items/s (tqdm), with each worker's count beside them."""
 
     def __init__(self, total: int, workers: int):

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from tflite_taichi.errors import TfliteTaichiError
+from tflite_taichi.errors import BatchError
 from tflite_taichi.metadata import Normalization, input_normalizations
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -32,11 +32,6 @@ PRESETS = {
     "raw": Normalization([0.0], [1.0]),                         # 0..255 as floats
     "imagenet": Normalization([123.675, 116.28, 103.53], [58.395, 57.12, 57.375]),
 }
-
-
-class BatchError(TfliteTaichiError, RuntimeError):
-    """A batch run cannot start or go on (bad options, an output folder in use, workers that
-    cannot start); a bad *input* is not one: it goes to the errors file."""
 
 
 class ItemError(Exception):
@@ -68,6 +63,10 @@ class InputSpec:
 
 
 # -- options --------------------------------------------------------------------------------------
+__all__ = ["BatchError", "InputSpec", "Item", "ItemError", "PRESETS", "TableCache", "check_images",
+           "decode", "discover", "input_spec", "load_payload", "parse_preprocess"]
+
+
 def parse_preprocess(text: Optional[str]) -> Optional[Normalization]:
     """--preprocess: a preset name (unit, signed, raw, imagenet) or "mean=M[,M,M];std=S[,S,S]"."""
     if text is None or text == "":

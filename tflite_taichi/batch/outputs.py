@@ -22,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from tflite_taichi.batch.inputs import BatchError
+from tflite_taichi.errors import BatchError
 
 ERRORS_FILE = "errors.jsonl"
 ERROR_PARTS = "_errors"

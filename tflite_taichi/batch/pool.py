@@ -24,7 +24,8 @@ import time
 import traceback
 from typing import Optional
 
-from tflite_taichi.batch.inputs import BatchError, ItemError, TableCache, load_payload
+from tflite_taichi.batch.inputs import ItemError, TableCache, load_payload
+from tflite_taichi.errors import BatchError
 from tflite_taichi.batch.outputs import write_error_part, write_part
 from tflite_taichi.batch.runner import BatchRunner, RunConfig
 

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import replace
 
-from tflite_taichi.batch.inputs import BatchError
+from tflite_taichi.errors import BatchError
 from tflite_taichi.batch.outputs import arrow_table, empty_arrow_table, write_error_part
 from tflite_taichi.batch.runner import BatchRunner, RunConfig
 
@@ -118,9 +118,11 @@ def run_ray(items, config: RunConfig, *, address, workers, gpus_per_worker: floa
                            batch_size=task_items, batch_format="pyarrow", concurrency=workers,
                            num_cpus=cpus_per_worker, **remote_args) \
               .write_parquet(config.out_dir)
-        return {"workers": [{"worker": i, "actor": True} for i in range(workers)],
-                "seconds": time.perf_counter() - started,
-                "cluster": {k: v for k, v in resources.items() if k in ("CPU", "GPU")}}
+        return {"workers": [],       # Ray Data's actors: counted, not tracked one by one
+                "ray": {"actors": workers, "gpus_per_actor": gpus_per_worker,
+                        "cpus_per_actor": cpus_per_worker,
+                        "cluster": {k: v for k, v in resources.items() if k in ("CPU", "GPU")},
+                        "seconds": round(time.perf_counter() - started, 3)}}
     finally:
         if started_here:
             ray.shutdown()

@@ -64,7 +64,7 @@ class BatchRunner:
     def describe(self) -> dict:
         return {"backend": self.it.backend, "items_per_invoke": self.group,
                 "batching": self.batching_note, "start_s": round(self.start_seconds, 3),
-                "pid": os.getpid()}
+                "pid": os.getpid(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     # -- batching ---------------------------------------------------------------------------
     def _resize(self, n: int) -> None:
