@@ -427,13 +427,14 @@ def test_a_previous_run_is_not_mixed_with(model, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
     np.save(folder / "a.npy", np.zeros((SIDE, SIDE, CHANNELS), np.float32))
-    out = str(tmp_path / "out")
+    out = str(folder / "out")         # inside the inputs: skipped when they are searched
     batch.run(model, [str(folder)], out, backend="reference")
     with pytest.raises(BatchError, match="--overwrite"):
         batch.run(model, [str(folder)], out, backend="reference")
-    (tmp_path / "out" / "keep.txt").write_text("a user's file")
-    batch.run(model, [str(folder)], out, backend="reference", overwrite=True)
-    assert (tmp_path / "out" / "keep.txt").exists()
+    (folder / "out" / "keep.txt").write_text("a user's file")
+    result = batch.run(model, [str(folder)], out, backend="reference", overwrite=True)
+    assert (folder / "out" / "keep.txt").exists()
+    assert result.items == 1 and result.written == 1 and result.errors == 0
     # a part file copied under another name is an input written twice
     part = next(p for p in os.listdir(out) if p.endswith(".parquet"))
     with open(os.path.join(out, part), "rb") as src, open(os.path.join(out, "copy.parquet"), "wb") as dst:
