@@ -98,8 +98,8 @@ def input_spec(interpreter, preprocess: Optional[Normalization] = None) -> Input
                     aliases[by_index[t]].append(name)
     spec = InputSpec(
         names=[d["name"] for d in details], aliases=aliases,
-        item_shapes=[_item_shape(d["shape"]) for d in details],
-        batch_dims=[_has_batch_dim(d["shape"]) for d in details],
+        item_shapes=[item_shape(d["shape"]) for d in details],
+        batch_dims=[has_batch_dim(d["shape"]) for d in details],
         dtypes=[np.dtype(d["dtype"]).name for d in details],
         quantization=[(float(d["quantization"][0]), int(d["quantization"][1]))
                       if d["quantization"][0] else None for d in details])
@@ -114,13 +114,13 @@ def input_spec(interpreter, preprocess: Optional[Normalization] = None) -> Input
     return spec
 
 
-def _has_batch_dim(shape) -> bool:
+def has_batch_dim(shape) -> bool:
     return len(shape) > 0 and int(shape[0]) == 1
 
 
-def _item_shape(shape) -> tuple:
+def item_shape(shape) -> tuple:
     """One item's shape: without the leading batch dimension of 1 where there is one."""
-    return tuple(int(s) for s in (shape[1:] if _has_batch_dim(shape) else shape))
+    return tuple(int(s) for s in (shape[1:] if has_batch_dim(shape) else shape))
 
 
 # -- finding the inputs ---------------------------------------------------------------------------

@@ -58,9 +58,9 @@ def atomic_write(path: str, write) -> None:
 def output_info(interpreter) -> list:
     """[{"name", "shape" (one item's), "dtype", "batch_dim"}] of the main graph's outputs (an
     output whose first dimension is 1 has it dropped per item: batch_dim)."""
-    from tflite_taichi.batch.inputs import _has_batch_dim, _item_shape
-    return [{"name": d["name"], "shape": list(_item_shape(d["shape"])),
-             "dtype": np.dtype(d["dtype"]).name, "batch_dim": _has_batch_dim(d["shape"])}
+    from tflite_taichi.batch.inputs import has_batch_dim, item_shape
+    return [{"name": d["name"], "shape": list(item_shape(d["shape"])),
+             "dtype": np.dtype(d["dtype"]).name, "batch_dim": has_batch_dim(d["shape"])}
             for d in interpreter.get_output_details()]
 
 
