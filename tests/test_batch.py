@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -313,6 +314,39 @@ def test_the_driver_never_starts_taichi(model, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-2:] == ["1", "False"], proc.stdout
+
+
+def test_the_plain_install_runs_arrays_without_the_extras(model, tmp_path):
+    """Without Pillow and pyarrow (the batch extra), .npy inputs to .npz outputs still run, and
+    what needs them says which extra to install."""
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    np.save(folder / "a.npy", np.zeros((SIDE, SIDE, CHANNELS), np.float32))
+    _png(str(folder / "b.png"), np.random.default_rng(10))
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules["pyarrow"] = sys.modules["PIL"] = None       # as if not installed
+        from tflite_taichi import batch
+        from tflite_taichi.errors import BatchError
+        for fmt in ("parquet", "npz"):
+            try:
+                r = batch.run({str(path)!r}, [{str(folder)!r}], {str(tmp_path / "out")!r},
+                              backend="reference", workers=1, fmt=fmt)
+                print(fmt, "ran")
+            except BatchError as e:
+                print(fmt, "refused:", e)
+        r = batch.run({str(path)!r}, [{str(folder / "a.npy")!r}], {str(tmp_path / "out")!r},
+                      backend="reference", workers=1, fmt="npz")
+        print("npy ran:", r.written)
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "parquet refused:" in lines[0] and "tflite-taichi[batch]" in lines[0]
+    assert "npz refused:" in lines[1] and "images, which need Pillow" in lines[1]
+    assert lines[2] == "npy ran: 1"
 
 
 # -- inputs ----------------------------------------------------------------------------------------
