@@ -566,3 +566,21 @@ def test_ray_killed_actor_loses_nothing(ray_cluster, model, tmp_path):
 def test_ray_writes_parquet_only(ray_cluster, model, dataset, tmp_path):
     with pytest.raises(BatchError, match="Parquet"):
         batch.run(model, [dataset[0]], str(tmp_path / "out"), backend="reference", ray="", fmt="npz")
+
+
+def test_cli_batch_on_ray(ray_cluster, model, tmp_path, capsys):
+    from tflite_taichi.cli import main
+    path = tmp_path / "m.tflite"
+    path.write_bytes(model)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    rng = np.random.default_rng(11)
+    for i in range(70):
+        np.save(folder / f"a{i:02d}.npy", rng.standard_normal((SIDE, SIDE, CHANNELS)).astype(np.float32))
+    out = tmp_path / "out"
+    status = main(["batch", str(path), str(folder), "--out", str(out), "--backend", "reference",
+                   "--ray", "--workers", "2", "--cpus-per-worker", "0.5", "--batch", "8"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "70 of 70 inputs written" in printed and "Ray, 2 actor(s) of 0 GPU and 0.5 CPU" in printed
+    assert len(batch.read_outputs(str(out))) == 70
