@@ -6,6 +6,7 @@
 #                                           # Pillow wheel) and .gl: installs, writes 10,000 JPEGs
 #   bash bench/gpu_issue17.sh run MODEL     # carries the model's folder only (.whl and /tmp stay
 #                                           # on the warm machine): bench/batch_scale.py run
+#   bash bench/gpu_issue17.sh gap MODEL     # the same way: bench/batch_gap.py
 set -u
 IMAGES=/tmp/issue17_images
 export TFLITE_TAICHI_CACHE_DIR=/tmp/issue17-cache
@@ -27,5 +28,8 @@ case "${1:-}" in
       --preprocess signed --runtimes ours litert --threads 16 --work /tmp/issue17_work \
       --out "$OUT/issue17_batch_h200" \
       --title "H200: tflite-taichi batch over 10,000 JPEGs of mobilenet_v1_fp32, 1/2/4/8 workers on one GPU" ;;
-  *) echo "usage: $0 prep | run MODEL"; exit 2 ;;
+  gap)                                    # after prep: bench/batch_gap.py (one worker vs a loop)
+    export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TI_SKIP_VERSION_CHECK=ON
+    python3 bench/batch_gap.py "$2" $IMAGES --n 3000 --backend cuda --out "$OUT/issue17_gap_h200.json" ;;
+  *) echo "usage: $0 prep | run MODEL | gap MODEL"; exit 2 ;;
 esac
