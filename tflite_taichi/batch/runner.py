@@ -68,9 +68,15 @@ class BatchRunner:
 
     # -- batching ---------------------------------------------------------------------------
     def _resize(self, n: int) -> None:
+        """Inputs of n items, then allocate; an input already of that shape is left as the model
+        declares it (not resized to the same shape: the interpreter then prepares it exactly as
+        a user's loop does)."""
         spec = self.config.spec
+        current = {d["index"]: list(d["shape"]) for d in self.it.get_input_details()}
         for index, shape, batched in zip(self.inputs, spec.item_shapes, spec.batch_dims):
-            self.it.resize_tensor_input(index, [n, *shape] if batched else list(shape))
+            wanted = [n, *shape] if batched else list(shape)
+            if current[index] != wanted:
+                self.it.resize_tensor_input(index, wanted)
         self.it.allocate_tensors()
 
     def _choose_group(self, n: int) -> tuple:
