@@ -70,8 +70,21 @@ def main() -> int:
         print(json.dumps({"variant": args.variant, "images_per_s": round(rate, 1)}))
         return 0
     rows = []
-    for variant in ("plain", "resized", "cuda_visible_devices", "spawned", "pool", "plain"):
-        if variant == "pool":
+    for variant in ("plain", "cli", "pool", "spawned", "plain"):
+        if variant == "cli":
+            import tempfile
+            with tempfile.TemporaryDirectory() as images, tempfile.TemporaryDirectory() as out:
+                for f in files:
+                    os.symlink(os.path.abspath(f), os.path.join(images, os.path.basename(f)))
+                subprocess.run([sys.executable, "-m", "tflite_taichi", "batch", args.model, images,
+                                "--out", out, "--backend", args.backend, "--workers", "1",
+                                "--batch", "1", "--format", "npz", "--preprocess",
+                                args.preprocess], check=True, capture_output=True)
+                with open(os.path.join(out, "_outputs.json")) as f:
+                    summary = json.load(f)["summary"]
+            rows.append({"variant": "the command line (1 worker, batch 1), after start",
+                         "images_per_s": summary["steady_items_per_s"]})
+        elif variant == "pool":
             import tempfile
             from tflite_taichi import batch
             with tempfile.TemporaryDirectory() as images, tempfile.TemporaryDirectory() as out:

@@ -30,6 +30,6 @@ case "${1:-}" in
       --title "H200: tflite-taichi batch over 10,000 JPEGs of mobilenet_v1_fp32, 1/2/4/8 workers on one GPU" ;;
   gap)                                    # after prep: bench/batch_gap.py (one worker vs a loop)
     export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TI_SKIP_VERSION_CHECK=ON
-    python3 bench/batch_gap.py "$2" $IMAGES --n 3000 --backend cuda --out "$OUT/issue17_gap_h200.json" ;;
+    python3 bench/batch_gap.py "$2" $IMAGES --n ${N:-3000} --backend cuda --out "$OUT/issue17_gap${SUFFIX:-}_h200.json" ;;
   *) echo "usage: $0 prep | run MODEL | gap MODEL"; exit 2 ;;
 esac
