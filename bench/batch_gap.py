@@ -5,8 +5,10 @@ own process, and the pool with one worker, in one run.
     python bench/batch_gap.py MODEL FOLDER --n 3000 --backend cuda
 
 Variants: the plain loop; the loop after resize_tensor_input to the same shape (the pool's
-runner resizes before it allocates); the loop with CUDA_VISIBLE_DEVICES=0 (the pool sets it per
-worker); the loop in a spawned multiprocessing child (how the pool starts workers); the pool.
+runner resized before it allocated); the loop with CUDA_VISIBLE_DEVICES=0 (the pool sets it per
+worker); the loop in a spawned multiprocessing child (how the pool starts workers); the pool
+driven in-process; the command line (`python -m tflite_taichi batch`, as batch_scale.py runs it;
+added after bench/results/issue17_gap_h200.json was measured, and not run on a GPU yet).
 """
 import argparse
 import json
@@ -70,7 +72,7 @@ def main() -> int:
         print(json.dumps({"variant": args.variant, "images_per_s": round(rate, 1)}))
         return 0
     rows = []
-    for variant in ("plain", "cli", "pool", "spawned", "plain"):
+    for variant in ("plain", "resized", "cuda_visible_devices", "spawned", "pool", "cli", "plain"):
         if variant == "cli":
             import tempfile
             with tempfile.TemporaryDirectory() as images, tempfile.TemporaryDirectory() as out:
