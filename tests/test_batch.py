@@ -241,6 +241,35 @@ def test_local_pool_gives_up_a_batch_that_kills_every_worker(model, tmp_path, mo
     assert result.written == 32 and result.restarts == 2
 
 
+def test_local_pool_kills_a_hung_worker_and_runs_its_batch_again(model, tmp_path, monkeypatch):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    rng = np.random.default_rng(12)
+    for i in range(60):
+        np.save(folder / f"a{i:02d}.npy", rng.standard_normal((SIDE, SIDE, CHANNELS)).astype(np.float32))
+    np.save(folder / VICTIM, rng.standard_normal((SIDE, SIDE, CHANNELS)).astype(np.float32))
+    expected = expected_outputs(model, str(folder), reference_one(model))
+    marker = tmp_path / "hung"
+    monkeypatch.setenv(FAULT_ENV, f"hang:{VICTIM}:{marker}")     # the first attempt sleeps an hour
+    out = str(tmp_path / "out")
+    result = batch.run(model, [str(folder)], out, backend="reference", batch_size=8, workers=1,
+                       task_timeout=3)
+    assert marker.exists() and result.restarts == 1 and result.seconds < 60
+    found = batch.read_outputs(out)
+    assert sorted(found) == sorted(expected)
+    assert all(np.array_equal(found[k]["z"], v) for k, v in expected.items())
+    # every attempt hangs: given up after the retries, with the reason
+    monkeypatch.setenv(FAULT_ENV, f"hang:{VICTIM}:")
+    result = batch.run(model, [str(folder)], out, backend="reference", batch_size=8, workers=1,
+                       task_timeout=2, retries=0, overwrite=True)
+    errors = batch.read_errors(out)
+    assert str(folder / VICTIM) in {e["path"] for e in errors}
+    assert all("finished nothing for 2 s and was killed" in e["reason"] for e in errors)
+    with pytest.raises(BatchError, match="local pool"):
+        batch.run(model, [str(folder)], out, backend="reference", ray="", task_timeout=2,
+                  overwrite=True)
+
+
 @pytest.mark.parametrize("reshape_to, why", [([1, FEATURES], "does not take batch 8"),
                                              ([1, -1], "not batch-first")])
 def test_batch_falls_back_to_one_item_when_the_batch_cannot_grow(dataset, tmp_path, reshape_to, why):

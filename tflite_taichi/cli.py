@@ -313,7 +313,7 @@ def cmd_batch(args) -> int:
                        gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker,
                        fmt=args.format, preprocess=args.preprocess, precision=args.precision,
                        retries=args.retries, overwrite=args.overwrite,
-                       progress=sys.stderr.isatty())
+                       progress=sys.stderr.isatty(), task_timeout=args.task_timeout)
     per_invoke = sorted({w["items_per_invoke"] for w in result.workers if "items_per_invoke" in w})
     notes = sorted({w["batching"] for w in result.workers if "batching" in w})
     print(f"batch: {result.written} of {result.items} inputs written to {args.out}, "
@@ -405,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "'mean=M;std=S' (default: the model's metadata)")
     bat.add_argument("--retries", type=int, default=2, metavar="N",
                      help="runs again of a batch whose worker died (default 2)")
+    bat.add_argument("--task-timeout", type=_fraction, metavar="S",
+                     help="local pool: kill a worker that finishes nothing for S seconds and run "
+                          "its batch again (default: no limit)")
     bat.add_argument("--overwrite", action="store_true",
                      help="replace a previous run's outputs in --out")
     bat.set_defaults(func=cmd_batch)

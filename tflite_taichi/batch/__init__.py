@@ -106,7 +106,7 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
         gpus_per_worker: Optional[float] = None, cpus_per_worker: float = 1.0,
         fmt: str = "parquet", preprocess: Optional[str] = None, precision: str = "fp32",
         retries: int = 2, overwrite: bool = False, progress: bool = False,
-        cache_dir: Optional[str] = None) -> BatchResult:
+        task_timeout: Optional[float] = None, cache_dir: Optional[str] = None) -> BatchResult:
     """Run every input found in `inputs` (files and folders) through `model` (a path or bytes),
     writing outputs and errors.jsonl into `out_dir`.
 
@@ -117,7 +117,9 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     num_gpus per actor (default 1 on a GPU backend, 0 otherwise; 0.25 puts four on a GPU).
     fmt: "parquet" or "npz" (local pool only). preprocess: how image pixels become a float
     input, overriding the model's metadata (a preset or "mean=M;std=S"). retries: how often a
-    batch whose worker died is run again. Returns a BatchResult; bad inputs are in errors.jsonl.
+    batch whose worker died is run again. task_timeout: seconds a local pool worker with work may
+    go without finishing a task before it is killed and its tasks retried (default: no limit).
+    Returns a BatchResult; bad inputs are in errors.jsonl.
     """
     started = time.perf_counter()
     if isinstance(inputs, (str, os.PathLike)):
@@ -130,6 +132,11 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
         require_pyarrow("writing Parquet outputs")
     if batch_size < 1 or retries < 0 or (workers is not None and workers < 1):
         raise BatchError("batch_size and workers must be at least 1, retries at least 0")
+    if task_timeout is not None and not task_timeout > 0:
+        raise BatchError(f"task_timeout must be a number of seconds above 0, got {task_timeout!r}")
+    if task_timeout is not None and ray is not None:
+        raise BatchError("--task-timeout is the local pool's: Ray Data's map_batches has no "
+                         "per-task timeout (Ray's own health checks see dead actors, not hung ones)")
     model_data = _model_bytes(model)
     from tflite_taichi.interpreter import Interpreter
     reader = Interpreter(model_content=model_data, backend="reference")   # no Taichi here
@@ -148,7 +155,7 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     if not items:
         report = {"workers": []}
     elif ray is None:
-        report = _run_local(items, config, workers, retries, task_items, progress)
+        report = _run_local(items, config, workers, retries, task_items, progress, task_timeout)
         given_up = report["given_up"]
     else:
         from tflite_taichi.batch.ray_data import run_ray
@@ -186,7 +193,7 @@ def _count_written(out_dir: str, fmt: str) -> int:
 
 
 def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,
-               task_items: int, progress: bool) -> dict:
+               task_items: int, progress: bool, task_timeout: Optional[float]) -> dict:
     from tflite_taichi.batch.pool import LocalPool, worker_environments
     tasks = _tasks(items, task_items)
     devices = gpu_devices() if config.backend in ("cuda", "vulkan") else []
@@ -195,7 +202,7 @@ def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,
     workers = max(1, min(workers, len(tasks)))
     bar = _ProgressBar(len(items), workers) if progress else None
     pool = LocalPool(config, worker_environments(config.backend, workers, devices), retries,
-                     progress=bar.update if bar else None)
+                     progress=bar.update if bar else None, task_timeout=task_timeout)
     try:
         return pool.run(tasks)
     finally:

@@ -81,6 +81,8 @@ class _Worker:
         self.start_failures = 0
         self.done_items = 0
         self.info = None
+        self.last_heard = 0.0            # time.monotonic() of its last message, or of work given
+        self.kill_reason = None          # why the driver killed it (a task that took too long)
 
 
 @contextlib.contextmanager
@@ -102,8 +104,10 @@ class LocalPool:
     """Each worker has a pipe of its own to the driver: a worker killed while writing can only
     break its own pipe (a queue shared by all would stay locked for every other writer)."""
 
-    def __init__(self, config: RunConfig, worker_envs: list, retries: int, progress=None):
+    def __init__(self, config: RunConfig, worker_envs: list, retries: int, progress=None,
+                 task_timeout: Optional[float] = None):
         self.config = config
+        self.task_timeout = task_timeout  # seconds a busy worker may go without finishing a task
         self.ctx = multiprocessing.get_context("spawn")
         self.workers = [_Worker(i, env) for i, env in enumerate(worker_envs)]
         self.retries = retries
@@ -118,7 +122,8 @@ class LocalPool:
 
     def _start(self, w: _Worker) -> None:
         w.conn, child = self.ctx.Pipe()
-        w.ready, w.outstanding = False, []
+        w.ready, w.outstanding, w.kill_reason = False, [], None
+        w.last_heard = time.monotonic()
         with _environment(w.env):
             w.process = self.ctx.Process(target=_worker_main, name=f"tflite-taichi-batch-{w.slot}",
                                          args=(w.slot, self.config, child), daemon=True)
@@ -145,6 +150,7 @@ class LocalPool:
                     if w.process is None or (ready is not w.conn and ready is not w.process.sentinel):
                         continue                 # replaced earlier in this round
                     self._service(w)
+                self._kill_stuck_workers()
             elapsed = time.perf_counter() - self.started    # the workers' exit is not work
         finally:
             self._stop()
@@ -168,16 +174,32 @@ class LocalPool:
                 message = None
             if message is None:
                 break
+            w.last_heard = time.monotonic()
             self._handle(w, message)
             if w.process is None or message[0] == "crashed":
                 return
         if not w.process.is_alive():
             w.process.join()
-            self._lost(w, f"exit status {w.process.exitcode}")
+            self._lost(w, w.kill_reason or f"exit status {w.process.exitcode}")
+
+    def _kill_stuck_workers(self) -> None:
+        """A worker with work that has finished nothing for task_timeout seconds (a hung GPU
+        driver, a deadlock) is killed; its tasks then go the way of any dead worker's. Starting
+        workers are not timed: a cold kernel cache can take minutes."""
+        if not self.task_timeout:
+            return
+        now = time.monotonic()
+        for w in self.workers:
+            if (w.process is not None and w.ready and w.outstanding and w.kill_reason is None
+                    and now - w.last_heard > self.task_timeout):
+                w.kill_reason = f"it finished nothing for {self.task_timeout:g} s and was killed"
+                w.process.kill()
 
     def _feed(self) -> None:
         for w in self.workers:
             while w.ready and self.pending and len(w.outstanding) < PREFETCH:
+                if not w.outstanding:
+                    w.last_heard = time.monotonic()      # an idle worker's clock starts now
                 task_id, items = self.pending.popleft()
                 w.outstanding.append(task_id)
                 try:

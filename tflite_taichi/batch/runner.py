@@ -183,18 +183,23 @@ class BatchRunner:
 
 
 def inject_fault(keys: list) -> None:
-    """For tests of the retries: with TFLITE_TAICHI_BATCH_FAULT="kill:KEY_SUFFIX:MARKER", the
-    first worker to run a batch holding an item whose key ends with KEY_SUFFIX creates the file
-    MARKER and kills its own process (SIGKILL, as the OOM killer would); later attempts run."""
+    """For tests of the retries and timeouts: with TFLITE_TAICHI_BATCH_FAULT="KIND:SUFFIX:MARKER",
+    the first worker to run a batch holding an item whose key ends with SUFFIX creates the file
+    MARKER and then, for KIND "kill", kills its own process (SIGKILL, as the OOM killer would),
+    or for "hang", sleeps for an hour (a hung driver); later attempts run. With an empty MARKER
+    every attempt does it."""
     spec = os.environ.get(FAULT_ENV)
     if not spec:
         return
     kind, suffix, marker = spec.split(":", 2)
-    if kind != "kill" or not any(k.endswith(suffix) for k in keys):
+    if kind not in ("kill", "hang") or not any(k.endswith(suffix) for k in keys):
         return
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return
-    os.close(fd)
-    os.kill(os.getpid(), signal.SIGKILL)
+    if marker:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.close(fd)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(3600)
