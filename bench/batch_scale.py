@@ -53,33 +53,74 @@ def _files(folder: str) -> list:
     return sorted(os.path.join(folder, n) for n in os.listdir(folder) if n.endswith(".jpg"))
 
 
+def _user_step(runtime: str, model: str, backend: str, threads: int, batch: int):
+    """(label, step): step(x of shape [n, ...]) -> the first output, as a user's loop runs it:
+    set the inputs, invoke, read every output."""
+    if runtime == "litert":
+        from ai_edge_litert.interpreter import Interpreter
+        it = Interpreter(model_path=model, num_threads=threads)
+    elif runtime == "litert-gpu":
+        from ai_edge_litert.compiled_model import CompiledModel
+        from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+        from ai_edge_litert.options import Options
+        cm = CompiledModel.from_file(model, options=Options(hardware_accelerators=HardwareAccelerator.GPU))
+        if not cm.is_fully_accelerated():
+            raise RuntimeError("LiteRT GPU refuses the model (not fully accelerated)")
+        sig = list(cm.get_signature_list())[0]
+        details = cm.get_output_tensor_details(sig)
+        names = list(cm.get_signature_list()[sig]["outputs"])
+        shapes = [tuple(details[n]["shape"]) for n in names]
+        inputs, outputs = cm.create_input_buffers(0), cm.create_output_buffers(0)
+
+        def step(x):
+            inputs[0].write(x)
+            cm.run_by_index(0, inputs, outputs)
+            return [b.read(int(np.prod(sh)), np.float32).reshape(sh) for b, sh in zip(outputs, shapes)][0]
+        return "litert-gpu", step
+    elif runtime in ("torch", "torch-graph"):
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        from torch_eager import TorchModel
+        net = TorchModel(model, batch=batch, device="cuda")
+        return "torch-eager", net
+    else:
+        from tflite_taichi.interpreter import Interpreter
+        it = Interpreter(model_path=model, backend=backend)
+    i_in = it.get_input_details()[0]["index"]
+    if batch != 1:
+        it.resize_tensor_input(i_in, [batch, *it.get_input_details()[0]["shape"][1:]])
+    it.allocate_tensors()
+    outs = [d["index"] for d in it.get_output_details()]
+
+    def step(x):
+        it.set_tensor(i_in, x)
+        it.invoke()
+        return [np.array(it.get_tensor(i), copy=True) for i in outs][0]
+    return ("litert-cpu" if runtime == "litert" else backend), step
+
+
 def loop(runtime: str, model: str, folder: str, backend: str, preprocess: str, threads: int,
-         save: str) -> dict:
-    """A user's loop in this process: read, decode, set, invoke, get, per image."""
+         save: str, batch: int = 1) -> dict:
+    """A user's loop in this process: read and decode `batch` images, run them, read the
+    outputs; the runtime's creation and first allocation are its start."""
     from tflite_taichi.batch.inputs import decode, input_spec, parse_preprocess
     from tflite_taichi.interpreter import Interpreter as Ours
     spec = input_spec(Ours(model_path=model, backend="reference"), parse_preprocess(preprocess))
     started = time.perf_counter()
-    if runtime == "litert":
-        from ai_edge_litert.interpreter import Interpreter
-        it = Interpreter(model_path=model, num_threads=threads)
-    else:
-        it = Ours(model_path=model, backend=backend)
-    it.allocate_tensors()
+    label, step = _user_step(runtime, model, backend, threads, batch)
     start_s = time.perf_counter() - started
-    i_in, i_out = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
     files, outputs = _files(folder), []
+    files = files[:len(files) // batch * batch]          # whole batches only
     began = time.perf_counter()
-    for path in files:
-        with open(path, "rb") as f:
-            x = decode(spec, path, f.read())[0]
-        it.set_tensor(i_in, x[None])
-        it.invoke()
-        outputs.append(np.array(it.get_tensor(i_out)[0], copy=True))
+    for first in range(0, len(files), batch):
+        xs = []
+        for path in files[first:first + batch]:
+            with open(path, "rb") as f:
+                xs.append(decode(spec, path, f.read())[0])
+        outputs.extend(step(np.stack(xs)))
     seconds = time.perf_counter() - began
     np.save(save, np.stack(outputs))
-    return {"runtime": runtime, "backend": backend if runtime == "ours" else "litert-cpu",
-            "workers": 1, "items_per_invoke": 1, "start_s": round(start_s, 3),
+    return {"runtime": runtime if batch == 1 else f"{runtime}, batch {batch}", "backend": label,
+            "workers": 1, "items_per_invoke": batch, "start_s": round(start_s, 3),
             "seconds": round(seconds + start_s, 3),
             "images_per_s": round(len(files) / (seconds + start_s), 1),
             "steady_images_per_s": round(len(files) / seconds, 1)}
@@ -143,7 +184,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     p.add_argument("--preprocess", default="signed")
-    p.add_argument("--runtimes", nargs="+", default=["ours", "litert"], choices=("ours", "litert"))
+    p.add_argument("--runtimes", nargs="+", default=["ours", "litert"],
+                   help="loops: ours, litert (CPU), litert-gpu, torch (eager, cuda); NAME:B runs "
+                        "batches of B images per call")
     p.add_argument("--threads", type=int, default=16)
     p.add_argument("--work", default="/tmp/batch_scale")
     p.add_argument("--out", help="NAME: writes NAME.md and NAME.json")
@@ -156,8 +199,10 @@ def main(argv=None) -> int:
         return 0
     os.makedirs(args.work, exist_ok=True)
     if args.what == "loop":
-        row = loop(args.runtime, args.model, args.folder, args.backend, args.preprocess,
-                   args.threads, os.path.join(args.work, f"loop_{args.runtime}.npy"))
+        name, _, batch = args.runtime.partition(":")
+        row = loop(name, args.model, args.folder, args.backend, args.preprocess, args.threads,
+                   os.path.join(args.work, f"loop_{args.runtime.replace(':', '_')}.npy"),
+                   int(batch or 1))
         print(json.dumps(row))
         return 0
     files, rows = _files(args.folder), []
@@ -166,14 +211,21 @@ def main(argv=None) -> int:
                                args.folder, "--runtime", runtime, "--backend", args.backend,
                                "--preprocess", args.preprocess, "--threads", str(args.threads),
                                "--work", args.work], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"the {runtime} loop failed:\n{proc.stdout}\n{proc.stderr}")
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        if proc.returncode != 0:       # a runtime that cannot run the model: a row saying why
+            lines = proc.stderr.strip().splitlines() or ["failed"]
+            why = next((ln for ln in reversed(lines) if "Error" in ln), lines[-1])[:200]
+            rows.append({"runtime": runtime, "backend": runtime, "workers": 1,
+                         "items_per_invoke": "", "start_s": "", "images_per_s": why,
+                         "steady_images_per_s": ""})
+        else:
+            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
     reference = np.load(os.path.join(args.work, "loop_ours.npy")) if "ours" in args.runtimes else None
-    if reference is not None and "litert" in args.runtimes:
-        rows[args.runtimes.index("litert")]["max_diff"] = float(np.max(np.abs(
-            np.load(os.path.join(args.work, "loop_litert.npy")) - reference)))
+    for runtime, row in zip(args.runtimes, rows):
+        saved = os.path.join(args.work, f"loop_{runtime.replace(':', '_')}.npy")
+        if reference is not None and runtime != "ours" and os.path.exists(saved):
+            got = np.load(saved)
+            row["max_diff"] = float(np.max(np.abs(got - reference[:len(got)])))
     for batch in args.batch:
         for workers in args.workers:
             out = os.path.join(args.work, f"out_b{batch}_w{workers}")

@@ -28,6 +28,12 @@ case "${1:-}" in
       --preprocess signed --runtimes ours litert --threads 16 --work /tmp/issue17_work \
       --out "$OUT/issue17_batch_h200" \
       --title "H200: tflite-taichi batch over 10,000 JPEGs of mobilenet_v1_fp32, 1/2/4/8 workers on one GPU" ;;
+  anchors)                                # after prep: every runtime's loop beside batch, N images
+    export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TI_SKIP_VERSION_CHECK=ON
+    python3 bench/batch_scale.py run "$2" $IMAGES --backend cuda --workers 4 --batch 32 \
+      --preprocess signed --runtimes ours litert litert-gpu torch torch:32 ours:32 --threads 16 \
+      --work /tmp/issue17_work --out "$OUT/issue17_anchors_h200" \
+      --title "H200: ${N:-2000} JPEGs of mobilenet_v1_fp32, users' loops of LiteRT CPU and GPU, PyTorch and ours beside tflite-taichi batch" ;;
   gap)                                    # after prep: bench/batch_gap.py (one worker vs a loop)
     export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TI_SKIP_VERSION_CHECK=ON
     python3 bench/batch_gap.py "$2" $IMAGES --n ${N:-3000} --backend cuda --out "$OUT/issue17_gap${SUFFIX:-}_h200.json" ;;
