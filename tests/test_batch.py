@@ -23,6 +23,7 @@ from tflite_taichi.errors import BatchError
 from tflite_taichi.interpreter import Interpreter
 from tflite_taichi.metadata import Normalization, input_normalizations, normalization_metadata
 from tflite_taichi.model import read_model
+from tflite_taichi.testing import assert_float_close
 
 PIL = pytest.importorskip("PIL.Image", reason="the batch tests need Pillow (the test extra)")
 pa = pytest.importorskip("pyarrow", reason="the batch tests need pyarrow (the test extra)")
@@ -111,6 +112,15 @@ def write_dataset(folder, rng, n_npy=200, with_victim=False) -> dict:
     return {"bad": bad}
 
 
+def write_arrays(folder, count, seed, width=2, shape=(SIDE, SIDE, CHANNELS), zeros=False):
+    """`count` float32 arrays a00.npy, a01.npy, ... (`width` digits) in `folder`, made here."""
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        value = np.zeros(shape, np.float32) if zeros else rng.standard_normal(shape).astype(np.float32)
+        np.save(os.path.join(folder, f"a{i:0{width}d}.npy"), value)
+
+
 def expected_outputs(model: bytes, folder: str, run_one) -> dict:
     """{key: output} from one interpreter, item by item (run_one: decoded arrays -> outputs)."""
     spec = input_spec(Interpreter(model_content=model, backend="reference"))
@@ -185,6 +195,24 @@ def cpu_worker(taichi_workers):
     return cpu[0]
 
 
+def test_the_expected_outputs_are_litert_s(model, dataset, expected_reference):
+    """The one-interpreter outputs every run is held to equal, held in turn to LiteRT (its
+    reference kernels) on the same decoded inputs, at the float tolerance of one op against
+    LiteRT (FLOAT_RTOL: the same float32 math in another summation order)."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT, OpResolverType
+    it = LiteRT(model_content=model, experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    spec = input_spec(Interpreter(model_content=model, backend="reference"))
+    from tflite_taichi.batch.inputs import TableCache, load_payload
+    items, tables = {item.key: item for item in batch.discover([dataset[0]])[0]}, TableCache()
+    for key, want in expected_reference.items():
+        x = decode(spec, key, load_payload(items[key], tables))[0]
+        it.set_tensor(it.get_input_details()[0]["index"], x[None])
+        it.invoke()
+        assert_float_close(want, it.get_tensor(it.get_output_details()[0]["index"])[0], what=key)
+    assert len(expected_reference) == 200 + 20 + 20 + 39     # every good input of every kind
+
+
 # -- the local pool ------------------------------------------------------------------------------
 @pytest.mark.parametrize("fmt", ["parquet", "npz"])
 def test_local_pool_reference_equals_one_interpreter(model, dataset, expected_reference, tmp_path, fmt):
@@ -222,10 +250,7 @@ def test_local_pool_killed_worker_loses_nothing(model, tmp_path, monkeypatch):
 
 def test_local_pool_gives_up_a_batch_that_kills_every_worker(model, tmp_path, monkeypatch):
     folder = str(tmp_path / "in")
-    os.makedirs(folder)
-    rng = np.random.default_rng(3)
-    for i in range(40):
-        np.save(os.path.join(folder, f"a{i:03d}.npy"), rng.standard_normal((SIDE, SIDE, CHANNELS)).astype(np.float32))
+    write_arrays(folder, 40, seed=3, width=3)
     np.save(os.path.join(folder, VICTIM), np.zeros((SIDE, SIDE, CHANNELS), np.float32))
     monkeypatch.setenv(FAULT_ENV, f"kill:{VICTIM}:")           # no marker: every attempt dies
     out = str(tmp_path / "out")
@@ -243,11 +268,8 @@ def test_local_pool_gives_up_a_batch_that_kills_every_worker(model, tmp_path, mo
 
 def test_local_pool_kills_a_hung_worker_and_runs_its_batch_again(model, tmp_path, monkeypatch):
     folder = tmp_path / "in"
-    folder.mkdir()
-    rng = np.random.default_rng(12)
-    for i in range(60):
-        np.save(folder / f"a{i:02d}.npy", rng.standard_normal((SIDE, SIDE, CHANNELS)).astype(np.float32))
-    np.save(folder / VICTIM, rng.standard_normal((SIDE, SIDE, CHANNELS)).astype(np.float32))
+    write_arrays(folder, 60, seed=12)
+    np.save(folder / VICTIM, np.ones((SIDE, SIDE, CHANNELS), np.float32))
     expected = expected_outputs(model, str(folder), reference_one(model))
     marker = tmp_path / "hung"
     monkeypatch.setenv(FAULT_ENV, f"hang:{VICTIM}:{marker}")     # the first attempt sleeps an hour
@@ -288,10 +310,7 @@ def test_batch_falls_back_to_one_item_when_the_batch_cannot_grow(dataset, tmp_pa
 def test_batch_falls_back_when_rows_are_not_independent(tmp_path):
     model = batch_mixing_model()
     folder = tmp_path / "in"
-    folder.mkdir()
-    rng = np.random.default_rng(4)
-    for i in range(20):
-        np.save(folder / f"a{i:02d}.npy", rng.standard_normal(FEATURES).astype(np.float32))
+    write_arrays(folder, 20, seed=4, shape=(FEATURES,))
     result = batch.run(model, [str(folder)], str(tmp_path / "out"), backend="reference",
                        batch_size=8, workers=1)
     found = batch.read_outputs(str(tmp_path / "out"))
@@ -315,9 +334,7 @@ def test_workers_get_their_gpu(model, tmp_path, monkeypatch):
     assert batch.gpu_devices() == ["3", "1"]
     # the environment reaches the worker processes (a reference run: no GPU needed)
     folder = tmp_path / "in"
-    folder.mkdir()
-    for i in range(80):
-        np.save(folder / f"a{i:02d}.npy", np.zeros((SIDE, SIDE, CHANNELS), np.float32))
+    write_arrays(folder, 80, seed=0, zeros=True)
     spec = input_spec(Interpreter(model_content=model, backend="reference"))
     info = batch.output_info(Interpreter(model_content=model, backend="reference"))
     config = RunConfig(model=model, backend="reference", precision="fp32", batch_size=8, spec=spec,
@@ -515,10 +532,7 @@ def test_cli_batch(tmp_path):
     model = tmp_path / "m.tflite"
     model.write_bytes(conv_model())
     folder = tmp_path / "in"
-    folder.mkdir()
-    rng = np.random.default_rng(8)
-    for i in range(10):
-        np.save(folder / f"a{i}.npy", rng.standard_normal((SIDE, SIDE, CHANNELS)).astype(np.float32))
+    write_arrays(folder, 10, seed=8, width=1)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "tflite_taichi", "batch", str(model), str(folder),
                "--out", str(out), "--backend", "reference", "--batch", "4", "--workers", "2",
@@ -602,10 +616,7 @@ def test_cli_batch_on_ray(ray_cluster, model, tmp_path, capsys):
     path = tmp_path / "m.tflite"
     path.write_bytes(model)
     folder = tmp_path / "in"
-    folder.mkdir()
-    rng = np.random.default_rng(11)
-    for i in range(70):
-        np.save(folder / f"a{i:02d}.npy", rng.standard_normal((SIDE, SIDE, CHANNELS)).astype(np.float32))
+    write_arrays(folder, 70, seed=11)
     out = tmp_path / "out"
     status = main(["batch", str(path), str(folder), "--out", str(out), "--backend", "reference",
                    "--ray", "--workers", "2", "--cpus-per-worker", "0.5", "--batch", "8"])

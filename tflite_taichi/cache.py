@@ -387,16 +387,11 @@ def remove_stale_taichi_lock(folder: Optional[str]) -> bool:
 
 
 @contextlib.contextmanager
-def driver_env(root: Optional[str]):
-    """The GPU drivers' cache variables pointed into DIR while a runtime starts (the drivers
-    read them once), restored after: child processes and other libraries keep their own."""
-    if root is None:
-        yield
-        return
-    wanted = {var: os.path.join(root, sub) for var, sub in DRIVER_ENV.items()}
-    saved = {var: os.environ.get(var) for var in wanted}
+def environment(values: dict):
+    """os.environ with `values` set, restored after (variables that were unset are removed)."""
+    saved = {var: os.environ.get(var) for var in values}
     try:
-        os.environ.update(wanted)
+        os.environ.update(values)
         yield
     finally:
         for var, value in saved.items():
@@ -404,6 +399,17 @@ def driver_env(root: Optional[str]):
                 os.environ.pop(var, None)
             else:
                 os.environ[var] = value
+
+
+@contextlib.contextmanager
+def driver_env(root: Optional[str]):
+    """The GPU drivers' cache variables pointed into DIR while a runtime starts (the drivers
+    read them once), restored after: child processes and other libraries keep their own."""
+    if root is None:
+        yield
+        return
+    with environment({var: os.path.join(root, sub) for var, sub in DRIVER_ENV.items()}):
+        yield
 
 
 # Eviction scans every module folder: done at a process's first commit to a folder, then after

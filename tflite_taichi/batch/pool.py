@@ -18,13 +18,13 @@ from __future__ import annotations
 import collections
 import contextlib
 import multiprocessing
-import os
 import multiprocessing.connection
 import time
 import traceback
 from typing import Optional
 
 from tflite_taichi.batch.inputs import ItemError, TableCache, load_payload
+from tflite_taichi.cache import environment
 from tflite_taichi.errors import BatchError
 from tflite_taichi.batch.outputs import write_error_part, write_part
 from tflite_taichi.batch.runner import BatchRunner, RunConfig
@@ -85,21 +85,6 @@ class _Worker:
         self.kill_reason = None          # why the driver killed it (a task that took too long)
 
 
-@contextlib.contextmanager
-def _environment(env: dict):
-    """os.environ with `env` while a worker starts (a spawned child copies it at start)."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 class LocalPool:
     """Each worker has a pipe of its own to the driver: a worker killed while writing can only
     break its own pipe (a queue shared by all would stay locked for every other writer)."""
@@ -124,7 +109,7 @@ class LocalPool:
         w.conn, child = self.ctx.Pipe()
         w.ready, w.outstanding, w.kill_reason = False, [], None
         w.last_heard = time.monotonic()
-        with _environment(w.env):
+        with environment(w.env):        # a spawned child copies os.environ at start
             w.process = self.ctx.Process(target=_worker_main, name=f"tflite-taichi-batch-{w.slot}",
                                          args=(w.slot, self.config, child), daemon=True)
             w.process.start()
