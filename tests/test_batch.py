@@ -166,8 +166,8 @@ def check_run(result, out, expected, bad):
     assert result.items == len(expected) + len(bad)
     with open(os.path.join(out, "_outputs.json")) as f:
         info = json.load(f)
-    assert info["outputs"] == [{"name": "z", "shape": [FEATURES], "dtype": "float32",
-                                "batch_dim": True}]
+    assert info["outputs"] == [{"name": "z", "column": "z", "shape": [FEATURES],
+                                "dtype": "float32", "batch_dim": True}]
 
 
 @pytest.fixture(scope="module")

@@ -195,14 +195,14 @@ def cmd_run(args) -> int:
         start = time.perf_counter()
         it.invoke()
         times.append(time.perf_counter() - start)
-    outputs = {}
+    outputs = []
     s = it.summary()
     print(f"{os.path.basename(args.model)} on backend={it.backend} ({it._precision}): "
           f"{s['ops_delegated']} of {s['ops_total']} ops delegated in {len(s['partitions'])} "
           f"partition(s), {len(s['fallback'])} on the CPU, {s['ops_folded']} folded")
     for d in it.get_output_details():
         y = it.get_tensor(d["index"])
-        outputs[d["name"]] = y
+        outputs.append((d["name"], y))
         stats = (f"min {y.min():.6g} max {y.max():.6g} mean {y.astype(np.float64).mean():.6g}"
                  if y.size else "empty")
         print(f"  output {_fmt_tensor(d)}: {stats}")
@@ -212,12 +212,25 @@ def cmd_run(args) -> int:
     if args.profile:
         _print_profile(it)
     if args.output:
-        try:
-            np.savez(args.output, **outputs)
-        except OSError as e:
-            raise UsageError(f"--output {args.output}: cannot write it: {e.strerror or e}") from None
-        print(f"  outputs written to {args.output}")
+        _write_outputs(args.output, outputs)
     return 0
+
+
+def _write_outputs(path: str, outputs: list) -> None:
+    """[(tensor name, array)] as an .npz, each under its tensor name, or NAME#INDEX where that
+    is empty or an earlier output's (the batch command's rule: see docs/usage.md)."""
+    from tflite_taichi.batch.outputs import output_columns, save_npz
+    columns = output_columns([name for name, _ in outputs])
+    if not path.endswith(".npz"):
+        path += ".npz"                   # as np.savez named it
+    try:
+        save_npz(path, {column: y for column, (_, y) in zip(columns, outputs)})
+    except OSError as e:
+        raise UsageError(f"--output {path}: cannot write it: {e.strerror or e}") from None
+    print(f"  outputs written to {path}")
+    for index, (column, (name, _)) in enumerate(zip(columns, outputs)):
+        if column != name:
+            print(f"  output {index} ({name!r}) is {column!r} in it: its name is taken")
 
 
 def cmd_inspect(args) -> int:

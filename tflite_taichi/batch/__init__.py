@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Union
 
 from tflite_taichi.batch.inputs import (InputSpec, Item, check_images, discover, input_spec,
                                         parse_preprocess)
-from tflite_taichi.batch.outputs import (FORMATS, check_output_names, merge_errors, output_info,
+from tflite_taichi.batch.outputs import (FORMATS, merge_errors, output_info,
                                          prepare_out_dir, read_errors, read_outputs,
                                          require_pyarrow, write_info)
 from tflite_taichi.batch.runner import RunConfig
@@ -142,7 +142,6 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     reader = Interpreter(model_content=model_data, backend="reference")   # no Taichi here
     spec = input_spec(reader, parse_preprocess(preprocess))
     info = output_info(reader)
-    check_output_names(info)
     items, problems = discover(list(inputs), exclude=out_dir)
     check_images(spec, items)
     resolved = _resolve_backend(backend, cache_dir)

@@ -5,7 +5,10 @@
                           in _outputs.json and in the Parquet schema's metadata)
     part-000017.npz       (--format npz) `path` and one array per output, items stacked
     errors.jsonl          one {"path", "reason"} per input that was not run
-    _outputs.json         the outputs' names, shapes and dtypes, the run's summary
+    _outputs.json         the outputs' names, columns, shapes and dtypes, the run's summary
+
+An output's column is its tensor name unless that collides (output_columns), so every output is
+written whatever the model named it.
 
 Under Ray, Ray Data's Parquet writer names the part files. Every file appears whole or not at all
 (written beside its final name, then renamed), and a retried batch rewrites the same file, so an
@@ -59,9 +62,37 @@ def output_info(interpreter) -> list:
     """[{"name", "shape" (one item's), "dtype", "batch_dim"}] of the main graph's outputs (an
     output whose first dimension is 1 has it dropped per item: batch_dim)."""
     from tflite_taichi.batch.inputs import has_batch_dim, item_shape
-    return [{"name": d["name"], "shape": list(item_shape(d["shape"])),
+    details = interpreter.get_output_details()
+    columns = output_columns([d["name"] for d in details], reserved=("path",))
+    return [{"name": d["name"], "column": column, "shape": list(item_shape(d["shape"])),
              "dtype": np.dtype(d["dtype"]).name, "batch_dim": has_batch_dim(d["shape"])}
-            for d in interpreter.get_output_details()]
+            for d, column in zip(details, columns)]
+
+
+def output_columns(names: list, reserved=()) -> list:
+    """The name each output is stored under (a Parquet column, an .npz array): its tensor name,
+    unless that is empty, reserved (`path`, the inputs' keys) or already taken by an earlier
+    output, in which case NAME#INDEX (INDEX its position among the outputs), again suffixed
+    while taken. Two outputs of one name, or one named `path`, must both be written."""
+    taken, columns = set(reserved), []
+    for index, name in enumerate(names):
+        column = name
+        while not column or column in taken:
+            column = f"{column}#{index}"
+        taken.add(column)
+        columns.append(column)
+    return columns
+
+
+def save_npz(path, arrays: dict) -> None:
+    """{name: array} as an .npz that np.load reads back under exactly those names. Not
+    np.savez(path, **arrays): its own parameters take names like `file` (a TypeError) and
+    `allow_pickle` (the array silently dropped)."""
+    import zipfile
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, value in arrays.items():
+            with archive.open(name + ".npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
 
 
 def arrow_table(keys: list, outputs: list, info: list):
@@ -72,7 +103,7 @@ def arrow_table(keys: list, outputs: list, info: list):
     for spec, values in zip(info, outputs):
         size = int(np.prod(spec["shape"]))
         flat = np.ascontiguousarray(values).reshape(-1)
-        columns[spec["name"]] = pa.FixedSizeListArray.from_arrays(pa.array(flat), size)
+        columns[spec["column"]] = pa.FixedSizeListArray.from_arrays(pa.array(flat), size)
     schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
                        metadata={SCHEMA_KEY: json.dumps(info).encode()})
     return pa.Table.from_arrays(list(columns.values()), schema=schema)
@@ -81,13 +112,6 @@ def arrow_table(keys: list, outputs: list, info: list):
 def empty_arrow_table(info: list):
     """The schema of arrow_table with no rows (a batch whose inputs all failed)."""
     return arrow_table([], [np.zeros((0, *s["shape"]), s["dtype"]) for s in info], info)
-
-
-def check_output_names(info: list) -> None:
-    names = [s["name"] for s in info]
-    if "path" in names or len(set(names)) != len(names):
-        raise BatchError(f"the model's output names {names} cannot be column names beside "
-                         "'path' (a duplicate, or an output named 'path')")
 
 
 def write_part(out_dir: str, part: str, keys: list, outputs: list, info: list, fmt: str) -> str:
@@ -99,12 +123,8 @@ def write_part(out_dir: str, part: str, keys: list, outputs: list, info: list, f
         atomic_write(path, lambda tmp: pq.write_table(table, tmp))
     else:
         arrays = {"path": np.asarray(keys, dtype=str)}
-        arrays.update({spec["name"]: values for spec, values in zip(info, outputs)})
-
-        def save(tmp):
-            with open(tmp, "wb") as f:
-                np.savez(f, **arrays)
-        atomic_write(path, save)
+        arrays.update({spec["column"]: values for spec, values in zip(info, outputs)})
+        atomic_write(path, lambda tmp: save_npz(tmp, arrays))
     return path
 
 
@@ -186,7 +206,8 @@ def _info(out_dir: str) -> Optional[list]:
 
 
 def read_outputs(out_dir: str) -> dict:
-    """{input key: {output name: array of one item's shape}} of a finished run's folder. A key
+    """{input key: {output column: array of one item's shape}} of a finished run's folder (an
+    output's column is its tensor name unless that collides: _outputs.json's `column`). A key
     found in two part files is a BatchError (the run wrote it twice)."""
     info = _info(out_dir)
     found = {}
@@ -209,7 +230,7 @@ def read_outputs(out_dir: str) -> dict:
             table = pq.read_table(path)
             meta = table.schema.metadata or {}
             specs = json.loads(meta[SCHEMA_KEY]) if SCHEMA_KEY in meta else info
-            shapes = {s["name"]: (s["shape"], s["dtype"]) for s in specs or []}
+            shapes = {s.get("column", s["name"]): (s["shape"], s["dtype"]) for s in specs or []}
             keys = table.column("path").to_pylist()
             columns = {}
             for column in table.column_names:
