@@ -400,6 +400,68 @@ def test_recursive_subgraph_calls_are_a_model_error(model, chain):
         _prepare(model)
 
 
+def _if_chain(levels):
+    """Subgraph k (c, x) -> IF(c, c, x) calling subgraph k + 1 on both branches, for k <
+    `levels`; the last subgraph is a RELU: IFs nested `levels` deep."""
+    b = ModelBuilder()
+    for level in range(levels + 1):
+        g = b.subgraph(f"level{level}")
+        c, x = g.input("c", (), np.bool_), g.input("x", (2,))
+        if level < levels:
+            y = _if_in(g, [c, x], level + 1)
+        else:
+            y = _unary(g, x, "RELU", (2,))
+        g.output(y)
+    return b.finish()
+
+
+def _call_once_chain(levels):
+    """main: CALL_ONCE of subgraph 1, then RELU; init subgraph k calls k + 1 once, k < `levels`."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    x = g.input("x", (2,))
+    g.op("CALL_ONCE", [], [], init_subgraph_index=1)
+    g.output(_unary(g, x, "RELU", (2,)))
+    for level in range(1, levels + 1):
+        init = b.subgraph(f"init{level}")
+        if level < levels:
+            init.op("CALL_ONCE", [], [], init_subgraph_index=level + 1)
+        init.output()
+    return b.finish()
+
+
+def _run_relu_model(model, *inputs):
+    it = _prepare(model)
+    for detail, value in zip(it.get_input_details(), inputs):
+        it.set_tensor(detail["index"], value)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def test_a_chain_of_200_if_subgraphs_is_a_model_error_naming_the_depth():
+    """Before, Python's stack ran out while preparing it: a bare RecursionError."""
+    with pytest.raises(ModelError, match=r"^op #0 \(IF\): calls subgraph 65 at nesting depth 65 "
+                                         r"\(the calls under way: subgraphs 1 -> 2 -> 3 -> \.\.\. "
+                                         r"-> 63 -> 64 -> 65\): subgraph calls may nest at most 64 deep$"):
+        _prepare(_if_chain(200))
+
+
+def test_ifs_nested_up_to_the_depth_limit_run():
+    x = np.array([-1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(_run_relu_model(_if_chain(64), np.array(True), x), [0.0, 2.0])
+    with pytest.raises(ModelError, match=r"nesting depth 65"):
+        _prepare(_if_chain(65))
+
+
+def test_a_chain_of_300_call_once_subgraphs_is_a_model_error_naming_the_depth():
+    """Init subgraphs calling init subgraphs nest at invoke (RecursionError before); 64 run."""
+    x = np.array([-1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(_run_relu_model(_call_once_chain(64), x), [0.0, 2.0])
+    with pytest.raises(ModelError, match=r"^op #0 \(CALL_ONCE\): calls subgraph 65 at nesting depth "
+                                         r"65 .*may nest at most 64 deep$"):
+        _run_relu_model(_call_once_chain(300), x)
+
+
 def test_if_errors_name_the_op():
     with pytest.raises(ModelError, match=r"op #0 \(IF\): then subgraph 7 does not exist"):
         _prepare(_if_calling(7, 1))

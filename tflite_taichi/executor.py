@@ -26,6 +26,11 @@ class ModelRuntime:
     reference path."""
 
     MAX_CALL_PREPARATIONS = 256         # cached (subgraph, input shapes) preparations
+    # Subgraph calls (IF, WHILE, STABLEHLO_COMPOSITE, CALL_ONCE) nested in one another, the
+    # main graph's calls at depth 1. Each level costs a few Python frames, preparing and
+    # running alike, so a chain of a few hundred IF subgraphs ran out of Python's stack (a bare
+    # RecursionError; LiteRT overflows its native stack). Converted models nest a handful deep.
+    MAX_CALL_DEPTH = 64
 
     def __init__(self, model, resolved, state_of):
         self._model = model             # model.Model: its subgraphs
@@ -35,6 +40,7 @@ class ModelRuntime:
         self._called = set()            # subgraphs CALL_ONCE has run (or is running)
         self._calls = {}                # (subgraph index, input shapes) -> PreparedGraph
         self._preparing = []            # subgraph indices being prepared, outermost first
+        self._nested = []               # subgraph calls under way (prepared or run), outermost first
 
     @contextlib.contextmanager
     def preparing(self, subgraph_index: int):
@@ -44,6 +50,30 @@ class ModelRuntime:
             yield
         finally:
             self._preparing.pop()
+
+    @contextlib.contextmanager
+    def _calling(self, subgraph_index: int):
+        """Marks a subgraph call as under way (its preparation or its run): one nesting level."""
+        self._nested.append(subgraph_index)
+        try:
+            yield
+        finally:
+            self._nested.pop()
+
+    def _check_depth(self, index: int, node) -> None:
+        """Refuses, before preparing or running it, a call of subgraph `index` that would nest
+        deeper than MAX_CALL_DEPTH, naming the depth and the chain of subgraphs."""
+        depth = len(self._nested) + 1
+        if depth <= self.MAX_CALL_DEPTH:
+            return
+        chain = [str(i) for i in self._nested + [index]]
+        if len(chain) > 8:
+            chain = chain[:3] + ["..."] + chain[-3:]
+        error = node.fail(f"calls subgraph {index} at nesting depth {depth} (the calls under way: "
+                          f"subgraphs {' -> '.join(chain)}): subgraph calls may nest at most "
+                          f"{self.MAX_CALL_DEPTH} deep")
+        error.call_depth = depth    # passed out as it is: its message names every level already
+        raise error
 
     def subgraph(self, index: int, node, role: str = "called"):
         """The model's subgraph `index`, as named by op `node` (ModelError if out of range)."""
@@ -57,6 +87,7 @@ class ModelRuntime:
         `input_shapes`, for op `node` (IF/WHILE) to call; cached per shapes. A subgraph already
         being prepared further out is recursion: a ModelError (LiteRT crashes on it)."""
         sg = self.subgraph(index, node)
+        self._check_depth(index, node)      # every call of it is prepared first: runs are bounded too
         key = (index, tuple(tuple(int(d) for d in s) for s in input_shapes))
         prepared = self._calls.get(key)
         if prepared is not None:
@@ -66,10 +97,12 @@ class ModelRuntime:
             raise node.fail(f"calls subgraph {index}, which is already being called (subgraphs "
                             f"{chain} -> {index}): recursive subgraph calls are not supported")
         try:
-            with self.preparing(index):
+            with self.preparing(index), self._calling(index):
                 prepared = graph_mod.prepare(sg, self._resolved,
                                              dict(zip(sg.inputs, key[1])), runtime=self)
         except ModelError as e:         # say where: nested calls give a chain of ops
+            if getattr(e, "call_depth", None) is not None:
+                raise
             raise node.fail(f"in subgraph {index}: {e}") from None
         if len(self._calls) >= self.MAX_CALL_PREPARATIONS:
             self._calls.clear()
@@ -79,7 +112,8 @@ class ModelRuntime:
     def run_subgraph(self, prepared, feeds: dict) -> dict:
         """Run a subgraph from prepare_subgraph on the reference path: `feeds` are the float
         views of its inputs; returns every tensor's value."""
-        return graph_mod.run_reference(prepared, feeds, self)
+        with self._calling(prepared.subgraph.index):
+            return graph_mod.run_reference(prepared, feeds, self)
 
     def call_once(self, subgraph_index: int, node) -> None:
         if subgraph_index in self._called:
@@ -87,13 +121,15 @@ class ModelRuntime:
         count = len(self._model.subgraphs)
         if not 0 <= subgraph_index < count:
             raise node.fail(f"init subgraph {subgraph_index} does not exist ({count} subgraphs)")
+        self._check_depth(subgraph_index, node)    # a chain of init subgraphs nests too
         self._called.add(subgraph_index)        # before running: a call back into it is a no-op
         state = self._state_of(subgraph_index)
         if state.subgraph.inputs:
             raise node.fail(f"init subgraph {subgraph_index} takes inputs; CALL_ONCE passes none")
-        if state.prepared is None:
-            state.allocate()
-        state.invoke()
+        with self._calling(subgraph_index):
+            if state.prepared is None:
+                state.allocate()
+            state.invoke()
 
 
 class SubgraphState:
