@@ -248,7 +248,7 @@ def test_local_pool_killed_worker_loses_nothing(model, tmp_path, monkeypatch):
     assert result.restarts == 1
 
 
-def test_local_pool_gives_up_a_batch_that_kills_every_worker(model, tmp_path, monkeypatch):
+def test_local_pool_gives_up_only_the_input_that_kills_every_worker(model, tmp_path, monkeypatch):
     folder = str(tmp_path / "in")
     write_arrays(folder, 40, seed=3, width=3)
     np.save(os.path.join(folder, VICTIM), np.zeros((SIDE, SIDE, CHANNELS), np.float32))
@@ -256,14 +256,13 @@ def test_local_pool_gives_up_a_batch_that_kills_every_worker(model, tmp_path, mo
     out = str(tmp_path / "out")
     result = batch.run(model, [folder], out, backend="reference", batch_size=8, workers=1, retries=1)
     errors = batch.read_errors(out)
-    lost = {e["path"] for e in errors}
-    # tasks of 32 in name order: a000..a031, then a032..a039 and the victim, which is given up
-    assert lost == {os.path.join(folder, VICTIM)} | {
-        os.path.join(folder, f"a{i:03d}.npy") for i in range(32, 40)}
-    assert all("died 2 times" in e["reason"] for e in errors)
+    # tasks of 32 in name order: a000..a031, then a032..a039 and the victim; the second is
+    # halved at each death (9, 5, 3, 2 items) until the victim runs alone, and only it is lost
+    assert [e["path"] for e in errors] == [os.path.join(folder, VICTIM)]
+    assert "the worker running it alone died 2 times" in errors[0]["reason"]
     assert sorted(batch.read_outputs(out)) == sorted(
-        os.path.join(folder, f"a{i:03d}.npy") for i in range(32))
-    assert result.written == 32 and result.restarts == 2
+        os.path.join(folder, f"a{i:03d}.npy") for i in range(40))
+    assert result.written == 40 and result.restarts == 4 + 2
 
 
 def test_local_pool_kills_a_hung_worker_and_runs_its_batch_again(model, tmp_path, monkeypatch):

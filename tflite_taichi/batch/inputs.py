@@ -6,12 +6,20 @@ Items are found on the driver (`discover`); their bytes are read where they run 
 in the local pool; Ray Data's readers under Ray), and decoded there (`decode`) against an
 `InputSpec`, plain data built once from the model. An item that cannot be decoded raises
 `ItemError` with the reason; the run writes it to the errors file and goes on.
+
+One input must never cost more than itself: only regular files are read (a FIFO would block, a
+device never ends), no more of a file than the model's inputs can use, and arrays' headers are
+checked against the model's inputs before their data is read (a 200-byte .npy may declare
+400 GB; an .npz member may inflate a thousandfold), so a bad input is an ItemError, not a worker
+that runs out of memory or waits forever.
 """
 from __future__ import annotations
 
 import io
 import os
 import re
+import stat
+import zipfile
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -24,6 +32,13 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 ARRAY_SUFFIXES = (".npy", ".npz")
 TABLE_SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
 ROW_SEPARATOR = "#"
+
+# Bytes read of one input file at most: arrays may use 16 bytes per element of the model's inputs
+# (complex128, the widest numbers) beside ARRAY_ROOM for headers and unused .npz members; images
+# up to IMAGE_BYTES (an uncompressed BMP or TIFF at Pillow's pixel limit is about 270 MB).
+ARRAY_ROOM = 64 << 20
+IMAGE_BYTES = 512 << 20
+NPY_HEADER_BYTES = 10000         # numpy's own limit on a .npy header it reads
 
 # --preprocess presets: what float input the model's training fed it, from 8-bit pixels x
 PRESETS = {
@@ -128,7 +143,20 @@ def _suffix(path: str) -> str:
     return os.path.splitext(path)[1].lower()
 
 
+def _require_regular(path: str) -> None:
+    """An ItemError unless `path` is a regular file, checked on the open file (pyarrow opens
+    tables by name: a FIFO would block it). What is read next is the file by that name."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(mode):
+        raise ItemError(f"not a regular file ({_file_kind(mode)}): only regular files are read")
+
+
 def _table_rows(path: str) -> int:
+    _require_regular(path)
     from tflite_taichi.batch.outputs import require_pyarrow
     pa = require_pyarrow(f"reading the table {path}")
     if _suffix(path) == ".parquet":
@@ -138,42 +166,113 @@ def _table_rows(path: str) -> int:
         return pa.ipc.open_file(source).read_all().num_rows
 
 
+def key_of(path: str) -> str:
+    """The item key of a file: its path, as text every writer takes. A name whose bytes are not
+    UTF-8 reaches Python with those bytes as lone surrogates, which Parquet and JSON writers
+    refuse; its key shows them as \\xNN instead (b"x\\xff.npy" is keyed "x\\\\xff.npy"), one
+    string per file that says which bytes they were. The file is still read by its real name."""
+    try:
+        path.encode("utf-8")
+        return path
+    except UnicodeEncodeError:
+        try:
+            return os.fsencode(path).decode("utf-8", "backslashreplace")
+        except UnicodeError:     # a surrogate that no file name decodes to
+            return path.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _not_regular(path: str) -> Optional[str]:
+    """Why `path` (links followed) is not a regular file to read, or None when it is one."""
+    link = os.path.islink(path)
+    target = f"a link to {os.readlink(path)}, " if link else ""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        return f"{target}which cannot be read ({e.strerror or e})" if link \
+            else f"cannot be read ({e.strerror or e})"
+    if stat.S_ISREG(mode):
+        return None
+    return f"not a regular file ({target}{_file_kind(mode)}): only regular files are read"
+
+
+def _walk(folder: str, skip: Optional[str], problems: list) -> list:
+    """The files under `folder` in name order (hidden ones skipped). Links to folders are
+    followed, each folder searched once: a link back to a folder above it (a loop), or to one
+    searched already, is listed in `problems`, as is a folder that cannot be listed."""
+    files, searched = [], {}
+
+    def unlisted(error: OSError) -> None:
+        problems.append((key_of(error.filename or folder),
+                         f"a folder that cannot be listed ({error.strerror or error})"))
+
+    for root, dirs, names in os.walk(folder, onerror=unlisted, followlinks=True):
+        st = os.stat(root)
+        first = searched.setdefault((st.st_dev, st.st_ino), root)
+        if first != root:        # a link to a folder searched already: its files are there
+            problems.append((key_of(root), f"a link to a folder searched already ({key_of(first)}"
+                                           f"{', a loop' if _is_within(root, first) else ''})"))
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")
+                         and os.path.realpath(os.path.join(root, d)) != skip)
+        files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+    return files
+
+
+def _is_within(path: str, folder: str) -> bool:
+    return (path + os.sep).startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def discover(inputs: Sequence[str], exclude: Optional[str] = None) -> tuple:
     """(items, problems): the items of `inputs` (files, and folders searched recursively in
-    name order; hidden files skipped; `exclude`, the output folder, skipped), and
-    [(path, reason)] for files that are not inputs (an unknown suffix, an unreadable table),
-    which go to the errors file. A path that does not exist is a BatchError."""
-    files = []
+    name order, links to folders followed; hidden files skipped; `exclude`, the output folder,
+    skipped), and [(key, reason)] for what was found and is not an input (an unknown suffix, an
+    unreadable table, a FIFO, a device, a link to nothing, a folder reached twice), which go to
+    the errors file: every file found is either an item or a problem. A path that does not
+    exist is a BatchError."""
+    files, problems = [], []
     skip = os.path.realpath(exclude) if exclude else None
     for given in inputs:
         if os.path.isdir(given):
-            for root, dirs, names in os.walk(given):
-                dirs[:] = sorted(d for d in dirs if not d.startswith(".")
-                                 and os.path.realpath(os.path.join(root, d)) != skip)
-                files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
-        elif os.path.exists(given):
+            files += _walk(given, skip, problems)
+        elif os.path.lexists(given):
             files.append(given)
         else:
             raise BatchError(f"no such file or folder: {given}")
-    items, problems, seen = [], [], set()
+    items, seen = [], {}
     for path in files:
-        if path in seen:
+        key = key_of(path)
+        if key in seen:          # the same path given twice is one item
+            if seen[key] != path:
+                problems.append((key, f"its key is also that of another file ({seen[key]!r})"))
             continue
-        seen.add(path)
+        seen[key] = path
         suffix = _suffix(path)
-        if suffix in TABLE_SUFFIXES:
+        why = _not_regular(path)
+        if why:
+            problems.append((key, why))
+        elif suffix in TABLE_SUFFIXES:
             try:
                 rows = _table_rows(path)
             except BatchError:
                 raise
             except Exception as e:     # a truncated or foreign file: pyarrow's many errors
-                problems.append((path, f"not a readable {suffix[1:]} table ({type(e).__name__}: {e})"))
+                problems.append((key, f"not a readable {suffix[1:]} table ({type(e).__name__}: {e})"))
                 continue
-            items += [Item(f"{path}{ROW_SEPARATOR}{row}", path, row) for row in range(rows)]
+            items += [Item(f"{key}{ROW_SEPARATOR}{row}", path, row) for row in range(rows)]
         elif suffix in ARRAY_SUFFIXES or suffix in IMAGE_SUFFIXES:
-            items.append(Item(path, path))
+            items.append(Item(key, path))
         else:
-            problems.append((path, f"not an input file (suffix {suffix or 'none'}; inputs are "
+            problems.append((key, f"not an input file (suffix {suffix or 'none'}; inputs are "
                                    f"{', '.join(ARRAY_SUFFIXES + IMAGE_SUFFIXES + TABLE_SUFFIXES)})"))
     return items, problems
 
@@ -187,6 +286,7 @@ class TableCache:
 
     def row(self, path: str, row: int) -> dict:
         if path != self.path:
+            _require_regular(path)
             from tflite_taichi.batch.outputs import require_pyarrow
             pa = require_pyarrow(f"reading the table {path}")
             if _suffix(path) == ".parquet":
@@ -199,17 +299,57 @@ class TableCache:
         return {name: self.table.column(name)[row].as_py() for name in self.table.column_names}
 
 
-def load_payload(item: Item, tables: TableCache):
-    """The item's raw content: a file's bytes, or a table row as {column: value}."""
+def read_regular(path: str, limit: Optional[int] = None) -> bytes:
+    """The bytes of `path` if it is a regular file of at most `limit` bytes, else an ItemError.
+    Checked on the open file (fstat), not the name: the file found may since have been
+    replaced; O_NONBLOCK makes opening a FIFO return at once instead of waiting for a writer."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ItemError(f"cannot read it: {e.strerror or e}") from None
+    with open(fd, "rb", closefd=True) as f:
+        st = os.fstat(fd)
+        mode, size = st.st_mode, st.st_size
+        if not stat.S_ISREG(mode):
+            raise ItemError(f"not a regular file ({_file_kind(mode)}): only regular files are read")
+        if limit is not None and size > limit:
+            raise ItemError(f"{size} bytes, more than the {limit} an input of this model is read to")
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise ItemError(f"more than the {limit} bytes an input of this model is read to (it grew)")
+    return data
+
+
+def payload_limit(spec: Optional[InputSpec], key: str) -> Optional[int]:
+    """The most bytes of the file `key` worth reading for this model (None: no spec)."""
+    if spec is None:
+        return None
+    if _suffix(key) in IMAGE_SUFFIXES:
+        return IMAGE_BYTES
+    return 16 * sum(_elements(shape) for shape in spec.item_shapes) + ARRAY_ROOM
+
+
+def _elements(shape) -> int:
+    count = 1
+    for s in shape:
+        count *= int(s)
+    return count
+
+
+def load_payload(item: Item, tables: TableCache, spec: Optional[InputSpec] = None):
+    """The item's raw content: a file's bytes (at most what `spec`'s inputs can use), or a table
+    row as {column: value}; an ItemError with the reason when it cannot be had."""
     try:
         if item.row is not None:
             return tables.row(item.source, item.row)
-        with open(item.source, "rb") as f:
-            return f.read()
+        return read_regular(item.source, payload_limit(spec, item.key))
+    except ItemError:
+        raise
     except OSError as e:
-        raise ItemError(f"cannot read {item.source}: {e.strerror or e}") from None
-    except Exception as e:     # pyarrow's errors for a table that changed under us
-        raise ItemError(f"cannot read row {item.row} of {item.source}: {e}") from None
+        raise ItemError(f"cannot read {item.key}: {e.strerror or e}") from None
+    except Exception as e:     # pyarrow's errors for a table that changed under us, MemoryError
+        raise ItemError(f"cannot read row {item.row} of {key_of(item.source)}: "
+                        f"{type(e).__name__}: {e}") from None
 
 
 # -- decoding -------------------------------------------------------------------------------------
@@ -231,20 +371,52 @@ def decode(spec: InputSpec, key: str, payload) -> list:
 def _conform(spec: InputSpec, i: int, value: np.ndarray, what: str) -> np.ndarray:
     """`value` as input i of one item: its shape (with or without a leading batch dimension of
     1) and dtype (a lossless cast, or float64 -> float32), else an ItemError."""
+    _check_declared(spec, i, value.shape, value.dtype, what)
     want_shape, want_dtype = spec.item_shapes[i], np.dtype(spec.dtypes[i])
-    shape = tuple(value.shape)
-    if shape == (1,) + want_shape:
+    if tuple(value.shape) != want_shape:
         value = value.reshape(want_shape)
-    elif shape != want_shape:
-        raise ItemError(f"{what} has shape {list(shape)}; input '{spec.names[i]}' takes "
-                        f"{list(want_shape)} per item")
     if value.dtype != want_dtype:
-        lossless = np.can_cast(value.dtype, want_dtype, "safe")
-        float_narrowing = value.dtype.kind == "f" and want_dtype.kind == "f"
-        if not (lossless or float_narrowing):
-            raise ItemError(f"{what} is {value.dtype}; input '{spec.names[i]}' is {want_dtype}")
         value = value.astype(want_dtype)
     return np.ascontiguousarray(value)
+
+
+def _check_declared(spec: InputSpec, i: int, shape, dtype: np.dtype, what: str) -> None:
+    """An ItemError unless an array of `shape` and `dtype` can be input i of one item: checked
+    on an array file's header too, before its data is read or memory given to it."""
+    want_shape, want_dtype = spec.item_shapes[i], np.dtype(spec.dtypes[i])
+    shape = tuple(int(s) for s in shape)
+    if shape != want_shape and shape != (1,) + want_shape:
+        raise ItemError(f"{what} has shape {list(shape)}; input '{spec.names[i]}' takes "
+                        f"{list(want_shape)} per item")
+    if dtype != want_dtype:
+        lossless = np.can_cast(dtype, want_dtype, "safe")
+        float_narrowing = dtype.kind == "f" and want_dtype.kind == "f"
+        if dtype.hasobject or not (lossless or float_narrowing):
+            raise ItemError(f"{what} is {dtype}; input '{spec.names[i]}' is {want_dtype}")
+
+
+def _read_npy(spec: InputSpec, i: int, stream, what: str) -> np.ndarray:
+    """Input i from a .npy stream (a file's bytes, or an .npz member as it inflates): the header
+    first, checked against the input (shape, dtype, so the byte count), then exactly the bytes
+    it declares; a header declaring more than the input takes costs nothing to refuse."""
+    try:
+        version = np.lib.format.read_magic(stream)
+        if version == (1, 0):
+            header = np.lib.format.read_array_header_1_0(stream, NPY_HEADER_BYTES)
+        elif version == (2, 0):
+            header = np.lib.format.read_array_header_2_0(stream, NPY_HEADER_BYTES)
+        else:
+            raise ValueError(f"format version {version[0]}.{version[1]} is not read here")
+    except (ValueError, EOFError, OSError, SyntaxError) as e:
+        raise ItemError(f"{what} is not a readable .npy array ({e})") from None
+    shape, fortran, dtype = header
+    _check_declared(spec, i, shape, dtype, what)
+    nbytes = _elements(shape) * dtype.itemsize
+    data = stream.read(nbytes)
+    if len(data) < nbytes:
+        raise ItemError(f"{what} is truncated: {len(data)} bytes of the {nbytes} its header declares")
+    value = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+    return _conform(spec, i, value, what)
 
 
 def _single_input(spec: InputSpec, what: str) -> None:
@@ -257,11 +429,7 @@ def _from_npy(spec: InputSpec, data: bytes) -> list:
     _single_input(spec, "a .npy file")
     if not data.startswith(np.lib.format.MAGIC_PREFIX):
         raise ItemError("not a .npy file (no numpy header)")
-    try:
-        value = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, EOFError, OSError) as e:
-        raise ItemError(f"not a readable .npy file ({e})") from None
-    return [_conform(spec, 0, value, "the array")]
+    return [_read_npy(spec, 0, io.BytesIO(data), "the array")]
 
 
 def _match_names(spec: InputSpec, names: Sequence[str], what: str) -> list:
@@ -283,15 +451,22 @@ def _match_names(spec: InputSpec, names: Sequence[str], what: str) -> list:
 
 
 def _from_npz(spec: InputSpec, data: bytes) -> list:
+    """The model's inputs from an .npz: names matched on the archive's list, then only the
+    matched members inflated, each through its .npy header (_read_npy), so neither an unused
+    member nor one that inflates past its input's size is ever decompressed whole."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            arrays = {name: archive[name] for name in archive.files}
-    except (ValueError, EOFError, OSError) as e:
-        raise ItemError(f"not a readable .npz archive ({e})") from None
-    except Exception as e:     # zipfile.BadZipFile and other archive damage
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            members = {(n[:-4] if n.endswith(".npy") else n): n for n in archive.namelist()}
+            names = _match_names(spec, members, "the archive")
+            arrays = []
+            for i, name in enumerate(names):
+                with archive.open(members[name]) as stream:
+                    arrays.append(_read_npy(spec, i, stream, f"array {name!r}"))
+            return arrays
+    except ItemError:
+        raise
+    except Exception as e:     # zipfile.BadZipFile, a bad CRC, and other archive damage
         raise ItemError(f"not a readable .npz archive ({type(e).__name__}: {e})") from None
-    names = _match_names(spec, arrays, "the archive")
-    return [_conform(spec, i, arrays[n], f"array {n!r}") for i, n in enumerate(names)]
 
 
 def _from_row(spec: InputSpec, row: dict) -> list:
@@ -340,6 +515,10 @@ def _from_image(spec: InputSpec, data: bytes) -> list:
                 image = image.resize((shape[1], shape[0]), Image.Resampling.BILINEAR)
             pixels = np.asarray(image, dtype=np.uint8).reshape(shape)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise ItemError(f"not a readable image ({type(e).__name__}: {e})") from None
+    except Image.DecompressionBombError as e:   # more than twice Image.MAX_IMAGE_PIXELS declared
+        raise ItemError(f"an image too large to decode ({e})") from None
+    except Exception as e:  # noqa: BLE001 - a decoder's own failures (MemoryError too): the item's
         raise ItemError(f"not a readable image ({type(e).__name__}: {e})") from None
     norm = spec.normalization[0] if spec.normalization else None
     if dtype.kind == "f":

@@ -8,10 +8,13 @@ Vulkan device index, for vulkan). Each worker reads its tasks' inputs itself and
 outputs itself (part files named by task), so only keys and counts cross the pipes.
 
 A worker that dies (killed, out of memory, a crash in a driver) is noticed by the driver, which
-starts another in its place and gives the dead worker's tasks to the pool again; a task whose
-worker died `retries + 1` times is given up and its inputs go to the errors file with the exit
-status. A task's part file is written under its final name only when complete, and a retried task
-rewrites the same name, so no input is lost or written twice.
+starts another in its place and gives the dead worker's tasks to the pool again. The task it was
+running is split in two halves first (one input that kills whatever runs it must not take its
+neighbours with it): halving goes on until the culprit runs alone, and an input whose worker died
+`retries + 1` times running it alone is given up and goes to the errors file with the exit
+status. Tasks it had only queued go back as they were. A task's part file is written under its
+final name only when complete, a retried task rewrites the same name, and a split task's files
+are removed before its halves run, so no input is lost or written twice.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import collections
 import contextlib
 import multiprocessing
 import multiprocessing.connection
+import os
 import time
 import traceback
 from typing import Optional
@@ -26,7 +30,8 @@ from typing import Optional
 from tflite_taichi.batch.inputs import ItemError, TableCache, load_payload
 from tflite_taichi.cache import environment
 from tflite_taichi.errors import BatchError
-from tflite_taichi.batch.outputs import write_error_part, write_part
+from tflite_taichi.batch.outputs import (ERROR_PARTS, error_part_name, write_error_part,
+                                         write_part)
 from tflite_taichi.batch.runner import BatchRunner, RunConfig
 
 PREFETCH = 2                 # tasks queued per worker: the next one is ready when one finishes
@@ -55,13 +60,13 @@ def _worker_main(slot: int, config: RunConfig, conn) -> None:
             payloads, errors = [], []
             for item in items:
                 try:
-                    payloads.append((item.key, load_payload(item, tables)))
+                    payloads.append((item.key, load_payload(item, tables, config.spec)))
                 except ItemError as e:
                     errors.append((item.key, str(e)))
             keys, outputs, run_errors = runner.run(payloads)
             errors += run_errors
             if keys:
-                write_part(config.out_dir, f"part-{task_id:06d}", keys, outputs, config.info,
+                write_part(config.out_dir, part_name(task_id), keys, outputs, config.info,
                            config.fmt)
             write_error_part(config.out_dir, [item.key for item in items], errors)
         except BaseException:    # noqa: BLE001 - a bug or a failing disk: the driver retries
@@ -69,6 +74,10 @@ def _worker_main(slot: int, config: RunConfig, conn) -> None:
             return
         conn.send(("done", slot, task_id, len(keys), len(errors), time.perf_counter() - started,
                    runner.describe()))        # it changes if the batching falls back
+
+
+def part_name(task_id: int) -> str:
+    return f"part-{task_id:06d}"
 
 
 class _Worker:
@@ -121,11 +130,12 @@ class LocalPool:
         self.by_id = dict(tasks)
         self.attempts = collections.Counter()
         self.finished, self.given_up = set(), []
+        self.next_id = max(self.by_id, default=-1) + 1     # the ids of halves of split tasks
         self.started = time.perf_counter()
         for w in self.workers:
             self._start(w)
         try:
-            while len(self.finished) < len(tasks):
+            while len(self.finished) < len(self.by_id):
                 self._feed()
                 live = [w for w in self.workers if w.process is not None]
                 waiting = {w.conn: w for w in live}
@@ -223,13 +233,19 @@ class LocalPool:
             if w.start_failures >= START_ATTEMPTS:
                 raise BatchError(f"worker {w.slot} died {w.start_failures} times while starting "
                                  f"({why})")
-        for task_id in w.outstanding:
-            if task_id in self.finished:
+        # a worker runs its tasks in the order sent, and the driver has read every "done" it sent:
+        # the first outstanding task is the one it died running, the others were only queued
+        running = [t for t in w.outstanding[:1] if t not in self.finished]
+        queued = [t for t in w.outstanding[1:] if t not in self.finished]
+        self.pending.extendleft((t, self.by_id[t]) for t in reversed(queued))
+        for task_id in running:
+            if len(self.by_id[task_id]) > 1:
+                self._split(task_id)
                 continue
             self.attempts[task_id] += 1
             if self.attempts[task_id] > self.retries:
                 self.finished.add(task_id)
-                reason = (f"not run: the worker running its batch died {self.attempts[task_id]} "
+                reason = (f"not run: the worker running it alone died {self.attempts[task_id]} "
                           f"times (last: {why})")
                 self.given_up += [(item.key, reason) for item in self.by_id[task_id]]
                 if self.progress is not None:
@@ -243,6 +259,26 @@ class LocalPool:
             self._start(w)
         else:
             w.process = None
+
+    def _split(self, task_id: int) -> None:
+        """Task `task_id` killed its worker: its halves run in its place, as new tasks, and
+        what it may have written before dying is removed (its halves write those inputs)."""
+        items = self.by_id[task_id]
+        self.finished.add(task_id)
+        self._remove_outputs(task_id, items)
+        middle = len(items) // 2
+        halves = [(self.next_id, items[:middle]), (self.next_id + 1, items[middle:])]
+        self.next_id += 2
+        self.by_id.update(halves)
+        self.pending.extendleft(reversed(halves))
+
+    def _remove_outputs(self, task_id: int, items: list) -> None:
+        folder = self.config.out_dir
+        for path in (os.path.join(folder, f"{part_name(task_id)}.{self.config.fmt}"),
+                     os.path.join(folder, ERROR_PARTS,
+                                  error_part_name([i.key for i in items]) + ".jsonl")):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def _stop(self) -> None:
         for w in self.workers:

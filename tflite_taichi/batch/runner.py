@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from tflite_taichi.batch.inputs import InputSpec, ItemError, decode
-from tflite_taichi.errors import TfliteTaichiError
+from tflite_taichi.errors import BatchError, TfliteTaichiError
 
 # The batch-independence check compares one row computed beside different rows, by the same
 # kernels at the same shape: equal but for float atomics' order, so 1e-5 of the row's largest
@@ -132,6 +132,10 @@ class BatchRunner:
                 decoded.append((key, decode(self.config.spec, key, payload)))
             except ItemError as e:
                 errors.append((key, str(e)))
+            except BatchError:
+                raise            # the run's configuration, not this item (no Pillow, say)
+            except Exception as e:  # noqa: BLE001 - MemoryError, a decoder's bug: this item only
+                errors.append((key, f"cannot be decoded ({type(e).__name__}: {e})"))
         keys, rows = [], [[] for _ in self.outputs]
         step = self.group
         for start in range(0, len(decoded), step):
