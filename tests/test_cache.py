@@ -177,7 +177,7 @@ def test_cache_dir_is_private_and_consistent(warm):
     for rel, digest in meta["files"].items():
         assert _mode(module / rel) == 0o600
         assert cache._file_digest(str(module / rel)) == digest
-    assert cache.ModuleStore(str(root))._check(str(module), module.name, meta["arch"]) is None
+    assert cache.ModuleStore(str(root)).check(module.name, meta["arch"]) is None
     assert not list(root.rglob(".tmp-*"))           # atomic writes leave no temp files
 
 
@@ -313,7 +313,7 @@ def test_damaged_module_is_detected_and_rebuilt(warm, setup, damage, says):
     np.testing.assert_array_equal(result["y"], warm[1]["y"])
     [module] = _modules(root)                                   # rebuilt, consistent again
     meta = json.loads((module / cache.META).read_text())
-    assert cache.ModuleStore(str(root))._check(str(module), module.name, meta["arch"]) is None
+    assert cache.ModuleStore(str(root)).check(module.name, meta["arch"]) is None
     again = setup.run(root)
     assert again["info"]["state"] == "warm" and not again["warnings"], again["info"]
 
@@ -518,8 +518,8 @@ def test_least_recently_used_modules_are_evicted(tmp_path, monkeypatch):
     commit(b, 999)
     commit(c, 998)                      # three do not fit: the oldest, a, goes
     assert [os.path.isdir(store.path(k)) for k in (a, b, c)] == [False, True, True]
-    path, problem = store.find(b, "vulkan")     # b used now: c is the least recently used
-    assert path is not None and problem is None
+    with store.opened(b, "vulkan") as (found, problem):     # b used now: c is the least
+        assert found is not None and problem is None      # recently used
     commit(d, 0)
     assert [os.path.isdir(store.path(k)) for k in (b, c, d)] == [True, False, True]
 

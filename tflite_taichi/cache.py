@@ -13,8 +13,9 @@ runs the frontend for that model (device.py).
 - `model_token`: names the model's record (default: the sha256 fingerprint of everything the
   kernels depend on, `token_covers`).
 
-DIR (created 0700, files 0600; an existing DIR must be owned by the user and not group- or
-world-writable; nothing found in it is trusted before it is checked):
+DIR (created 0700, files 0600, missing parents 0700; an existing DIR must be owned by the user
+and not group- or world-writable, and every parent owned by root or the user and writable by
+nobody else unless sticky like /tmp; nothing found in it is trusted before it is checked):
 
     lock                 flock'ed around every module write, removal and eviction
     modules/KEY/         one AOT module: module.tcm (Vulkan, OpenGL/GLES, Metal) or module/
@@ -29,6 +30,9 @@ What is trusted, and why:
   package and Taichi versions), the subgraph, its input shapes and a digest of the programs'
   plans (every offset the kernels bake in). A module is loaded only for exactly that program: a
   token reused for another model gives a cold start, never another model's kernels.
+- A module is read through descriptors opened from / down (no link followed, owner and mode
+  checked with fstat on each) and loaded from exactly what was checked (open_root, _scan_fd,
+  CheckedModule), under a shared lock that removals and evictions wait for.
 - Before a module is loaded, every file under modules/KEY is checked against meta.json: a
   missing, extra, truncated or altered file, a symbolic link or other non-regular file, or a
   malformed meta.json -> a CacheWarning, the module removed and built again. A module that
@@ -44,6 +48,7 @@ What is trusted, and why:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -55,7 +60,6 @@ import shutil
 import stat
 import sys
 import tempfile
-import threading
 import time
 import uuid
 import warnings
@@ -81,7 +85,7 @@ DRIVER_ENV = {                               # variable -> folder under DIR
     "__GL_SHADER_DISK_CACHE_PATH": "nvidia-gl",
     "CUDA_CACHE_PATH": "cuda",
 }
-SUBDIRS = (MODULES, MODELS, "xdg", "mesa", "nvidia-gl", "cuda")
+SUBDIRS = (MODULES, MODELS, "taichi", "xdg", "mesa", "nvidia-gl", "cuda")
 DEFAULT_MAX_BYTES = 2 << 30
 STALE_TEMP_S = 3600.0            # a temporary module folder older than this was left by a crash
 
@@ -233,64 +237,177 @@ def default_token(covers: dict) -> str:
     return hashlib.sha256(json.dumps(covers, sort_keys=True).encode()).hexdigest()
 
 
-# -- the folder -------------------------------------------------------------------------------
-def _check_private(path: str) -> None:
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise CacheError(f"cache_dir {path}: {e.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise CacheError(f"cache_dir {path} exists and is not a directory")
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        raise CacheError(f"cache_dir {path} is owned by uid {st.st_uid}, not by you (uid "
-                         f"{os.getuid()}): a cache another user controls is never trusted")
+# -- the folder, and what may be trusted in it ------------------------------------------------
+# A cached module is native code (cpu) or GPU code that runs in this process, so the decision to
+# load it is made on what is actually read, at the moment it is read: every folder from / down to
+# the module is opened by name relative to the folder above it, without following symbolic
+# links, and checked with fstat on the open descriptor; the module is then read through those
+# descriptors (gfx: its bytes, hashed and handed to the C API; LLVM archs: a /proc/self/fd path
+# to the checked folder). A path that is checked and then opened again by name could be swapped
+# in between; a descriptor cannot.
+_POSIX = hasattr(os, "getuid") and hasattr(os, "O_NOFOLLOW") and hasattr(os, "O_DIRECTORY")
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_FOLDER = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | _O_CLOEXEC
+# O_NONBLOCK: a FIFO planted under a module's name must not block the open
+_O_ENTRY = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | _O_CLOEXEC | getattr(os, "O_NONBLOCK", 0)
+_FD_PATHS = "/proc/self/fd"      # a path through a descriptor: the folder opened, not its name
+
+
+def _uid() -> int:
+    return os.getuid() if hasattr(os, "getuid") else 0
+
+
+def _parent_problem(st: os.stat_result, path: str) -> Optional[str]:
+    """Why a parent of DIR lets another user replace DIR (None: it does not). Safe: owned by
+    root or you, and writable by nobody else, or sticky like /tmp (others may add entries there
+    but cannot rename or remove yours)."""
+    if st.st_uid not in (0, _uid()):
+        return (f"its parent folder {path} is owned by uid {st.st_uid}: that user could put "
+                "another folder in its place")
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return (f"its parent folder {path} is group- or world-writable (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}) without the sticky bit: anyone who can write "
+                "there could put another folder in its place")
+    return None
+
+
+def _private_problem(st: os.stat_result, path: str, what: str = "cache_dir") -> Optional[str]:
+    """Why a folder or file in DIR is not yours alone to change (None: it is)."""
+    if _POSIX and st.st_uid != _uid():
+        return (f"{what} {path} is owned by uid {st.st_uid}, not by you (uid {_uid()}): a cache "
+                "another user controls is never trusted")
     if st.st_mode & 0o022:
-        raise CacheError(f"cache_dir {path} is group- or world-writable (mode "
-                         f"{stat.S_IMODE(st.st_mode):04o}): anyone who can write there could "
-                         "plant kernels; chmod 700 it or choose another folder")
+        return (f"{what} {path} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):04o}): "
+                "anyone who can write there could plant kernels; chmod 700 it or choose another "
+                "folder")
+    return None
 
 
-def _private_dir(path: str) -> None:
-    """Create `path` with mode 0700 (exactly, whatever the umask), or check an existing one."""
+def _open_child(parent_fd: int, name: str, path: str, create: bool) -> int:
+    """The folder `name` in `parent_fd`, opened without following a link (created 0700 whatever
+    the umask if absent and `create`), or CacheError."""
+    made = False
+    while True:
+        try:
+            return _fchmod_if(os.open(name, _O_FOLDER, dir_fd=parent_fd), made)
+        except FileNotFoundError:
+            if not create or made:
+                raise CacheError(f"cache_dir: {path} does not exist") from None
+            try:
+                os.mkdir(name, 0o700, dir_fd=parent_fd)
+                made = True
+            except FileExistsError:
+                made = True              # made by another process meanwhile: opened and checked
+            except OSError as e:
+                raise CacheError(f"cannot create cache folder {path}: {e.strerror}") from None
+        except NotADirectoryError:
+            raise CacheError(f"cache_dir {path} exists and is not a directory") from None
+        except OSError as e:
+            if os.path.islink(path):     # ELOOP from O_NOFOLLOW
+                raise CacheError(f"{path} is a symbolic link: the cache is opened without "
+                                 "following links (give cache_dir as the real path)") from None
+            raise CacheError(f"cannot open cache folder {path}: {e.strerror}") from None
+
+
+def _fchmod_if(fd: int, made: bool) -> int:
+    if made and os.fstat(fd).st_uid == _uid():
+        os.fchmod(fd, 0o700)             # mkdir's mode passes through the umask
+    return fd
+
+
+def open_root(root: str, create: bool = False) -> int:
+    """A descriptor on the cache folder `root` (absolute, symbolic links resolved), opened one
+    name at a time from / with every parent checked as it is opened (_parent_problem) and
+    `root` itself private (_private_problem); CacheError otherwise. The caller closes it."""
+    fd = os.open("/", _O_FOLDER)
+    where = "/"
     try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise CacheError(f"cannot create cache folder {path}: {e.strerror}") from None
-    else:
-        os.chmod(path, 0o700)
-    _check_private(path)
+        for name in [n for n in root.split("/") if n]:
+            problem = _parent_problem(os.fstat(fd), where)
+            if problem is not None:
+                raise CacheError(f"cache_dir {root}: {problem}")
+            where = os.path.join(where, name)
+            child = _open_child(fd, name, where, create)
+            os.close(fd)
+            fd = child
+        problem = _private_problem(os.fstat(fd), root)
+        if problem is not None:
+            raise CacheError(problem)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_subfolder(root_fd: int, root: str, sub: str, create: bool = False) -> int:
+    """DIR/sub through DIR's descriptor, private (CacheError otherwise)."""
+    fd = _open_child(root_fd, sub, os.path.join(root, sub), create)
+    problem = _private_problem(os.fstat(fd), os.path.join(root, sub), "cache folder")
+    if problem is not None:
+        os.close(fd)
+        raise CacheError(problem)
+    return fd
+
+
+def _check_links(given: str) -> None:
+    """A symbolic link on the way to cache_dir must be root's or yours: a link another user
+    owns could point your cache anywhere later (it is followed once, here, and the real path
+    is used from then on)."""
+    path = "/"
+    for name in [n for n in given.split("/") if n]:
+        path = os.path.join(path, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return                          # absent from here on: created below
+        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, _uid()):
+            raise CacheError(f"cache_dir {given}: {path} is a symbolic link owned by uid "
+                             f"{st.st_uid}, not by you: refusing to follow it")
 
 
 def prepare_dir(cache_dir) -> str:
-    """The absolute, checked cache folder (created 0700 with its subfolders), or CacheError."""
+    """The absolute, checked cache folder (created 0700 with its subfolders, parents too), or
+    CacheError: its parents must be safe (_parent_problem) and it must be yours alone."""
     given = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
-    if hasattr(os, "getuid") and os.path.islink(given) and os.lstat(given).st_uid != os.getuid():
-        raise CacheError(f"cache_dir {given} is a symbolic link owned by uid "
-                         f"{os.lstat(given).st_uid}, not by you: refusing to follow it")
-    root = resolve_path(cache_dir)
-    parent = os.path.dirname(root)
+    if not _POSIX:                  # no owners or descriptors to check (Windows): modes only
+        os.makedirs(given, mode=0o700, exist_ok=True)
+        for sub in SUBDIRS:
+            os.makedirs(os.path.join(given, sub), mode=0o700, exist_ok=True)
+        return given
+    _check_links(given)
+    root = resolve_path(given)
+    root_fd = open_root(root, create=True)
     try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as e:
-        raise CacheError(f"cannot create {parent} for cache_dir: {e.strerror}") from None
-    _private_dir(root)
-    for sub in SUBDIRS:
-        _private_dir(os.path.join(root, sub))
+        for sub in SUBDIRS:
+            os.close(_open_subfolder(root_fd, root, sub, create=True))
+    finally:
+        os.close(root_fd)
     return root
 
 
 @contextlib.contextmanager
-def locked(root: str):
-    """An exclusive flock on DIR/lock (blocks while another process holds it)."""
-    fd = os.open(os.path.join(root, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+def locked(root: str, shared: bool = False):
+    """An flock on DIR/lock, exclusive (writes, removals, evictions) or shared (a module being
+    checked and loaded: no other process removes it meanwhile); blocks while a conflicting one
+    is held. Taking it checks DIR and its parents again (CacheError)."""
+    if not _POSIX:
+        yield
+        return
+    root_fd = open_root(root)
+    try:
+        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | _O_CLOEXEC, 0o600,
+                     dir_fd=root_fd)
+    except OSError as e:
+        os.close(root_fd)
+        raise CacheError(f"cannot open the cache's lock {os.path.join(root, LOCK)}: "
+                         f"{e.strerror}") from None
     try:
         if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield root_fd
     finally:
         os.close(fd)                 # closing releases the flock
+        os.close(root_fd)
 
 
 def _write_json(path: str, obj) -> None:
@@ -329,9 +446,58 @@ def _file_digest(path: str) -> dict:
     return {"size": size, "sha256": h.hexdigest()}
 
 
+def _read_fd(fd: int, keep: bool = False) -> tuple:
+    """({size, sha256}, the bytes if `keep` else None) of the open file `fd`."""
+    h = hashlib.sha256()
+    size, chunks = 0, []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        h.update(chunk)
+        size += len(chunk)
+        if keep:
+            chunks.append(chunk)
+    return {"size": size, "sha256": h.hexdigest()}, (b"".join(chunks) if keep else None)
+
+
+def _scan_fd(folder_fd: int, folder: str, keep: str = "", prefix: str = "") -> tuple:
+    """What is under the open folder `folder_fd`, read through descriptors: ({relative path:
+    {size, sha256}} of its files but the top meta.json, [problems: what is not a regular file or
+    folder, or not yours alone], the bytes of the file `keep`)."""
+    files, problems, kept = {}, [], None
+    for name in sorted(os.listdir(folder_fd)):
+        rel = prefix + name
+        if rel == META:
+            continue
+        try:
+            fd = os.open(name, _O_ENTRY, dir_fd=folder_fd)
+        except OSError:              # a symbolic link (ELOOP), or gone
+            problems.append(f"{rel} is not a regular file")
+            continue
+        try:
+            st = os.fstat(fd)
+            owner = _private_problem(st, os.path.join(folder, rel), "cached file")
+            if owner is not None:
+                problems.append(owner)
+            elif stat.S_ISDIR(st.st_mode):
+                sub_files, sub_problems, sub_kept = _scan_fd(fd, folder, keep, rel + "/")
+                files.update(sub_files)
+                problems += sub_problems
+                kept = kept if sub_kept is None else sub_kept
+            elif stat.S_ISREG(st.st_mode):
+                files[rel], data = _read_fd(fd, keep=rel == keep)
+                kept = kept if data is None else data
+            else:
+                problems.append(f"{rel} is not a regular file")
+        finally:
+            os.close(fd)
+    return files, problems, kept
+
+
 def scan(folder: str) -> tuple:
     """({relative path: {size, sha256}} of the files under `folder` but meta.json,
-    [relative paths of what is not a plain file or folder])."""
+    [relative paths of what is not a plain file or folder]): a module this process just built."""
     files, odd = {}, []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames.sort()
@@ -428,6 +594,48 @@ def _eviction_due(root: str) -> bool:
     return False
 
 
+def _compare(files: dict, listed: dict) -> Optional[str]:
+    """Why the files found differ from those meta.json lists (None: they match)."""
+    for rel in sorted(set(listed) | set(files)):
+        if rel not in files:
+            return f"{rel} is missing"
+        if rel not in listed:
+            return f"{rel} is not in its {META}"
+        got, want = files[rel], listed[rel]
+        if not isinstance(want, dict) or got["size"] != want.get("size"):
+            recorded = want.get("size") if isinstance(want, dict) else "?"
+            return f"{rel} has {got['size']} bytes, {recorded} recorded (truncated?)"
+        if got["sha256"] != want.get("sha256"):
+            return f"{rel} does not match its recorded sha256 (corrupt)"
+    return None
+
+
+@dataclasses.dataclass
+class CheckedModule:
+    """A module whose files matched its meta.json when read through descriptors. `path` names
+    the checked folder through its descriptor (/proc/self/fd/N/...), so renaming or replacing
+    modules/KEY afterwards changes nothing here; `data` is the module's bytes when it is one file
+    (gfx archs: what was hashed is what the C API gets). Valid until close()."""
+    key: str
+    meta: dict
+    path: str
+    data: Optional[bytes]
+    fd: int
+
+    def mark_used(self) -> None:
+        """Recently used: evicted last (eviction goes by meta.json's mtime)."""
+        with contextlib.suppress(OSError, NotImplementedError):
+            if self.fd >= 0:
+                os.utime(META, dir_fd=self.fd, follow_symlinks=False)
+            else:
+                os.utime(os.path.join(os.path.dirname(self.path), META))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class ModuleStore:
     """The AOT modules of one cache folder."""
 
@@ -440,53 +648,117 @@ class ModuleStore:
             raise ValueError(f"not a module key: {key!r}")
         return os.path.join(self.modules, key)
 
-    def find(self, key: str, arch: str) -> tuple:
-        """(path of the module to load, None) when modules/KEY checks out; (None, why) when it
-        does not (after removing it, with a CacheWarning); (None, None) when absent."""
-        folder = self.path(key)
-        if not os.path.lexists(folder):
-            return None, None
-        problem = self._check(folder, key, arch)
-        if problem is None:
-            with contextlib.suppress(OSError):
-                os.utime(os.path.join(folder, META))       # recently used: evicted last
-            meta, _ = _read_json(os.path.join(folder, META))
-            return os.path.join(folder, meta["module"]), None
-        self.reject(key, problem)
-        return None, problem
+    @contextlib.contextmanager
+    def opened(self, key: str, arch: str):
+        """Yields (CheckedModule, None) when modules/KEY checks out, under a shared lock so
+        that no process evicts or replaces it while it is loaded; (None, why) when it does not
+        (it is removed first, with a CacheWarning); (None, None) when absent. CacheError when DIR
+        or a parent of it is no longer safe."""
+        with locked(self.root, shared=True) as root_fd:
+            found, problem = self._verify(root_fd, key, arch)
+            if found is not None:
+                with contextlib.closing(found):
+                    found.mark_used()
+                    yield found, None
+                return
+        if problem is not None:
+            self.reject(key, problem)
+        yield None, problem
+
+    def check(self, key: str, arch: str) -> Optional[str]:
+        """Why modules/KEY would not be loaded (None: it would; 'absent' when it is not there)."""
+        with locked(self.root, shared=True) as root_fd:
+            found, problem = self._verify(root_fd, key, arch)
+            if found is not None:
+                found.close()
+                return None
+            return problem or "absent"
 
     def info(self, key: str) -> dict:
         """The meta.json of modules/KEY ({} if unreadable)."""
         meta, _ = _read_json(os.path.join(self.path(key), META))
         return meta if isinstance(meta, dict) else {}
 
-    def _check(self, folder: str, key: str, arch: str) -> Optional[str]:
-        if os.path.islink(folder) or not os.path.isdir(folder):
-            return "it is not a folder"
-        meta, unreadable = _read_json(os.path.join(folder, META))
-        if unreadable:
-            return unreadable
+    def _verify(self, root_fd: Optional[int], key: str, arch: str) -> tuple:
+        """(CheckedModule, None), (None, why) or (None, None) when absent."""
+        self.path(key)                                   # the key is a key
+        if root_fd is None:                              # no descriptors here (Windows)
+            return self._verify_by_path(key, arch)
+        modules_fd = _open_subfolder(root_fd, self.root, MODULES)
+        try:
+            try:
+                fd = os.open(key, _O_ENTRY | getattr(os, "O_DIRECTORY", 0), dir_fd=modules_fd)
+            except FileNotFoundError:
+                return None, None
+            except OSError:                              # a link, a file, a FIFO...
+                return None, "it is not a folder"
+        finally:
+            os.close(modules_fd)
+        folder = self.path(key)
+        try:
+            problem = _private_problem(os.fstat(fd), folder, "cached module")
+            meta, problem = (None, problem) if problem else self._read_meta(fd, key, arch)
+            if problem is None:
+                files, problems, data = _scan_fd(fd, folder, keep=meta["module"])
+                problem = problems[0] if problems else _compare(files, meta["files"])
+            if problem is not None:
+                os.close(fd)
+                return None, problem
+        except BaseException:
+            os.close(fd)
+            raise
+        fd_path = os.path.join(_FD_PATHS, str(fd))
+        base = fd_path if os.path.isdir(fd_path) else folder
+        return CheckedModule(key, meta, os.path.join(base, meta["module"]), data, fd), None
+
+    @staticmethod
+    def _read_meta(folder_fd: int, key: str, arch: str) -> tuple:
+        """(meta, None) or (None, why) for the meta.json in the open module folder."""
+        try:
+            fd = os.open(META, _O_ENTRY, dir_fd=folder_fd)
+        except FileNotFoundError:
+            return None, f"{META} is missing or malformed"
+        except OSError as e:
+            return None, f"{META} is unreadable ({type(e).__name__})"
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None, f"{META} is not a regular file"
+            problem = _private_problem(st, META, "cached file")
+            if problem is not None:
+                return None, problem
+            try:
+                meta = json.loads(_read_fd(fd, keep=True)[1].decode("utf-8"))
+            except (OSError, ValueError) as e:
+                return None, f"{META} is unreadable ({type(e).__name__})"
+        finally:
+            os.close(fd)
         if (not isinstance(meta, dict) or not isinstance(meta.get("files"), dict)
                 or meta.get("format") != FORMAT or meta.get("key") != key
                 or not isinstance(meta.get("module"), str)):
-            return f"{META} is missing or malformed"
+            return None, f"{META} is missing or malformed"
         if meta.get("arch") != arch:
-            return f"it was built for {meta.get('arch')!r}, not {arch!r}"
+            return None, f"it was built for {meta.get('arch')!r}, not {arch!r}"
+        return meta, None
+
+    def _verify_by_path(self, key: str, arch: str) -> tuple:
+        folder = self.path(key)
+        if not os.path.lexists(folder):
+            return None, None
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            return None, "it is not a folder"
+        meta, unreadable = _read_json(os.path.join(folder, META))
+        if unreadable:
+            return None, unreadable
+        if (not isinstance(meta, dict) or not isinstance(meta.get("files"), dict)
+                or meta.get("format") != FORMAT or meta.get("key") != key
+                or not isinstance(meta.get("module"), str) or meta.get("arch") != arch):
+            return None, f"{META} is missing or malformed, or for another arch"
         files, odd = scan(folder)
-        if odd:
-            return f"{odd[0]} is not a regular file"
-        listed = meta["files"]
-        for rel in sorted(set(listed) | set(files)):
-            if rel not in files:
-                return f"{rel} is missing"
-            if rel not in listed:
-                return f"{rel} is not in its {META}"
-            got, want = files[rel], listed[rel]
-            if not isinstance(want, dict) or got["size"] != want.get("size"):
-                return f"{rel} has {got['size']} bytes, {want.get('size') if isinstance(want, dict) else '?'} recorded (truncated?)"
-            if got["sha256"] != want.get("sha256"):
-                return f"{rel} does not match its recorded sha256 (corrupt)"
-        return None
+        problem = f"{odd[0]} is not a regular file" if odd else _compare(files, meta["files"])
+        if problem is not None:
+            return None, problem
+        return CheckedModule(key, meta, os.path.join(folder, meta["module"]), None, -1), None
 
     def reject(self, key: str, problem: str) -> None:
         """A module that cannot be trusted or loaded: warn, remove (it is built again)."""
@@ -497,7 +769,7 @@ class ModuleStore:
             self._remove(self.path(key))
 
     def _remove(self, folder: str) -> None:
-        if os.path.islink(folder) or os.path.isfile(folder):
+        if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
             os.unlink(folder)
         else:
             shutil.rmtree(folder, ignore_errors=True)
@@ -516,7 +788,7 @@ class ModuleStore:
 
     def commit(self, key: str, built: str, module: str, arch: str, info: dict) -> str:
         """Move the module built in `built` (its file or folder `module`) into modules/KEY, with
-        its meta.json; returns the path to load. If another process committed KEY meanwhile, its
+        its meta.json; returns its path there. If another process committed KEY meanwhile, its
         module is kept (both are the same program's)."""
         _chmod_private(built)
         files, odd = scan(built)
@@ -526,9 +798,11 @@ class ModuleStore:
                 "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **info}
         _write_json(os.path.join(built, META), meta)
         target = self.path(key)
-        with locked(self.root):
+        with locked(self.root) as root_fd:
             if os.path.lexists(target):
-                if self._check(target, key, arch) is None:
+                found, _problem = self._verify(root_fd, key, arch)
+                if found is not None:
+                    found.close()
                     return os.path.join(target, module)
                 self._remove(target)
             os.rename(built, target)
@@ -638,20 +912,14 @@ class ModelCache:
                 "programs": [{"subgraph": g, "state": s, "reason": r} for g, s, r in self.events]}
 
 
-_prepared: dict = {}
-_prepared_lock = threading.Lock()
-
-
 def root_for(cache_dir) -> Optional[str]:
     """The checked cache folder for Interpreter(cache_dir=...): None -> the per-user cache,
-    False -> None (no cache), a path -> that folder (created 0700; CacheError if unsafe)."""
+    False -> None (no cache), a path -> that folder (created 0700; CacheError if unsafe). It is
+    checked again for every interpreter, not once per process: folders and their owners change
+    while a process runs (and every module load checks it once more, on descriptors)."""
     if cache_dir is False:
         return None
-    path = resolve_path(default_dir() if cache_dir is None else cache_dir)
-    with _prepared_lock:
-        if path not in _prepared:
-            _prepared[path] = prepare_dir(path)
-        return _prepared[path]
+    return prepare_dir(default_dir() if cache_dir is None else cache_dir)
 
 
 def open_model(root: Optional[str], model_token, source, backend: str, precision: str,

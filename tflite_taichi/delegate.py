@@ -225,7 +225,7 @@ class Program:
     def _capi_kernels(self, model_cache) -> list:
         d = self.device
         store = model_cache.store if model_cache is not None else None
-        key = path = None
+        key, kernels = None, None
         if store is not None:
             shapes = {t: self.graph.specs[t].shape for t in self.graph.subgraph.inputs}
             key = model_cache.module_key(self.graph.subgraph.index, shapes, self.plan_digest())
@@ -235,22 +235,11 @@ class Program:
                 module = d.shared_module(key, None)
                 self._module_tasks = d.module_info.get(key, {})
                 return [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
-            path, problem = store.find(key, d.arch)
-            if path is not None:
-                self._module_tasks = store.info(key).get("tasks") or {}
-            reason = problem or model_cache.record_reason or "its kernels were not in the cache"
+            kernels, reason = self._load_cached(store, key)
+            reason = reason or model_cache.record_reason or "its kernels were not in the cache"
         else:
             reason = "the cache is off (cache_dir=False)"
-        if path is not None:
-            try:
-                module = d.shared_module(key, path)
-                kernels = [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
-                self.cache_state = ("warm", None)
-            except capi.CapiError as e:
-                d.forget_module(key)
-                store.reject(key, f"the C API refused it: {e}")
-                path, reason = None, f"the cached module did not load ({e})"
-        if path is None:
+        if kernels is None:
             module = self._build_and_load(store, key)
             kernels = [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
             self.cache_state = ("cold", reason)
@@ -262,31 +251,59 @@ class Program:
             d.module_info[key] = getattr(self, "_module_tasks", {})
         return kernels
 
+    def _load_cached(self, store, key: str) -> tuple:
+        """(kernels, None) from the cached module KEY, loaded from what was checked (cache.py:
+        its descriptors, under the cache's shared lock); (None, why not) otherwise."""
+        d = self.device
+        refused = None
+        with store.opened(key, d.arch) as (found, problem):
+            if found is None:
+                return None, problem
+            self._module_tasks = found.meta.get("tasks") or {}
+            try:
+                module = d.shared_module(key, found.path, found.data)
+                kernels = [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
+            except capi.CapiError as e:
+                d.forget_module(key)
+                refused = e
+        if refused is not None:        # removed outside the shared lock (removal takes it whole)
+            store.reject(key, f"the C API refused it: {refused}")
+            return None, f"the cached module did not load ({refused})"
+        self.cache_state = ("warm", None)
+        return kernels, None
+
     def _build_and_load(self, store, key):
         """Compile the kernels with Taichi's Python frontend, save them as an AOT module (in the
-        cache, or a temporary folder when it is off) and load that through the C API."""
+        cache, or a temporary folder when it is off) and load that through the C API. The module
+        is loaded from the folder it was built in, before it is committed to the cache: what
+        this process runs is what it wrote, whatever happens to modules/KEY later."""
         d = self.device
         start = time.perf_counter()
         if store is None:
             folder = tempfile.mkdtemp(prefix="tflite_taichi-")
             try:
-                module = d.load_module(os.path.join(folder, self._save_module(folder)))
-                # LLVM modules are read at load and compiled at kernel lookup: do it now, then
-                # the folder can go
-                for names in self.kernel_names():
-                    for name in names:
-                        d.kernel(module, name)
+                module = self._load_built(os.path.join(folder, self._save_module(folder)))
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
         else:
             with store.building() as folder:
                 rel = self._save_module(folder)
-                path = store.commit(key, folder, rel, d.arch, {
+                module = self._load_built(os.path.join(folder, rel), key)
+                store.commit(key, folder, rel, d.arch, {
                     "subgraph": self.graph.subgraph.index, "backend": self.backend,
                     "precision": "fp16" if self.fp16 else "fp32",
                     "kernels": sum(self.kernel_names(), []), "tasks": self._module_tasks})
-            module = d.shared_module(key, path)
         self.build_s = time.perf_counter() - start
+        return module
+
+    def _load_built(self, path: str, key: Optional[str] = None):
+        """Load a module just built at `path` (shared under `key` when cached). LLVM modules are
+        read at load and compiled at kernel lookup: both are done now, then the folder may go."""
+        d = self.device
+        module = d.shared_module(key, path) if key is not None else d.load_module(path)
+        for names in self.kernel_names():
+            for name in names:
+                d.kernel(module, name)
         return module
 
     def _save_module(self, folder: str) -> str:

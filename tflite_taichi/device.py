@@ -216,14 +216,16 @@ class CapiDevice:
         return info.ptr
 
     # modules and launches
-    def load_module(self, path: str):
-        """An AOT module: a .tcm archive (gfx) or a saved folder (LLVM archs), or CapiError."""
+    def load_module(self, path: str, data: Optional[bytes] = None):
+        """An AOT module: a .tcm archive (gfx: `data`, its bytes as checked, else read from
+        `path`) or a saved folder (LLVM archs), or CapiError."""
         with TAICHI_LOCK:
             if self.llvm:
                 module = self.lib.ti_load_aot_module(self.runtime, os.fsencode(path))
             else:
-                with open(path, "rb") as f:
-                    data = f.read()
+                if data is None:
+                    with open(path, "rb") as f:
+                        data = f.read()
                 module = self.lib.ti_create_aot_module(self.runtime, data, len(data))
             code, message = capi.last_error(self.lib)
         if not module or code != 0:
@@ -231,12 +233,12 @@ class CapiDevice:
                                  f"{capi.ERRORS.get(code, code)} {message}".strip(), code)
         return module
 
-    def shared_module(self, key: str, path: str):
+    def shared_module(self, key: str, path: str, data: Optional[bytes] = None):
         """The module cached under `key`, loaded once per process (see _modules)."""
         with TAICHI_LOCK:
             module = self._modules.get(key)
             if module is None:
-                module = self._modules[key] = self.load_module(path)
+                module = self._modules[key] = self.load_module(path, data)
             return module
 
     def has_module(self, key: str) -> bool:
