@@ -310,3 +310,18 @@ def test_symlinked_folders_are_searched_once_and_loops_are_listed(tmp_path):
     assert reasons[str(root / "real" / "loop")].endswith(", a loop)")
     assert "searched already (" + str(root / "real") in reasons[str(root / "s_again")]
     assert "a link to " in reasons[str(root / "dangling.npy")]
+
+
+def test_under_ray_a_name_that_is_not_utf8_is_a_row(tmp_path):
+    """Ray Data's readers take UTF-8 paths only: such a file is listed, the others go to Ray."""
+    from tflite_taichi.batch.ray_data import ray_readable
+    folder = tmp_path / "in"
+    write_good(folder, 1)
+    with open(os.path.join(os.fsencode(str(folder)), b"odd\xff.npy"), "wb") as f:
+        np.save(f, np.zeros(ITEM, np.float32))
+    items, _ = discover([str(folder)])
+    taken, refused = ray_readable(items)
+    assert [i.key for i in taken] == [str(folder / "a000.npy")]
+    assert refused == [(str(folder / "odd\\xff.npy"),
+                        "its name is not UTF-8, which Ray Data's readers need (the local pool, "
+                        "without --ray, runs it)")]

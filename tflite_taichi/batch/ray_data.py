@@ -57,6 +57,21 @@ class RayBatchWorker:
         return arrow_table(written, outputs, self.config.info)
 
 
+def ray_readable(items) -> tuple:
+    """(items, [(key, reason)]): the items Ray Data's readers can take, and the rest. They take
+    paths as UTF-8 text, so a file whose name is not (keyed with its bytes as \\xNN) cannot go
+    through them: a row saying so, not a run that fails on it."""
+    taken, refused = [], []
+    for item in items:
+        try:
+            item.source.encode("utf-8")
+            taken.append(item)
+        except UnicodeEncodeError:
+            refused.append((item.key, "its name is not UTF-8, which Ray Data's readers need "
+                                      "(the local pool, without --ray, runs it)"))
+    return taken, refused
+
+
 def _datasets(ray, items, task_items: int) -> list:
     """Ray Datasets of the items, in blocks of about `task_items` rows (one block per read task:
     Ray hands blocks to actors, so one block for everything would keep all but one idle)."""
@@ -96,6 +111,8 @@ def run_ray(items, config: RunConfig, *, address, workers, gpus_per_worker: floa
     """Run `items` through Ray Data; returns {"workers": ..., "cluster": its CPUs and GPUs}.
     workers None: as many actors as the cluster's GPUs (or CPUs) hold at the per-actor share."""
     ray = require_ray()
+    items, refused = ray_readable(items)
+    write_error_part(config.out_dir, [key for key, _ in refused], refused)
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address or None, include_dashboard=False, log_to_driver=False)
