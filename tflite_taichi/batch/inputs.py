@@ -193,7 +193,7 @@ def _file_kind(mode: int) -> str:
 def _not_regular(path: str) -> Optional[str]:
     """Why `path` (links followed) is not a regular file to read, or None when it is one."""
     link = os.path.islink(path)
-    target = f"a link to {os.readlink(path)}, " if link else ""
+    target = f"a link to {key_of(os.readlink(path))}, " if link else ""
     try:
         mode = os.stat(path).st_mode
     except OSError as e:
@@ -215,7 +215,11 @@ def _walk(folder: str, skip: Optional[str], problems: list) -> list:
                          f"a folder that cannot be listed ({error.strerror or error})"))
 
     for root, dirs, names in os.walk(folder, onerror=unlisted, followlinks=True):
-        st = os.stat(root)
+        try:
+            st = os.stat(root)
+        except OSError as e:     # gone since it was listed
+            unlisted(e)
+            continue
         first = searched.setdefault((st.st_dev, st.st_ino), root)
         if first != root:        # a link to a folder searched already: its files are there
             problems.append((key_of(root), f"a link to a folder searched already ({key_of(first)}"
@@ -415,7 +419,8 @@ def _read_npy(spec: InputSpec, i: int, stream, what: str) -> np.ndarray:
     data = stream.read(nbytes)
     if len(data) < nbytes:
         raise ItemError(f"{what} is truncated: {len(data)} bytes of the {nbytes} its header declares")
-    value = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+    # a writable array, as np.load gives (a view of `data`, bytes, would be read-only)
+    value = np.frombuffer(bytearray(data), dtype=dtype).reshape(shape, order="F" if fortran else "C")
     return _conform(spec, i, value, what)
 
 
