@@ -325,3 +325,29 @@ def test_under_ray_a_name_that_is_not_utf8_is_a_row(tmp_path):
     assert refused == [(str(folder / "odd\\xff.npy"),
                         "its name is not UTF-8, which Ray Data's readers need (the local pool, "
                         "without --ray, runs it)")]
+
+
+def test_a_split_task_s_files_are_removed_before_its_halves_run(model, spec, tmp_path):
+    """A worker may die after writing its task's part file or error part: the halves write
+    those inputs again under their own names, so the task's files must go (no input twice)."""
+    import collections
+
+    from tflite_taichi.batch.inputs import Item
+    from tflite_taichi.batch.outputs import ERROR_PARTS, error_part_name
+    from tflite_taichi.batch.pool import LocalPool, part_name
+    from tflite_taichi.batch.runner import RunConfig
+    out = tmp_path / "out"
+    (out / ERROR_PARTS).mkdir(parents=True)
+    items = [Item(f"k{i}.npy", f"k{i}.npy") for i in range(5)]
+    written = [out / f"{part_name(3)}.parquet",
+               out / ERROR_PARTS / (error_part_name([i.key for i in items]) + ".jsonl")]
+    for path in written:
+        path.write_text("a dead worker's")
+    config = RunConfig(model=model, backend="reference", precision="fp32", batch_size=1,
+                       spec=spec, info=[], out_dir=str(out), fmt="parquet")
+    pool = LocalPool(config, [{}], retries=2)
+    pool.by_id, pool.finished, pool.pending, pool.next_id = \
+        {3: items}, set(), collections.deque(), 4
+    pool._split(3)
+    assert not any(path.exists() for path in written)
+    assert list(pool.pending) == [(4, items[:2]), (5, items[2:])] and pool.finished == {3}
