@@ -113,6 +113,10 @@ class OpDef:
                                              # laid out for the Taichi part's kernel, or None: as is
     scratch: Optional[Callable] = None       # node -> float32 elements of scratch its Taichi
                                              # part needs (split-K partial sums), or 0
+    temp_bytes: Optional[Callable] = None    # node -> bytes of the temporary arrays its numpy
+                                             # reference makes at once besides its outputs, where
+                                             # they can dwarf them (CONV_2D's patches): charged
+                                             # to the model's memory budget (graph.ModelBudget)
     foldable: bool = True                    # may be evaluated at prepare when inputs are constant
     stateful: bool = False                   # reads/writes the interpreter's state (variables,
                                              # subgraph calls): never folded or delegated, kept in

@@ -603,6 +603,33 @@ def _reference_conv(node, inputs):
     return [apply_activation(out, o.fused_activation_function)]
 
 
+def _float_bytes(spec) -> int:
+    """Bytes per element of a reference's float working arrays (_float: float64 stays)."""
+    return 8 if spec.dtype is not None and np.dtype(spec.dtype) == np.float64 else 4
+
+
+def _padded_bytes(node, k_h, k_w) -> int:
+    """The zero-padded copy of the input tap_windows makes."""
+    n, in_h, in_w, c_in = node.inputs[0].shape
+    return n * (in_h + k_h * node.options.dilation_h) * (in_w + k_w * node.options.dilation_w) * c_in
+
+
+def _conv_temp_bytes(node) -> int:
+    """The reference's patches (im2col: every output pixel's window, k_h x k_w times the input;
+    a 64x64 filter over a 512x512 input makes 4 GiB of them for a 1 MiB output), the padded
+    input and, grouped, the einsum's copy of the patches."""
+    o = node.options
+    c_out, k_h, k_w, c_f = node.inputs[1].shape
+    n, _, _, c_in = node.inputs[0].shape
+    grouped = c_f != c_in
+    if not grouped and (k_h, k_w, o.stride_h, o.stride_w) == (1, 1, 1, 1):
+        return 0                    # one matrix product on the input as it is
+    _, out_h, out_w, _ = node.outputs[0].shape
+    patches = n * out_h * out_w * k_h * k_w * c_in
+    elements = patches * (2 if grouped else 1) + _padded_bytes(node, k_h, k_w)
+    return elements * _float_bytes(node.inputs[0])
+
+
 def _runs_pointwise(node) -> bool:
     """A 1x1, stride-1, ungrouped conv with a constant (packed) filter: PointwiseConvStep."""
     o = node.options
@@ -661,7 +688,7 @@ CONV_2D = register_op(OpDef(
     name="CONV_2D", infer=_infer_conv, reference=_reference_conv, parse=_parse_conv,
     options_class="Conv2DOptions", supports=_conv_supports, taichi=_conv_taichi,
     pack=_pack_filter_out_channels_last, scratch=_conv_scratch, min_inputs=2, max_inputs=3, stores_once=True,
-    numpy_faster_on_cpu=True))
+    numpy_faster_on_cpu=True, temp_bytes=_conv_temp_bytes))
 
 
 # -- DEPTHWISE_CONV_2D -------------------------------------------------------------------------
@@ -796,6 +823,22 @@ def _transpose_conv(x, w, bias, out_h, out_w, s_h, s_w, pad_top, pad_left):
     return _add_bias(out, bias)
 
 
+def _transpose_temp_bytes(node, x, w) -> int:
+    """_transpose_conv's arrays besides the output: every input pixel times every tap
+    (`contrib`, and einsum's copy of it) and the uncropped canvas."""
+    n, in_h, in_w, _ = x.shape
+    c_out, k_h, k_w, _ = w.shape
+    _, out_h, out_w, _ = node.outputs[0].shape
+    o = node.options
+    contrib = n * in_h * in_w * k_h * k_w * c_out
+    canvas = (n * max((in_h - 1) * o.stride_h, out_h) + k_h) * (max((in_w - 1) * o.stride_w, out_w) + k_w) * c_out
+    return (2 * contrib + canvas) * _float_bytes(x)
+
+
+def _transpose_conv_temp_bytes(node) -> int:
+    return _transpose_temp_bytes(node, node.inputs[2], node.inputs[1])
+
+
 def _reference_transpose_conv(node, inputs):
     o = node.options
     w, x = _float(inputs[1]), _float(inputs[2])
@@ -826,7 +869,7 @@ TRANSPOSE_CONV = register_op(OpDef(
     parse=_parse_transpose_conv, options_class="TransposeConvOptions",
     supports=_transpose_conv_supports, taichi=_transpose_conv_taichi,
     pack=_pack_filter_out_channels_last, min_inputs=3, max_inputs=4, stores_once=True,
-    numpy_faster_on_cpu=True))   # see CONV_2D
+    numpy_faster_on_cpu=True, temp_bytes=_transpose_conv_temp_bytes))   # see CONV_2D
 
 
 # -- FULLY_CONNECTED ---------------------------------------------------------------------------
@@ -978,6 +1021,10 @@ def _infer_transpose_conv_bias(node):
     return [(n, out_h, out_w, c_out)]
 
 
+def _transpose_conv_bias_temp_bytes(node) -> int:
+    return _transpose_temp_bytes(node, node.inputs[0], node.inputs[1])
+
+
 def _reference_transpose_conv_bias(node, inputs):
     x, w, bias = (_float(v) for v in inputs)
     out_h, out_w, pad_top, pad_left = _transpose_conv_bias_geometry(node)
@@ -998,7 +1045,8 @@ CONVOLUTION_2D_TRANSPOSE_BIAS = register_op(OpDef(
     name="CUSTOM:Convolution2DTransposeBias", infer=_infer_transpose_conv_bias,
     reference=_reference_transpose_conv_bias, parse=_parse_transpose_conv_bias,
     taichi=_transpose_conv_bias_taichi, pack=_pack_filter_out_channels_last, min_inputs=3,
-    max_inputs=3, stores_once=True, numpy_faster_on_cpu=True))   # see CONV_2D
+    max_inputs=3, stores_once=True, numpy_faster_on_cpu=True,
+    temp_bytes=_transpose_conv_bias_temp_bytes))   # see CONV_2D
 
 __all__ = ["CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED",
            "CONVOLUTION_2D_TRANSPOSE_BIAS", "extract_patches", "spatial_geometry"]

@@ -26,7 +26,7 @@ class UnsupportedOpError(ModelError):
 
 class TensorTooLargeError(ModelError):
     """A tensor would take more memory than the interpreter allows (`max_tensor_bytes`, by
-    default 4x the model file's size + 256 MiB per tensor, 16x that for all of a subgraph's tensors
+    default 4x the model file's size + 256 MiB per tensor, 16x that for all of the model's tensors
     together): refused, naming the tensor, before anything is allocated. Raised for declared
     shapes when the model is read, and for inferred shapes (after resizes and constant folding)
     at allocate_tensors; after resize_tensor_input it arrives as the cause of an InputError."""

@@ -15,7 +15,8 @@ import time
 import numpy as np
 
 from tflite_taichi import graph as graph_mod
-from tflite_taichi.errors import InputError, InterpreterStateError, ModelError, NotReadyError
+from tflite_taichi.errors import (InputError, InterpreterStateError, ModelError, NotReadyError,
+                                  TensorTooLargeError)
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 
 
@@ -39,6 +40,9 @@ class ModelRuntime:
         self.resources = {}             # ResourceHandle -> array in the model's dtype
         self._called = set()            # subgraphs CALL_ONCE has run (or is running)
         self._calls = {}                # (subgraph index, input shapes) -> PreparedGraph
+        # one memory budget for the model: every subgraph state's tensors and those of the
+        # calls they make (graph.ModelBudget)
+        self.budget = graph_mod.ModelBudget(model.max_tensor_bytes)
         self._preparing = []            # subgraph indices being prepared, outermost first
         self._nested = []               # subgraph calls under way (prepared or run), outermost first
 
@@ -90,24 +94,37 @@ class ModelRuntime:
         self._check_depth(index, node)      # every call of it is prepared first: runs are bounded too
         key = (index, tuple(tuple(int(d) for d in s) for s in input_shapes))
         prepared = self._calls.get(key)
-        if prepared is not None:
+        if prepared is not None:        # its tensors count in this allocation too
+            self.budget.call(("call", key), prepared.charges, f"subgraph {index} called by op "
+                             f"#{node.index} ({node.op}) for inputs of shapes {list(key[1])}")
             return prepared
         if index in self._preparing:
             chain = " -> ".join(str(i) for i in self._preparing[self._preparing.index(index):])
             raise node.fail(f"calls subgraph {index}, which is already being called (subgraphs "
                             f"{chain} -> {index}): recursive subgraph calls are not supported")
         try:
-            with self.preparing(index), self._calling(index):
-                prepared = graph_mod.prepare(sg, self._resolved,
-                                             dict(zip(sg.inputs, key[1])), runtime=self)
+            with self.preparing(index), self._calling(index), self._charging(("call", key)):
+                prepared = graph_mod.prepare(sg, self._resolved, dict(zip(sg.inputs, key[1])),
+                                             runtime=self, budget=self.budget)
         except ModelError as e:         # say where: nested calls give a chain of ops
             if getattr(e, "call_depth", None) is not None:
                 raise
-            raise node.fail(f"in subgraph {index}: {e}") from None
+            where = f"in subgraph {index}: {e}"
+            if isinstance(e, TensorTooLargeError):      # stays what it is
+                raise TensorTooLargeError(f"op #{node.index} ({node.op}): {where}") from None
+            raise node.fail(where) from None
+        if self.budget.busy:
+            self.budget.current.calls.add(("call", key))
         if len(self._calls) >= self.MAX_CALL_PREPARATIONS:
             self._calls.clear()
+            self.budget.release(keep=lambda owner: owner[0] != "call")
         self._calls[key] = prepared
         return prepared
+
+    def _charging(self, owner):
+        """Inside an allocation (allocate_tensors), a call preparation's tensors are the
+        allocation's; outside one (a call first prepared at invoke), its own."""
+        return contextlib.nullcontext() if self.budget.busy else self.budget.allocating(owner)
 
     def run_subgraph(self, prepared, feeds: dict) -> dict:
         """Run a subgraph from prepare_subgraph on the reference path: `feeds` are the float
@@ -165,7 +182,11 @@ class SubgraphState:
         which resize did not fit; a first allocate's error passes as it is."""
         good = self._good
         try:
-            self._allocate()
+            if self.runtime is None:
+                self._allocate()
+            else:                   # its tensors, its calls' included, replace its last ones
+                with self.runtime.budget.allocating(("state", self.subgraph.index)):
+                    self._allocate()
         except Exception as e:
             previous = good["input_shapes"] if good is not None else {}
             tried = {t: s for t, s in self.input_shapes.items() if previous.get(t) != s}
@@ -199,7 +220,7 @@ class SubgraphState:
         if self.runtime is not None:        # IF/WHILE inside call subgraphs with these shapes
             with self.runtime.preparing(self.subgraph.index):
                 self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes,
-                                                  self.runtime)
+                                                  self.runtime, self.runtime.budget)
         else:
             self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
         self.schedule, self.program = None, None

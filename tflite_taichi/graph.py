@@ -12,7 +12,8 @@ does; `prepare` passes on the `runtime` it is given (None outside an Interpreter
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import contextlib
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -31,6 +32,7 @@ class Step:
     dynamic: bool = False   # output shapes known only at invoke (run_step infers them again)
     updates_state: bool = False   # overwrites variable tensors among its inputs (OpDef.state_inputs)
     max_bytes: Optional[int] = None   # the subgraph's limit per tensor, for run_step's shapes
+    budget: Optional["ModelBudget"] = None   # the model's, for run_step's shapes (dynamic steps)
 
 
 @dataclass
@@ -42,6 +44,8 @@ class PreparedGraph:
     folded: list           # indices of ops evaluated at prepare time
     dynamic: frozenset = frozenset()   # tensors whose shapes depend on run-time values
     variables: dict = None  # variable tensor index -> its float-view value at allocate/reset
+    charges: tuple = (0, 0)  # (tensor bytes, largest temporary) charged to the model's budget
+                             # preparing it, its calls' included (ModelBudget.call)
 
 
 def resolve_ops(model: model_ir.Model) -> dict:
@@ -94,28 +98,133 @@ def spec_of(tensor: model_ir.Tensor, shape=None, value=None) -> TensorSpec:
                       dtype=tensor.dtype, quantization=tensor.quantization, value=value)
 
 
-class _Budget:
-    """The memory limits of one subgraph's preparation (model.tensor_bytes): each tensor at
-    most `limit` bytes, all of them together at most TOTAL_FACTOR x `limit`; checked before
-    the tensor's memory is allocated (a folded op's result: before its reference runs)."""
+@dataclass
+class _Charges:
+    """What one allocation has charged to a ModelBudget."""
+    tensors: int = 0            # bytes of every tensor its preparations hold
+    temporary: int = 0          # the largest temporary array one op's reference makes
+    calls: set = field(default_factory=set)     # the call preparations counted (their keys)
 
-    def __init__(self, subgraph: model_ir.Subgraph):
+
+class ModelBudget:
+    """The memory limits of one model (model.tensor_bytes): each tensor at most `per_tensor`
+    bytes, and everything together at most TOTAL_FACTOR x that: the tensors of every subgraph
+    prepared (the main graph's, its signatures' and init subgraphs', and those IF/WHILE call,
+    once per set of shapes they are called with: the reference path keeps every intermediate
+    of a call while the calls inside it run) plus the largest temporary array an op's numpy
+    reference makes besides its outputs (OpDef.temp_bytes: CONV_2D's patches), which lives only
+    while that op runs. One budget for the model, not one per subgraph: a fresh budget per
+    nested IF let a 4 KB file ask for gigabytes. Charged as shapes are inferred, before the
+    memory is allocated (a folded op's result: before its reference runs)."""
+
+    def __init__(self, per_tensor: Optional[int]):
+        self.per_tensor = per_tensor
+        self.limit = None if per_tensor is None else model_ir.TOTAL_FACTOR * per_tensor
+        self._held = {}             # owner -> _Charges of its last successful allocation
+        self._under_way = []        # _Charges of the allocations being made, outermost first
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._under_way)
+
+    @property
+    def current(self) -> _Charges:
+        """The charges of the innermost allocation under way."""
+        return self._under_way[-1]
+
+    @contextlib.contextmanager
+    def allocating(self, owner):
+        """Charges made inside go to `owner` (a subgraph state's index, a call preparation's
+        key) and replace what its previous allocation held once this one succeeds; if it fails
+        the previous charges stay (the owner keeps its previous tensors)."""
+        previous = self._held.pop(owner, None)
+        charges = _Charges()
+        self._under_way.append(charges)
+        try:
+            yield charges
+        except BaseException:
+            if previous is not None:
+                self._held[owner] = previous
+            raise
+        finally:
+            self._under_way.remove(charges)
+        self._held[owner] = charges
+
+    def release(self, keep=lambda owner: False) -> None:
+        """Forgets the charges of owners `keep` does not keep (call preparations dropped)."""
+        self._held = {owner: c for owner, c in self._held.items() if keep(owner)}
+
+    def _all(self):
+        return list(self._held.values()) + self._under_way
+
+    def headroom(self) -> Optional[int]:
+        """Bytes left for what is not charged (invoke-time shapes); None without a limit."""
+        if self.limit is None:
+            return None
+        charges = self._all()
+        return (self.limit - sum(c.tensors for c in charges)
+                - max((c.temporary for c in charges), default=0))
+
+    def tensor(self, where: str, what: str, shape, dtype, quantization=None) -> int:
+        """Charges a tensor (`what`, in subgraph `where`) to the allocation under way:
+        TensorTooLargeError naming it if it alone, or the model's tensors together, would pass
+        the limits."""
+        if self.per_tensor is None:
+            return 0
+        nbytes = model_ir.check_tensor_bytes(self.per_tensor, f"{where} {what}", shape, dtype,
+                                             quantization)
+        self._charge(nbytes, 0, lambda: f"{where}: with {what} of shape {list(shape)}")
+        return nbytes
+
+    def temporary(self, nbytes: int, where: str, what: str) -> None:
+        """Charges the temporary arrays one op's reference makes while it runs (`nbytes`)."""
+        if nbytes > 0:
+            self._charge(0, nbytes, lambda: f"{where}: with the {nbytes} bytes of temporary "
+                                            f"arrays the numpy reference of {what} makes")
+
+    def call(self, key, charges: tuple, what: str) -> None:
+        """Charges a cached call preparation (`charges`: PreparedGraph.charges) once per allocation."""
+        if self._under_way and key not in self.current.calls:
+            self.current.calls.add(key)
+            self._charge(*charges, lambda: f"with {what}")
+
+    def _charge(self, tensors: int, temporary: int, describe) -> None:
+        if self.limit is None or not self._under_way:
+            return
+        self.current.tensors += tensors
+        self.current.temporary = max(self.current.temporary, temporary)
+        charges = self._all()
+        held = sum(c.tensors for c in charges)
+        largest = max(c.temporary for c in charges)
+        if held + largest > self.limit:
+            extra = f" + {largest} bytes of an op's temporary arrays" if largest else ""
+            raise TensorTooLargeError(
+                f"{describe()}, the model's tensors (all its subgraphs) would take {held} bytes "
+                f"together{extra}, above the limit of {model_ir.TOTAL_FACTOR} x "
+                f"{self.per_tensor} bytes (Interpreter(max_tensor_bytes=...))")
+
+
+class _Budget:
+    """One subgraph's preparation charging a ModelBudget, naming its tensors."""
+
+    def __init__(self, subgraph: model_ir.Subgraph, model_budget: ModelBudget):
         self.sg = subgraph
-        self.limit = subgraph.max_tensor_bytes
-        self.total = 0
+        self.model = model_budget
+        self._start = model_budget.current.tensors     # the allocation's, as this one begins
+
+    def charges(self) -> tuple:
+        """(tensor bytes, largest temporary) this preparation charged, its calls' included:
+        what reusing it in another allocation adds (PreparedGraph.charges)."""
+        return self.model.current.tensors - self._start, self.model.current.temporary
 
     def add(self, spec: TensorSpec, what: str = "tensor"):
-        if self.limit is None:
-            return
-        nbytes = model_ir.check_tensor_bytes(self.limit, f"subgraph {self.sg.index} {what} "
-                                             f"{spec.index} ('{spec.name}')", spec.shape,
-                                             spec.dtype, spec.quantization)
-        self.total += nbytes
-        if self.total > model_ir.TOTAL_FACTOR * self.limit:
-            raise TensorTooLargeError(f"subgraph {self.sg.index}: with tensor {spec.index} ('{spec.name}') "
-                             f"of shape {list(spec.shape)} its tensors would take {self.total} "
-                             f"bytes together, above the limit of {model_ir.TOTAL_FACTOR} x "
-                             f"{self.limit} bytes (Interpreter(max_tensor_bytes=...))")
+        self.model.tensor(f"subgraph {self.sg.index}", f"{what} {spec.index} ('{spec.name}')",
+                          spec.shape, spec.dtype, spec.quantization)
+
+    def temporary(self, opdef: OpDef, node: Node):
+        if opdef.temp_bytes is not None and self.model.limit is not None:
+            self.model.temporary(int(opdef.temp_bytes(node)), f"subgraph {self.sg.index}",
+                                 f"op #{node.index} ({node.op})")
 
 
 def _check_channels(spec: TensorSpec, node: Node):
@@ -146,15 +255,28 @@ def _check_data_tensors(subgraph: model_ir.Subgraph, op, opdef: OpDef):
 
 
 def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
-            runtime=None) -> PreparedGraph:
+            runtime=None, budget: Optional[ModelBudget] = None) -> PreparedGraph:
+    """`budget`: the model's (an Interpreter's: ModelRuntime.budget), charged for every tensor
+    before it is allocated; None: a budget of this subgraph alone."""
+    if budget is None:
+        budget = ModelBudget(subgraph.max_tensor_bytes)
+    if budget.busy:                 # inside an allocation (a subgraph state's, or its calls')
+        return _prepare(subgraph, resolved, input_shapes, runtime, budget)
+    with budget.allocating(("subgraph", subgraph.index)):
+        return _prepare(subgraph, resolved, input_shapes, runtime, budget)
+
+
+def _prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict, runtime,
+             model_budget: ModelBudget) -> PreparedGraph:
     specs, constants = {}, {}
-    budget = _Budget(subgraph)
+    budget = _Budget(subgraph, model_budget)
     variables = {}
     for t in subgraph.tensors:
         value = constant_value(t)
         if t.is_variable and t.dtype is not None:
             # state kept across invokes (an LSTM's): its buffer, or zeros, is only the value at
             # allocate_tensors / reset_all_variables; never a constant, never folded
+            budget.add(spec_of(t, shape=input_shapes.get(t.index)), "variable")   # before its zeros
             variables[t.index] = (np.zeros(input_shapes.get(t.index, t.shape), view_dtype(t.dtype, t.quantization))
                                   if value is None else np.array(value))
             value = None
@@ -185,12 +307,13 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
         if shapes is None:          # inferred again at every invoke (run_step); never folded
             dynamic.update(op.outputs)
             steps.append(Step(op=op, opdef=opdef, node=node, dynamic=True,
-                              max_bytes=subgraph.max_tensor_bytes))
+                              max_bytes=subgraph.max_tensor_bytes, budget=model_budget))
             continue
         for t, shape in zip(op.outputs, shapes):
             specs[t] = replace(specs[t], shape=shape)
             budget.add(specs[t])
         node = replace(node, outputs=tuple(specs[t] for t in op.outputs))
+        budget.temporary(opdef, node)       # before a fold runs its reference
         for spec in node.outputs:
             _check_channels(spec, node)
         if opdef.foldable and not opdef.stateful and (opdef.reads_only_shapes or
@@ -205,7 +328,7 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
                               updates_state=bool(_state_targets(opdef, node, op, variables))))
     return PreparedGraph(subgraph=subgraph, specs=specs, constants=constants,
                          steps=steps, folded=folded, dynamic=frozenset(dynamic),
-                         variables=variables)
+                         variables=variables, charges=budget.charges())
 
 
 def _state_targets(opdef: OpDef, node: Node, op, variables: dict) -> list:
@@ -320,10 +443,29 @@ def run_step(step: Step, inputs: list, runtime=None, state=None) -> list:
     node = replace(node, inputs=actual)
     shapes = _infer(step.opdef, node, runtime)
     node = replace(node, outputs=tuple(replace(spec, shape=shape) for spec, shape in zip(node.outputs, shapes)))
-    for spec in node.outputs:       # the memory limit, on this invoke's shapes
-        model_ir.check_tensor_bytes(step.max_bytes, f"op #{node.index} ({node.op}) output "
-                                    f"'{spec.name}'", spec.shape, spec.dtype, spec.quantization)
+    _check_invoke_shapes(step, node)
     return execute(step.opdef, node, inputs, runtime, state, targets)
+
+
+def _check_invoke_shapes(step: Step, node: Node) -> None:
+    """The memory limits on this invoke's shapes: each output within the limit per tensor, and
+    its outputs with its reference's temporaries within what the model's prepared tensors
+    leave of its budget (their bytes were not known at allocate_tensors to be charged)."""
+    total = 0
+    for spec in node.outputs:
+        total += model_ir.check_tensor_bytes(step.max_bytes, f"op #{node.index} ({node.op}) output "
+                                             f"'{spec.name}'", spec.shape, spec.dtype, spec.quantization)
+    headroom = step.budget.headroom() if step.budget is not None else None
+    if headroom is None:
+        return
+    if step.opdef.temp_bytes is not None:
+        total += int(step.opdef.temp_bytes(node))
+    if total > headroom:
+        raise TensorTooLargeError(
+            f"op #{node.index} ({node.op}): its outputs of shapes "
+            f"{[list(s.shape) for s in node.outputs]} (and temporary arrays) would take {total} "
+            f"bytes, above the {max(headroom, 0)} bytes the model's other tensors leave of its limit "
+            f"of {model_ir.TOTAL_FACTOR} x {step.budget.per_tensor} bytes (Interpreter(max_tensor_bytes=...))")
 
 
 def run_reference(graph: PreparedGraph, values: dict, runtime=None, state=None) -> dict:

@@ -150,8 +150,9 @@ class Interpreter:
         between processes; model_token names this model's record in it (default: a fingerprint
         of the model bytes, backend, precision, options and versions).
         max_tensor_bytes: the most bytes one tensor may take (default: 4x the model file's
-        size + 256 MiB; all of a subgraph's tensors together: 16x that); a larger one is refused
-        with errors.TensorTooLargeError naming it, before anything is allocated."""
+        size + 256 MiB; all of the model's tensors together, every subgraph's: 16x that); a
+        larger one is refused with errors.TensorTooLargeError naming it, before anything is
+        allocated."""
         if (model_path is None) == (model_content is None):
             raise InputError("pass exactly one of model_path or model_content")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):

@@ -39,9 +39,10 @@ MAX_RANK = 16
 
 # Memory: no tensor may take more than `max_tensor_bytes` (Interpreter keyword), by default
 # 4x the model file's size (the float views of int8 constants are 4x their bytes) plus
-# MEMORY_ALLOWANCE for the activations; and one subgraph's tensors together (constants' float
-# views and everything an invoke computes: the reference path keeps every intermediate) no
-# more than TOTAL_FACTOR times that. Checked on the declared shapes when the file is read, and
+# MEMORY_ALLOWANCE for the activations; and the whole model's tensors together (every subgraph
+# prepared, called ones included; constants' float views and everything an invoke computes: the
+# reference path keeps every intermediate) with the largest temporary of an op's reference no
+# more than TOTAL_FACTOR times that (graph.ModelBudget). Checked on the declared shapes when the file is read, and
 # on every shape inferred at allocate_tensors (after resizes and constant folding) and at invoke
 # (data-dependent shapes), always before the memory is allocated.
 MEMORY_ALLOWANCE = 256 << 20
