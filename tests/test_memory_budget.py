@@ -179,3 +179,36 @@ def test_conv_patches_count_against_the_limit():
                                                   r"\(CONV_2D\) makes"):
         Interpreter(model_content=model, backend="reference", max_tensor_bytes=1024).allocate_tensors()
     Interpreter(model_content=model, backend="reference", max_tensor_bytes=4096).allocate_tensors()
+
+
+def test_data_dependent_shapes_get_what_the_model_leaves():
+    """WHERE's output is known only at invoke: it must fit in what the prepared tensors leave
+    of the budget (696 bytes here), which 60 indices (480 bytes) do and 100 (800) do not; the
+    interpreter stays usable."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    t = g.input("x", (100,))
+    for i in range(37):
+        y = g.tensor(f"r{i}", (100,))
+        g.op("RELU", [t], [y])
+        t = y
+    positive = g.tensor("positive", (100,), np.bool_)
+    g.op("GREATER", [t, g.const("zero", np.float32(0))], [positive])
+    where = g.tensor("where", (1, 1), np.int64)
+    g.op("WHERE", [positive], [where])
+    g.output(t, where)
+    it = Interpreter(model_content=b.finish(), backend="reference", max_tensor_bytes=1000)
+    it.allocate_tensors()
+    x = np.full(100, -1.0, np.float32)
+    for ones, fits in ((60, True), (100, False), (10, True)):
+        x[:] = -1.0
+        x[:ones] = 1.0
+        it.set_tensor(0, x)
+        if fits:
+            it.invoke()
+            assert it.get_tensor(it.get_output_details()[1]["index"]).shape == (ones, 1)
+            continue
+        with pytest.raises(TensorTooLargeError, match=r"^op #38 \(WHERE\): its outputs of shapes "
+                                                      r"\[\[100, 1\]\] would take 800 bytes, above "
+                                                      r"the 696 bytes the model's other tensors leave"):
+            it.invoke()

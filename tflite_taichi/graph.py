@@ -458,14 +458,14 @@ def _check_invoke_shapes(step: Step, node: Node) -> None:
     headroom = step.budget.headroom() if step.budget is not None else None
     if headroom is None:
         return
-    if step.opdef.temp_bytes is not None:
-        total += int(step.opdef.temp_bytes(node))
-    if total > headroom:
+    temporary = int(step.opdef.temp_bytes(node)) if step.opdef.temp_bytes is not None else 0
+    if total + temporary > headroom:
+        also = f" and {temporary} bytes of temporary arrays" if temporary else ""
         raise TensorTooLargeError(
             f"op #{node.index} ({node.op}): its outputs of shapes "
-            f"{[list(s.shape) for s in node.outputs]} (and temporary arrays) would take {total} "
-            f"bytes, above the {max(headroom, 0)} bytes the model's other tensors leave of its limit "
-            f"of {model_ir.TOTAL_FACTOR} x {step.budget.per_tensor} bytes (Interpreter(max_tensor_bytes=...))")
+            f"{[list(s.shape) for s in node.outputs]} would take {total} bytes{also}, above the "
+            f"{max(headroom, 0)} bytes the model's other tensors leave of its limit of "
+            f"{model_ir.TOTAL_FACTOR} x {step.budget.per_tensor} bytes (Interpreter(max_tensor_bytes=...))")
 
 
 def run_reference(graph: PreparedGraph, values: dict, runtime=None, state=None) -> dict:
