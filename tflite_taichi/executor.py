@@ -42,7 +42,7 @@ class ModelRuntime:
         self._calls = {}                # (subgraph index, input shapes) -> PreparedGraph
         # one memory budget for the model: every subgraph state's tensors and those of the
         # calls they make (graph.ModelBudget)
-        self.budget = graph_mod.ModelBudget(model.max_tensor_bytes)
+        self.budget = graph_mod.ModelBudget(None if model is None else model.max_tensor_bytes)
         self._preparing = []            # subgraph indices being prepared, outermost first
         self._nested = []               # subgraph calls under way (prepared or run), outermost first
 
