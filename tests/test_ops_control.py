@@ -462,6 +462,16 @@ def test_a_chain_of_300_call_once_subgraphs_is_a_model_error_naming_the_depth():
         _run_relu_model(_call_once_chain(300), x)
 
 
+def test_an_init_subgraph_that_failed_is_not_skipped_by_the_next_invoke():
+    """A CALL_ONCE that raised did not initialise anything: a second invoke() raises again
+    rather than run the model with its init subgraphs marked as done."""
+    it = _prepare(_call_once_chain(300))
+    it.set_tensor(it.get_input_details()[0]["index"], np.array([-1.0, 2.0], np.float32))
+    for _ in range(2):
+        with pytest.raises(ModelError, match=r"nesting depth 65"):
+            it.invoke()
+
+
 def test_if_errors_name_the_op():
     with pytest.raises(ModelError, match=r"op #0 \(IF\): then subgraph 7 does not exist"):
         _prepare(_if_calling(7, 1))

@@ -140,13 +140,19 @@ class ModelRuntime:
             raise node.fail(f"init subgraph {subgraph_index} does not exist ({count} subgraphs)")
         self._check_depth(subgraph_index, node)    # a chain of init subgraphs nests too
         self._called.add(subgraph_index)        # before running: a call back into it is a no-op
-        state = self._state_of(subgraph_index)
-        if state.subgraph.inputs:
-            raise node.fail(f"init subgraph {subgraph_index} takes inputs; CALL_ONCE passes none")
-        with self._calling(subgraph_index):
-            if state.prepared is None:
-                state.allocate()
-            state.invoke()
+        try:
+            state = self._state_of(subgraph_index)
+            if state.subgraph.inputs:
+                raise node.fail(f"init subgraph {subgraph_index} takes inputs; CALL_ONCE passes none")
+            with self._calling(subgraph_index):
+                if state.prepared is None:
+                    state.allocate()
+                state.invoke()
+        except BaseException:
+            # not run after all: the next invoke() tries again (and fails the same way) rather
+            # than skip the initialisation silently
+            self._called.discard(subgraph_index)
+            raise
 
 
 class SubgraphState:
