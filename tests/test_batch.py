@@ -514,9 +514,10 @@ def test_a_previous_run_is_not_mixed_with(model, tmp_path):
     result = batch.run(model, [str(folder)], out, backend="reference", overwrite=True)
     assert (folder / "out" / "keep.txt").exists()
     assert result.items == 1 and result.written == 1 and result.errors == 0
-    # a part file copied under another name is an input written twice
+    # a part file copied under another name of the run's is an input written twice
     part = next(p for p in os.listdir(out) if p.endswith(".parquet"))
-    with open(os.path.join(out, part), "rb") as src, open(os.path.join(out, "copy.parquet"), "wb") as dst:
+    copy = os.path.join(out, part.replace(".parquet", "-copy.parquet"))
+    with open(os.path.join(out, part), "rb") as src, open(copy, "wb") as dst:
         dst.write(src.read())
     with pytest.raises(BatchError, match="written twice"):
         batch.read_outputs(out)

@@ -325,12 +325,15 @@ def cmd_batch(args) -> int:
                        batch_size=args.batch, workers=args.workers, ray=args.ray,
                        gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker,
                        fmt=args.format, preprocess=args.preprocess, precision=args.precision,
-                       retries=args.retries, overwrite=args.overwrite,
+                       retries=args.retries, overwrite=args.overwrite, resume=args.resume,
                        progress=sys.stderr.isatty(), task_timeout=args.task_timeout)
     per_invoke = sorted({w["items_per_invoke"] for w in result.workers if "items_per_invoke" in w})
     notes = sorted({w["batching"] for w in result.workers if "batching" in w})
     print(f"batch: {result.written} of {result.items} inputs written to {args.out}, "
           f"{result.errors} in {os.path.join(args.out, 'errors.jsonl')}")
+    if args.resume:
+        print(f"batch: resumed: {result.resumed} input(s) were written by the interrupted run, "
+              f"{result.items - result.resumed} run now")
     if result.ray:
         who = (f"Ray, {result.ray['actors']} actor(s) of {result.ray['gpus_per_actor']:g} GPU and "
                f"{result.ray['cpus_per_actor']:g} CPU on a cluster of {result.ray['cluster']}")
@@ -422,7 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="local pool: kill a worker that finishes nothing for S seconds and run "
                           "its batch again (default: no limit)")
     bat.add_argument("--overwrite", action="store_true",
-                     help="replace a previous run's outputs in --out")
+                     help="replace a previous run's outputs in --out (only the files it wrote)")
+    bat.add_argument("--resume", action="store_true",
+                     help="finish the interrupted run in --out (same model, inputs, --format): "
+                          "run only the inputs it did not write")
     bat.set_defaults(func=cmd_batch)
     # the top line of --help names every subcommand: taken from the parser, so none is left out
     p.description = "tflite-taichi: " + " | ".join(sub.choices)

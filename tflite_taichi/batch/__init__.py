@@ -19,9 +19,10 @@ from typing import Optional, Sequence, Union
 
 from tflite_taichi.batch.inputs import (InputSpec, Item, check_images, discover, input_spec,
                                         parse_preprocess)
-from tflite_taichi.batch.outputs import (FORMATS, merge_errors, output_info,
-                                         prepare_out_dir, read_errors, read_outputs,
-                                         require_pyarrow, write_info)
+from tflite_taichi.batch.folder import Claim, check_out_dir, identity, prepare
+from tflite_taichi.batch.outputs import (FORMATS, count_written, merge_errors, output_info,
+                                         read_errors, read_outputs, require_pyarrow,
+                                         write_manifest)
 from tflite_taichi.batch.runner import RunConfig
 from tflite_taichi.errors import BatchError
 
@@ -46,6 +47,7 @@ class BatchResult:
     steady_items_per_second: Optional[float] = None   # local pool: the rate after that
     restarts: int = 0            # local pool: workers started again after one died
     ray: Optional[dict] = None   # Ray: actors, GPUs and CPUs per actor, the cluster's resources
+    resumed: int = 0             # inputs an interrupted run had written (--resume): not run again
 
     @property
     def items_per_second(self) -> float:
@@ -57,7 +59,7 @@ class BatchResult:
                 "workers_ready_s": self.workers_ready_s, "restarts": self.restarts,
                 "steady_items_per_s": self.steady_items_per_second,
                 "backend": self.backend, "mode": self.mode, "workers": self.workers,
-                "ray": self.ray}
+                "ray": self.ray, "resumed": self.resumed}
 
 
 def gpu_devices() -> list:
@@ -105,7 +107,7 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
         batch_size: int = 16, workers: Optional[int] = None, ray: Optional[str] = None,
         gpus_per_worker: Optional[float] = None, cpus_per_worker: float = 1.0,
         fmt: str = "parquet", preprocess: Optional[str] = None, precision: str = "fp32",
-        retries: int = 2, overwrite: bool = False, progress: bool = False,
+        retries: int = 2, overwrite: bool = False, resume: bool = False, progress: bool = False,
         task_timeout: Optional[float] = None, cache_dir: Optional[str] = None) -> BatchResult:
     """Run every input found in `inputs` (files and folders) through `model` (a path or bytes),
     writing outputs and errors.jsonl into `out_dir`.
@@ -119,11 +121,16 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     input, overriding the model's metadata (a preset or "mean=M;std=S"). retries: how often a
     batch whose worker died is run again. task_timeout: seconds a local pool worker with work may
     go without finishing a task before it is killed and its tasks retried (default: no limit).
+    overwrite: remove a previous run's files from `out_dir` (only those) first. resume: finish
+    the interrupted run in `out_dir` (same model, inputs and fmt): its complete part files are
+    kept and only the inputs none of them holds are run. Either way every input ends up once.
     Returns a BatchResult; bad inputs are in errors.jsonl.
     """
     started = time.perf_counter()
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
+    inputs = [os.fspath(p) for p in inputs]
+    check_out_dir(out_dir, inputs)      # before anything is read, written or removed
     if fmt not in FORMATS:
         raise BatchError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if ray is not None and fmt != "parquet":
@@ -145,11 +152,28 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     items, problems = discover(list(inputs), exclude=out_dir)
     check_images(spec, items)
     resolved = _resolve_backend(backend, cache_dir)
-    prepare_out_dir(out_dir, overwrite)
-    task_items = batch_size * max(1, math.ceil(TASK_ITEMS / batch_size))
-    config = RunConfig(model=model_data, backend=resolved, precision=precision,
-                       batch_size=batch_size, spec=spec, info=info, out_dir=out_dir, fmt=fmt,
-                       cache_dir=cache_dir)
+    ident = identity(model_data, fmt, inputs, info)
+    with Claim(out_dir):                 # held until the summary is written: one run per folder
+        record = prepare(out_dir, ident, overwrite=overwrite, resume=resume)
+        task_items = batch_size * max(1, math.ceil(TASK_ITEMS / batch_size))
+        config = RunConfig(model=model_data, backend=resolved, precision=precision,
+                           batch_size=batch_size, spec=spec, info=info, out_dir=out_dir, fmt=fmt,
+                           cache_dir=cache_dir, part_prefix=record.prefix)
+        todo = [item for item in items if item.key not in record.done]
+        result = _run_items(todo, problems, config, ray=ray, workers=workers, retries=retries,
+                            task_items=task_items, progress=progress, task_timeout=task_timeout,
+                            gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker)
+        result.items = len(items) + len(problems)
+        result.resumed = len(items) - len(todo)
+        result.seconds = time.perf_counter() - started
+        write_manifest(out_dir, info, record.manifest(finished=True), result.summary())
+    return result
+
+
+def _run_items(items, problems, config: RunConfig, *, ray, workers, retries, task_items,
+               progress, task_timeout, gpus_per_worker, cpus_per_worker) -> BatchResult:
+    """Run `items` into the claimed folder; merge the errors and count what is written."""
+    out_dir, resolved = config.out_dir, config.backend
     given_up = []
     if not items:
         report = {"workers": []}
@@ -164,31 +188,12 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
                          gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker,
                          retries=retries, task_items=task_items, progress=progress)
     errors = merge_errors(out_dir, problems + given_up)
-    written = _count_written(out_dir, fmt)
-    result = BatchResult(items=len(items) + len(problems), written=written, errors=len(errors),
-                         seconds=time.perf_counter() - started, backend=resolved,
-                         mode="local" if ray is None else "ray", workers=report["workers"],
-                         out_dir=out_dir, workers_ready_s=report.get("workers_ready_s"),
-                         steady_items_per_second=report.get("steady_items_per_s"),
-                         restarts=report.get("restarts", 0), ray=report.get("ray"))
-    write_info(out_dir, info, result.summary())
-    return result
-
-
-def _count_written(out_dir: str, fmt: str) -> int:
-    total = 0
-    for name in os.listdir(out_dir):
-        path = os.path.join(out_dir, name)
-        if name.startswith(".") or not name.endswith("." + fmt):
-            continue
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-            total += pq.ParquetFile(path).metadata.num_rows
-        else:
-            import numpy as np
-            with np.load(path, allow_pickle=False) as archive:
-                total += len(archive["path"])
-    return total
+    return BatchResult(items=len(items) + len(problems), written=count_written(out_dir),
+                       errors=len(errors), seconds=0.0, backend=resolved,
+                       mode="local" if ray is None else "ray", workers=report["workers"],
+                       out_dir=out_dir, workers_ready_s=report.get("workers_ready_s"),
+                       steady_items_per_second=report.get("steady_items_per_s"),
+                       restarts=report.get("restarts", 0), ray=report.get("ray"))
 
 
 def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,

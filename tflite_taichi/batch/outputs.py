@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
+import re
 import tempfile
 from typing import Optional
 
@@ -32,6 +32,10 @@ ERROR_PARTS = "_errors"
 INFO_FILE = "_outputs.json"
 FORMATS = ("parquet", "npz")
 SCHEMA_KEY = b"tflite_taichi.outputs"
+LOCK_FILE = ".tflite-taichi.lock"        # held by the run that owns the folder (folder.Claim)
+TMP_PREFIX = ".tflite-taichi-tmp-"      # files being written: hidden, never read, ours to remove
+ERROR_PART_RE = re.compile(r"[0-9a-f]{20}\.jsonl\Z")      # error_part_name's files
+LEGACY_PART_RE = re.compile(r"part-[0-9]{6}\.(parquet|npz)\Z")   # before runs had prefixes
 
 
 def require_pyarrow(why: str):
@@ -47,7 +51,7 @@ def require_pyarrow(why: str):
 def atomic_write(path: str, write) -> None:
     """write(temporary path) then rename onto `path`: readers see the whole file or none."""
     folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=os.path.splitext(path)[1], dir=folder)
     os.close(fd)
     try:
         write(tmp)
@@ -152,11 +156,13 @@ def merge_errors(out_dir: str, extra: list) -> list:
     found unusable before running them), sorted by path; returns the records."""
     records = [{"path": p, "reason": r} for p, r in extra]
     folder = os.path.join(out_dir, ERROR_PARTS)
+    merged = []                          # only the batches' records: _errors may hold others
     if os.path.isdir(folder):
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(".jsonl"):
-                with open(os.path.join(folder, name)) as f:
-                    records += [json.loads(line) for line in f if line.strip()]
+        merged = [os.path.join(folder, n) for n in sorted(os.listdir(folder))
+                  if ERROR_PART_RE.match(n)]
+        for path in merged:
+            with open(path) as f:
+                records += [json.loads(line) for line in f if line.strip()]
     records.sort(key=lambda r: r["path"])
     text = "".join(json.dumps(r) + "\n" for r in records)
 
@@ -164,13 +170,20 @@ def merge_errors(out_dir: str, extra: list) -> list:
         with open(tmp, "w") as f:
             f.write(text)
     atomic_write(os.path.join(out_dir, ERRORS_FILE), save)
-    if os.path.isdir(folder):
-        shutil.rmtree(folder)
+    for path in merged:
+        os.unlink(path)
+    if merged:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass                         # it holds files that are not ours
     return records
 
 
-def write_info(out_dir: str, info: list, summary: dict) -> None:
-    text = json.dumps({"outputs": info, "summary": summary}, indent=2) + "\n"
+def write_manifest(out_dir: str, info: list, run: dict, summary: Optional[dict]) -> None:
+    """_outputs.json: the outputs, the run ("parts": its part files' prefixes; what --resume
+    must match) and, once it has ended, its summary."""
+    text = json.dumps({"outputs": info, "run": run, "summary": summary}, indent=2) + "\n"
 
     def save(tmp):
         with open(tmp, "w") as f:
@@ -178,31 +191,68 @@ def write_info(out_dir: str, info: list, summary: dict) -> None:
     atomic_write(os.path.join(out_dir, INFO_FILE), save)
 
 
-def prepare_out_dir(out_dir: str, overwrite: bool) -> None:
-    """Create the folder; one that holds a previous run's files is refused unless `overwrite`
-    (then those files, and only those, are removed): parts of two runs must not mix."""
-    os.makedirs(out_dir, exist_ok=True)
-    ours = [n for n in os.listdir(out_dir) if _is_ours(n)]
-    if ours and not overwrite:
-        raise BatchError(f"{out_dir} already holds a batch run's outputs ({', '.join(sorted(ours)[:3])}"
-                         f"{', ...' if len(ours) > 3 else ''}): choose another --out, or --overwrite")
-    for name in ours:
-        path = os.path.join(out_dir, name)
-        shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
-
-
-def _is_ours(name: str) -> bool:
-    return (name.endswith((".parquet", ".npz")) or name in (ERRORS_FILE, ERROR_PARTS, INFO_FILE)
-            or name.startswith(".tmp-"))
-
-
-# -- reading back ---------------------------------------------------------------------------------
-def _info(out_dir: str) -> Optional[list]:
+# -- which files are a run's, and reading them back ---------------------------------------------
+def read_manifest(out_dir: str) -> Optional[dict]:
     path = os.path.join(out_dir, INFO_FILE)
-    if not os.path.exists(path):
+    if not os.path.isfile(path):
         return None
     with open(path) as f:
-        return json.load(f)["outputs"]
+        return json.load(f)
+
+
+def part_prefixes(manifest: Optional[dict]) -> Optional[list]:
+    """The prefixes of a run's part files; None for a run of a version before prefixes."""
+    run = (manifest or {}).get("run")
+    return list(run["parts"]) if run else None
+
+
+def is_part(name: str, prefixes: Optional[list]) -> bool:
+    """Whether file `name` is a part file of the run whose prefixes these are (Ray Data's
+    writer names them PREFIX-ray_..., ours PREFIX-000017)."""
+    if name.startswith(".") or not name.endswith((".parquet", ".npz")):
+        return False
+    if prefixes is None:
+        return bool(LEGACY_PART_RE.match(name))
+    return any(name.startswith(prefix + "-") for prefix in prefixes)
+
+
+def part_files(out_dir: str, prefixes: Optional[list] = None) -> list:
+    """The paths of the run's part files in `out_dir` (its _outputs.json's prefixes by
+    default), in name order; a user's other .parquet and .npz files are not among them."""
+    if prefixes is None:
+        prefixes = part_prefixes(read_manifest(out_dir))
+    return [os.path.join(out_dir, n) for n in sorted(os.listdir(out_dir))
+            if is_part(n, prefixes) and os.path.isfile(os.path.join(out_dir, n))]
+
+
+def part_keys(path: str) -> list:
+    """The input keys one part file holds."""
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as archive:
+            return archive["path"].tolist()
+    import pyarrow.parquet as pq
+    return pq.read_table(path, columns=["path"]).column("path").to_pylist()
+
+
+def written_keys(out_dir: str, prefixes: list) -> set:
+    return {key for path in part_files(out_dir, prefixes) for key in part_keys(path)}
+
+
+def count_written(out_dir: str) -> int:
+    """Rows in the run's part files (the run reads them all: an input twice counts twice)."""
+    total = 0
+    for path in part_files(out_dir):
+        if path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+            total += pq.ParquetFile(path).metadata.num_rows
+        else:
+            total += len(part_keys(path))
+    return total
+
+
+def _info(out_dir: str) -> Optional[list]:
+    manifest = read_manifest(out_dir)
+    return manifest["outputs"] if manifest else None
 
 
 def read_outputs(out_dir: str) -> dict:
@@ -217,15 +267,14 @@ def read_outputs(out_dir: str) -> dict:
             raise BatchError(f"{key} is written twice in {out_dir}")
         found[key] = values
 
-    for name in sorted(os.listdir(out_dir)):
-        path = os.path.join(out_dir, name)
-        if name.endswith(".npz"):
+    for path in part_files(out_dir):
+        if path.endswith(".npz"):
             with np.load(path, allow_pickle=False) as archive:
                 keys = archive["path"].tolist()
                 outputs = {n: archive[n] for n in archive.files if n != "path"}
             for i, key in enumerate(keys):
                 add(key, {n: v[i] for n, v in outputs.items()})
-        elif name.endswith(".parquet") and not name.startswith("."):
+        else:
             import pyarrow.parquet as pq
             table = pq.read_table(path)
             meta = table.schema.metadata or {}

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import time
 import traceback
 from typing import Optional
@@ -40,6 +42,7 @@ START_ATTEMPTS = 3           # a worker slot that dies this many times while sta
 
 def _worker_main(slot: int, config: RunConfig, conn) -> None:
     """A worker: its interpreter, then tasks from `conn` until None, each answered on `conn`."""
+    _die_with_driver()
     try:
         runner = BatchRunner(config)
     except BaseException as e:   # noqa: BLE001 - reported to the driver, which ends the run
@@ -65,9 +68,10 @@ def _worker_main(slot: int, config: RunConfig, conn) -> None:
                     errors.append((item.key, str(e)))
             keys, outputs, run_errors = runner.run(payloads)
             errors += run_errors
+            _exit_if_driver_gone()       # its folder may be another run's by now
             if keys:
-                write_part(config.out_dir, part_name(task_id), keys, outputs, config.info,
-                           config.fmt)
+                write_part(config.out_dir, part_name(task_id, config.part_prefix), keys, outputs,
+                           config.info, config.fmt)
             write_error_part(config.out_dir, [item.key for item in items], errors)
         except BaseException:    # noqa: BLE001 - a bug or a failing disk: the driver retries
             conn.send(("crashed", slot, task_id, traceback.format_exc()))
@@ -76,8 +80,27 @@ def _worker_main(slot: int, config: RunConfig, conn) -> None:
                    runner.describe()))        # it changes if the batching falls back
 
 
-def part_name(task_id: int) -> str:
-    return f"part-{task_id:06d}"
+def part_name(task_id: int, prefix: str = "part") -> str:
+    return f"{prefix}-{task_id:06d}"
+
+
+def _die_with_driver() -> None:
+    """A worker must not outlive its driver: one that did would write parts into a folder that a
+    rerun owns (an input written twice). On Linux the kernel SIGKILLs this process when the
+    driver dies, however it dies (PR_SET_PDEATHSIG); elsewhere _exit_if_driver_gone is the
+    guard."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)          # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass                                            # not Linux
+    _exit_if_driver_gone()               # it died before the prctl: no signal will come
+
+
+def _exit_if_driver_gone() -> None:
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)
 
 
 class _Worker:
@@ -273,8 +296,8 @@ class LocalPool:
         self.pending.extendleft(reversed(halves))
 
     def _remove_outputs(self, task_id: int, items: list) -> None:
-        folder = self.config.out_dir
-        for path in (os.path.join(folder, f"{part_name(task_id)}.{self.config.fmt}"),
+        folder, part = self.config.out_dir, part_name(task_id, self.config.part_prefix)
+        for path in (os.path.join(folder, f"{part}.{self.config.fmt}"),
                      os.path.join(folder, ERROR_PARTS,
                                   error_part_name([i.key for i in items]) + ".jsonl")):
             with contextlib.suppress(FileNotFoundError):

@@ -106,6 +106,13 @@ def _read_table(path: str):
         return pa.ipc.open_file(source).read_all()
 
 
+def _part_names(prefix: str):
+    """Ray Data's writer names files {dataset_uuid}_{write uuid}_{task}.parquet: as PREFIX-ray,
+    they are this run's parts (folder.py: --overwrite and read_outputs know them by prefix)."""
+    from ray.data.datasource import FilenameProvider
+    return FilenameProvider(dataset_uuid=f"{prefix}-ray", file_format="parquet")
+
+
 def run_ray(items, config: RunConfig, *, address, workers, gpus_per_worker: float,
             cpus_per_worker: float, retries: int, task_items: int, progress: bool) -> dict:
     """Run `items` through Ray Data; returns {"workers": ..., "cluster": its CPUs and GPUs}.
@@ -134,7 +141,7 @@ def run_ray(items, config: RunConfig, *, address, workers, gpus_per_worker: floa
                                                                    "config": shipped},
                            batch_size=task_items, batch_format="pyarrow", concurrency=workers,
                            num_cpus=cpus_per_worker, **remote_args) \
-              .write_parquet(config.out_dir)
+              .write_parquet(config.out_dir, filename_provider=_part_names(config.part_prefix))
         return {"workers": [],       # Ray Data's actors: counted, not tracked one by one
                 "ray": {"actors": workers, "gpus_per_actor": gpus_per_worker,
                         "cpus_per_actor": cpus_per_worker,

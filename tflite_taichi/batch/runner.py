@@ -44,6 +44,7 @@ class RunConfig:
     out_dir: str
     fmt: str
     cache_dir: Optional[str] = None
+    part_prefix: str = "part"    # this run's part files: PREFIX-000017.parquet (folder.py)
 
 
 class BatchRunner:
