@@ -252,3 +252,16 @@ def test_resume_refuses_another_model_and_both_flags(tmp_path):
                        resume=True)                   # a finished run: nothing is run again
     assert result.resumed == 3 and result.written == 3
     assert len(batch.read_outputs(out)) == 3
+
+
+def test_resume_runs_again_the_inputs_of_a_torn_part(tmp_path):
+    """Ray Data's writer writes in place: a part it was writing when the run died is torn."""
+    arrays = write_inputs(tmp_path / "in", 3)
+    out = tmp_path / "out"
+    model = colliding_model(["y"])
+    batch.run(model, [str(tmp_path / "in")], str(out), backend="reference")
+    (part,) = out.glob("part-*.parquet")
+    part.write_bytes(part.read_bytes()[:100])
+    result = batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", resume=True)
+    assert result.resumed == 0 and result.written == 3 and not part.exists()
+    assert sorted(batch.read_outputs(str(out))) == sorted(arrays)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from tflite_taichi.batch.outputs import (ERROR_PARTS, ERROR_PART_RE, ERRORS_FILE, INFO_FILE,
-                                         LOCK_FILE, TMP_PREFIX, is_part, part_prefixes,
-                                         read_manifest, write_manifest, written_keys)
+                                         LOCK_FILE, TMP_PREFIX, is_part, part_files, part_keys,
+                                         part_prefixes, read_manifest, write_manifest)
 from tflite_taichi.errors import BatchError
 
 
@@ -100,7 +100,7 @@ def prepare(out_dir: str, ident: dict, *, overwrite: bool, resume: bool) -> RunR
         parts, done = [], set()
     elif resume:
         parts = _resumable(out_dir, manifest, ident)
-        done = written_keys(out_dir, parts)
+        done = _kept_keys(out_dir, parts)
         _remove(out_dir, _leftovers(out_dir))       # its errors are found again: run again
     elif overwrite:
         _remove(out_dir, _leftovers(out_dir) + _parts(out_dir, part_prefixes(manifest))
@@ -136,6 +136,19 @@ def _resumable(out_dir: str, manifest: dict, ident: dict) -> list:
             raise BatchError(f"--resume: the run in {out_dir} had another {name}; resume it with "
                              "the same model, inputs and --format, or --overwrite")
     return list(run["parts"])
+
+
+def _kept_keys(out_dir: str, prefixes: list) -> set:
+    """The inputs the interrupted run's part files hold. Ours appear whole or not at all, but
+    Ray Data's writer writes in place: a file it was writing when the run died is unreadable,
+    and is removed (its inputs run again)."""
+    done = set()
+    for path in part_files(out_dir, prefixes):
+        try:
+            done.update(part_keys(path))
+        except Exception:                # noqa: BLE001 - pyarrow's or zipfile's, for a torn file
+            os.unlink(path)
+    return done
 
 
 def _leftovers(out_dir: str) -> list:

@@ -1,16 +1,18 @@
 """What a batch run writes into its output folder, and reading it back.
 
-    part-000017.parquet   one row per input: `path` (the item's key) and one column per model
+    PREFIX-000017.parquet one row per input: `path` (the item's key) and one column per model
                           output, each row's values flattened (a fixed-size list; the shape is
                           in _outputs.json and in the Parquet schema's metadata)
-    part-000017.npz       (--format npz) `path` and one array per output, items stacked
+    PREFIX-000017.npz     (--format npz) `path` and one array per output, items stacked
     errors.jsonl          one {"path", "reason"} per input that was not run
-    _outputs.json         the outputs' names, columns, shapes and dtypes, the run's summary
+    _outputs.json         the outputs' names, columns, shapes and dtypes; the run (its part
+                          files' prefixes, written before they are: folder.py); its summary
 
 An output's column is its tensor name unless that collides (output_columns), so every output is
 written whatever the model named it.
 
-Under Ray, Ray Data's Parquet writer names the part files. Every file appears whole or not at all
+PREFIX is the run's (part-<8 hex digits>); under Ray, Ray Data's Parquet writer names the part
+files PREFIX-ray_<uuid>_<task>.parquet. Every file of ours appears whole or not at all
 (written beside its final name, then renamed), and a retried batch rewrites the same file, so an
 input is never written twice.
 """
@@ -232,10 +234,6 @@ def part_keys(path: str) -> list:
             return archive["path"].tolist()
     import pyarrow.parquet as pq
     return pq.read_table(path, columns=["path"]).column("path").to_pylist()
-
-
-def written_keys(out_dir: str, prefixes: list) -> set:
-    return {key for path in part_files(out_dir, prefixes) for key in part_keys(path)}
 
 
 def count_written(out_dir: str) -> int:
