@@ -5,7 +5,7 @@ Processes, not threads: Taichi runs one backend and one device per process, and 
 Python. Workers are started with `spawn` (a forked Taichi or CUDA runtime is unusable) and with
 their device in the environment (CUDA_VISIBLE_DEVICES for cuda; TI_VISIBLE_DEVICE, Taichi's
 Vulkan device index, for vulkan). Each worker reads its tasks' inputs itself and writes their
-outputs itself (part files named by task), so only keys and counts cross the pipes.
+outputs itself (part files named by run and task), so only keys and counts cross the pipes.
 
 A worker that dies (killed, out of memory, a crash in a driver) is noticed by the driver, which
 starts another in its place and gives the dead worker's tasks to the pool again. The task it was
@@ -15,6 +15,9 @@ neighbours with it): halving goes on until the culprit runs alone, and an input 
 status. Tasks it had only queued go back as they were. A task's part file is written under its
 final name only when complete, a retried task rewrites the same name, and a split task's files
 are removed before its halves run, so no input is lost or written twice.
+
+A driver that dies takes its workers with it (_die_with_driver): a worker left running would
+write parts into a folder that a rerun of the driver now owns.
 """
 from __future__ import annotations
 
