@@ -21,6 +21,9 @@ from tflite_taichi.testing import Const, Input, Output, one_op_model
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKENDS = (["litert"] if bench.litert_available() else []) + ["reference", "cpu"]
 needs_litert = pytest.mark.skipif(not bench.litert_available(), reason="ai_edge_litert not installed")
+# TFLITE_TAICHI_EXPECT_GPU=none (.ci/run): no hardware GPU here, so a test that would skip on a
+# GPU machine must hold (as in tests/test_delegate.py).
+NO_GPU = os.environ.get("TFLITE_TAICHI_EXPECT_GPU") == "none"
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +171,7 @@ def test_litert_gpu_without_a_hardware_gpu_is_a_row_with_the_reason(model_path):
     say so, the other rows are measured, and the defaults leave it out (it would only cost CI)."""
     defaults = bench.default_backends()
     if "litert_gpu" in defaults:
+        assert not NO_GPU, f"TFLITE_TAICHI_EXPECT_GPU=none, yet a GPU backend starts: {defaults}"
         pytest.skip("a hardware GPU backend of ours starts here: LiteRT GPU may too")
     assert defaults[:2] == ["litert", "reference"] and defaults[-1] == "cpu"
     res = bench.bench_model(model_path, ["litert", "litert_gpu", "litert_gpu_fp16", "reference"],
@@ -310,7 +314,9 @@ def test_cli_bench_several_models_side_by_side(model_path, tmp_path, capsys):
     second = tmp_path / "relu.tflite"
     second.write_bytes(one_op_model("RELU", [Input((1, 16), name="x")], [Output((1, 16), name="y")]))
     out, js = tmp_path / "report", tmp_path / "all.json"
-    if "litert_gpu" in bench.default_backends():
+    defaults = bench.default_backends()
+    if "litert_gpu" in defaults:
+        assert not NO_GPU, f"TFLITE_TAICHI_EXPECT_GPU=none, yet a GPU backend starts: {defaults}"
         pytest.skip("a hardware GPU backend of ours starts here: LiteRT GPU may too")
     assert main(["bench", model_path, str(second), "--backends", "litert", "litert-gpu", "reference",
                  "--threads", "1", "--runs", "3", "--warmup", "1", "--out", str(out), "--json", str(js),
