@@ -634,6 +634,55 @@ def _matrix_v2(node, landmarks):
     return shift @ turn @ scale @ to_centre
 
 
+# The float32 kernel against the reference: an error model, for the delegate tests' bound.
+# TRIG_ULPS: the accuracy taken for a backend's float32 sin, cos and atan/atan2 (LLVM's libm
+# calls on cpu; Mesa's polynomial lowerings on lavapipe/llvmpipe, the least accurate of them;
+# numpy's float32 ones on v2's reference). An assumption, stated: Vulkan's spec allows atan
+# 4096 ulps, which no backend here comes near.
+TRIG_ULPS = 8
+
+
+def landmarks_matrix_error(version: int, options: dict, landmarks) -> float:
+    """An upper bound on |kernel - reference| over the 16 matrix entries of
+    Landmarks2TransformMatrix (`options` as the model's flexbuffer fields, `landmarks` its
+    float32 input). With u = 2^-24 (float32's unit roundoff), K = TRIG_ULPS and L the largest
+    |x| + |y| of a landmark (bounding every rotated point, box side/2, centre):
+
+    v1 (kernel float32, reference float64): alpha = -atan(dy / dx) with the ratio rounded 3
+    times (alpha moves by |r| / (1 + r^2) 3u <= 1.5u) and atan within K ulps of |alpha| <=
+    pi/2 (2Ku); cos and sin add Ku: d = (3K + 1.5)u on c and s, D = d + 5u with the roundings
+    of the rotation, box, centre and scale. A rotated point is off by L(d + 2u), the box sides
+    by twice that, so sx = box_w * mult / range by 2 L mult D / range (sy alike); the centre
+    rotated back, bx, by 4 L D, tx = 2 bx / range - 1 by 8 L D / range + u(|tx| + 1). The
+    entries: a = (in - 1) / 2 times [c sx rel, s sy rel, -c sx - s sy + tx + 1] (rel = 2 /
+    (out - 1)), so with rel' = max(rel, 1) each entry is off by at most
+        a rel' [(8 mult + 8) L D / range + 6u (2 L / range + 2)]
+    (the last term: the float32 sums' roundings, relative to their terms, which can cancel).
+
+    v2 (both float32, different trig): rotation = target - atan2 (atan2 within K ulps of a
+    value up to pi, 4Ku; its arguments' rounding u; the difference's rounding, up to 2 pi,
+    4u), c and s add Ku: d = (5K + 5)u per side, D = (5K + 10)u with the roundings. Entries
+    c scale_x box_w / out_w and the translation -c sx w/2 + s sy h/2 + centre, whose terms
+    reach scale_x L, scale_y L and L: per side (3 (scale_x + scale_y) + 4) L D +
+    5u (scale_x + scale_y + 1) L, and the two sides' errors add."""
+    u = 2.0 ** -24
+    k = TRIG_ULPS
+    xy = np.abs(np.asarray(landmarks, np.float64).reshape(-1, 3)[:, :2])
+    big = float(xy.sum(axis=1).max())
+    if version == 1:
+        (in_h, in_w), (out_h, out_w) = options["input_hw"], options["output_hw"]
+        d = (3 * k + 1.5) * u
+        D = d + 5 * u
+        a = max((in_w - 1) / 2, (in_h - 1) / 2, 1.0)
+        rel = max(2 / (out_w - 1), 2 / (out_h - 1), 1.0)
+        lr = big / options["landmarks_range"]
+        return a * rel * ((8 * options["bbox_size_multiplier"] + 8) * lr * D
+                          + 6 * u * (2 * lr + 2))
+    D = (5 * k + 10) * u
+    sxy = options["scale_x"] + options["scale_y"]
+    return 2 * big * ((3 * sxy + 4) * D + 5 * u * (sxy + 1))
+
+
 def _reference_landmarks_matrix(node, inputs):
     landmarks = np.asarray(inputs[0], np.float32).reshape(-1, 3)
     with np.errstate(all="ignore"):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import InputError
-from tflite_taichi.testing import (TAICHI_EXAMPLES, assert_float_close, assert_quantized_close,
+from tflite_taichi.testing import (TAICHI_EXAMPLES, examples, assert_float_close, assert_quantized_close,
                                    check_against_litert, check_delegate, random_input, run_litert,
                                    strategies)
 
@@ -78,7 +78,7 @@ def _resize_and_run(it, shape, x):
     return it.get_tensor(it.get_output_details()[0]["index"])
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(sequence=st.lists(shapes, min_size=2, max_size=5), seed=S.seeds())
 def test_one_interpreter_resized_again_and_again_matches_litert(sequence, seed):
     rng = np.random.default_rng(seed)
@@ -161,7 +161,7 @@ def if_while_model():
     return b.finish()
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(rows=st.integers(1, 6), cond=st.booleans(), seed=S.seeds())
 def test_resizes_propagate_through_if_and_while_subgraphs_like_litert(rows, cond, seed):
     x = np.random.default_rng(seed).uniform(-1, 1, (rows, 3)).astype(np.float32)

@@ -14,7 +14,7 @@ def test_custom_op_example_runs_on_the_delegate_and_matches_reference(tmp_path):
     result = subprocess.run([sys.executable, os.path.join(EXAMPLES, "custom_op.py"), "--backend", "cpu",
                              "--check"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "delegated 3/3 ops" in result.stdout and "check_op: 20 Swish cases passed" in result.stdout
+    assert "delegated 3/3 ops" in result.stdout and "check_op: 10 Swish cases passed on cpu" in result.stdout
     # it declares fusion (stores_once, epilogue_inputs): the Swish (#1) runs in the conv's store
     assert "cpu       delegated 3/3 ops, partitions [[0, 1, 2]], fused (producer, op) [[0, 1]]" in result.stdout
 
@@ -37,7 +37,7 @@ def test_check_op_holds_a_user_op_on_every_backend(taichi_workers):
     sys.path.insert(0, os.path.abspath(EXAMPLES))
     try:
         import custom_op
-        from tflite_taichi.testing import Input, Output, check_op, one_op_model
+        from tflite_taichi.testing import Input, Output, check_op, examples, one_op_model
 
         @st.composite
         def cases(draw):
@@ -47,7 +47,7 @@ def test_check_op_holds_a_user_op_on_every_backend(taichi_workers):
                                  custom_options=struct.pack("<f", beta))
             return model, [np.random.default_rng(draw(st.integers(0, 99))).normal(0, 3, shape).astype(np.float32)]
 
-        check_op(cases(), workers=taichi_workers, plugins=["custom_op"], max_examples=10)
+        check_op(cases(), workers=taichi_workers, plugins=["custom_op"], max_examples=examples(10))
     finally:
         sys.path.remove(os.path.abspath(EXAMPLES))
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import ModelError
-from tflite_taichi.testing import TAICHI_EXAMPLES, check_against_litert, check_delegate, strategies
+from tflite_taichi.testing import TAICHI_EXAMPLES, examples, check_against_litert, check_delegate, strategies
 
 pytest.importorskip("ai_edge_litert.interpreter")
 S = strategies()
@@ -226,7 +226,7 @@ def composite_in_loop_model(shape):
     return b.finish()
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(shape=S.shapes(1, 2, 1, 4), n=st.integers(0, 4), seed=S.seeds())
 def test_a_composite_inside_a_loop_body_matches_litert(shape, n, seed):
     x = np.random.default_rng(seed).uniform(-2, 2, shape).astype(np.float32)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import RESOURCE, ModelBuilder
 from tflite_taichi.errors import ModelError
-from tflite_taichi.testing import (TAICHI_EXAMPLES, assert_float_close, check_against_litert,
+from tflite_taichi.testing import (TAICHI_EXAMPLES, examples, assert_float_close, check_against_litert,
                                    check_delegate, run_sequence, strategies)
 from cases.control import I32, _binary, _subgraph, _while_with_body
 
@@ -302,7 +302,7 @@ def _builtin(model):
         litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(shape=S.shapes(1, 2, 1, 4), steps=st.lists(st.tuples(st.booleans(), st.integers(0, 4)),
                                                   min_size=1, max_size=4), seed=S.seeds())
 def test_variables_written_in_loops_and_branches_persist_like_litert(shape, steps, seed):

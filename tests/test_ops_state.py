@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import RESOURCE, ModelBuilder
 from tflite_taichi.errors import ModelError
-from tflite_taichi.testing import (TAICHI_EXAMPLES, assert_float_close, assert_quantized_close,
+from tflite_taichi.testing import (TAICHI_EXAMPLES, examples, assert_float_close, assert_quantized_close,
                                    run_sequence, strategies)
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
@@ -95,7 +95,7 @@ def _compare_sequences(ours, theirs, what):
                 assert_float_close(a, e, what=f"{what} step {step}")
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(shape=S.shapes(1, 3, 1, 5), steps=st.integers(2, 6), seed=S.seeds())
 def test_accumulator_state_persists_like_litert(shape, steps, seed):
     rng = np.random.default_rng(seed)
@@ -118,7 +118,7 @@ def ring_cases(draw):
     return rows, cols, q_in, q_init, q_read, draw(st.integers(2, 6)), draw(S.seeds())
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(ring_cases())
 def test_int8_ring_buffer_matches_litert(case):
     rows, cols, q_in, q_init, q_read, steps, seed = case

@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from cases.quant import ACTIVATIONS, BINARY, CONV, INT8, INT16, LAYOUT, POOL, REDUCE, RESIZE, case
 from tflite_taichi.quant import quantize
 from tflite_taichi.ops.base import Quantization
-from tflite_taichi.testing import (TAICHI_EXAMPLES, assert_quantized_close, check_against_litert,
+from tflite_taichi.testing import (TAICHI_EXAMPLES, examples, assert_quantized_close, check_against_litert,
                                    check_delegate, run_ours)
 
 NO_INT16_KERNEL = {"RELU_N1_TO_1", "HARD_SWISH", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH"}
@@ -120,7 +120,7 @@ def test_prelu_int16_matches_numpy(data):
 def test_int16_stays_on_the_cpu_with_fp16(vulkan_workers, op):
     """float16 storage (11 significant bits) cannot hold a 16-bit grid: at precision='fp16' the
     op runs on the reference path, with the reason (partition.delegate_reason)."""
-    @settings(max_examples=2)
+    @settings(max_examples=examples(2))
     @given(case=_case(op).filter(lambda c: c.delegable))
     def stays_on_the_cpu(case):
         summaries = check_delegate(case.model, vulkan_workers, case.inputs, precision="fp16",
@@ -136,7 +136,7 @@ def test_int16_stays_on_the_cpu_with_fp16(vulkan_workers, op):
 @pytest.mark.parametrize("op", ["CONV_2D", "ADD", "AVERAGE_POOL_2D", "SOFTMAX", "CONCATENATION",
                                 "QUANTIZE"])
 def test_int16_gles(gles_worker, op):
-    @settings(max_examples=2)
+    @settings(max_examples=examples(2))
     @given(case=_case(op).filter(lambda c: c.delegable))
     def gles_matches_reference(case):
         check_delegate(case.model, [gles_worker], case.inputs)

@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 from cases.quant import (ACTIVATIONS, BINARY, CONV, INT8, LAYOUT, POOL, REDUCE, RESIZE, UINT8, case,
                          quant)
-from tflite_taichi.testing import (TAICHI_EXAMPLES, Input, Output, check_against_litert,
+from tflite_taichi.testing import (TAICHI_EXAMPLES, examples, Input, Output, check_against_litert,
                                    check_delegate, one_op_model, strategies)
 
 S = strategies()
@@ -85,7 +85,7 @@ GLES_OPS = ["CONV_2D", "ADD", "AVERAGE_POOL_2D", "SOFTMAX", "CONCATENATION", "QU
 
 @pytest.mark.parametrize("op", FP16_OPS)
 def test_uint8_fp16_on_vulkan(vulkan_workers, op):
-    @settings(max_examples=3)
+    @settings(max_examples=examples(3))
     @given(case=_case(op).filter(lambda c: c.delegable))
     def fp16_matches_reference(case):
         check_delegate(case.model, vulkan_workers, case.inputs, precision="fp16")
@@ -95,7 +95,7 @@ def test_uint8_fp16_on_vulkan(vulkan_workers, op):
 
 @pytest.mark.parametrize("op", GLES_OPS)
 def test_uint8_gles(gles_worker, op):
-    @settings(max_examples=2)
+    @settings(max_examples=examples(2))
     @given(case=_case(op).filter(lambda c: c.delegable))
     def gles_matches_reference(case):
         check_delegate(case.model, [gles_worker], case.inputs)

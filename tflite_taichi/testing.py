@@ -18,10 +18,29 @@ import numpy as np
 from tflite_taichi.builder import ModelBuilder, as_quantization
 from tflite_taichi.quant import quantize
 
-# Hypothesis examples per Taichi-vs-reference property test: each example compiles a kernel on
-# every backend under test, so CI runs fewer than the LiteRT tests' 50; the "thorough"
-# profile (HYPOTHESIS_PROFILE=thorough) raises it with TFLITE_TAICHI_EXAMPLES=200.
-TAICHI_EXAMPLES = int(os.environ.get("TFLITE_TAICHI_EXAMPLES", "20"))
+# Hypothesis examples. Every count a test states is its count under CI's profile ("ci",
+# max_examples CI_EXAMPLES = 50: tests/conftest.py); examples(n) scales it by the loaded
+# profile's max_examples / CI_EXAMPLES, so that "thorough" (500) runs ten times as many in every
+# test and "explore" as many as it is given (TFLITE_TAICHI_EXPLORE_EXAMPLES). Tests without a
+# count run the profile's max_examples.
+CI_EXAMPLES = 50
+
+
+def examples(ci_count: int) -> int:
+    """`ci_count` examples under the "ci" profile, scaled by the loaded profile (at least 1)."""
+    try:
+        from hypothesis import settings
+        scale = settings.default.max_examples / CI_EXAMPLES
+    except ImportError:
+        scale = 1.0
+    return max(1, round(ci_count * scale))
+
+
+# Per Taichi-vs-reference property test: each example compiles a kernel on every backend under
+# test, so CI runs 20 (fewer than the LiteRT tests' 50); the profile scales it (200 under
+# "thorough"); TFLITE_TAICHI_EXAMPLES, if set, fixes it. Read when this module is imported
+# (tests import it after tests/conftest.py has loaded the profile).
+TAICHI_EXAMPLES = int(os.environ.get("TFLITE_TAICHI_EXAMPLES") or examples(20))
 
 # Tolerances, stated once. Float: one op vs LiteRT's reference kernels may differ only by
 # float32 rounding and summation order, so 1e-5 of the output's largest magnitude. Quantized:
@@ -419,6 +438,10 @@ def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]]
     (float view values within `rtol` of the largest magnitude, or of `floor` if larger: see
     assert_float_close) and, unless told otherwise, every op that is not folded at prepare must
     run inside a delegated partition."""
+    workers = list(workers)
+    if not workers:
+        raise ValueError("check_delegate: no backend worker given, so nothing would be checked "
+                         "(an empty TFLITE_TAICHI_TEST_BACKENDS?)")
     if inputs is None:
         inputs = model_inputs(model, seed)
     from tflite_taichi.interpreter import Interpreter
@@ -426,7 +449,6 @@ def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]]
     expected = _run(ref_it, inputs)
     details = ref_it.get_output_details()
     rtol = TAICHI_RTOL[precision] if rtol is None else rtol
-    workers = list(workers)
     for w in workers:
         w.submit(model, inputs, precision, **kwargs)
     answers = {}
@@ -467,9 +489,16 @@ def check_op(cases, *, workers=(), plugins=(), litert: bool = False,
     LiteRT (for ops LiteRT has); on every worker's Taichi backend it must be delegated and match
     the reference (check_delegate, which takes `options`: seed, rtol, floor,
     expect_all_delegated). `plugins` names the modules that register your ops, so workers
-    import them too.
+    import them too. With neither workers nor `litert=True` nothing would be compared (only
+    the reference would run): a ValueError, as is an empty list of workers.
+    `max_examples`: the count; by default TAICHI_EXAMPLES (which the hypothesis profile scales).
     """
     from hypothesis import given, settings
+
+    workers = list(workers)
+    if not workers and not litert:
+        raise ValueError("check_op: no backend worker and litert=False, so nothing would be "
+                         "checked (an empty TFLITE_TAICHI_TEST_BACKENDS?)")
 
     @settings(max_examples=max_examples or TAICHI_EXAMPLES, deadline=None)
     @given(cases)
@@ -479,9 +508,7 @@ def check_op(cases, *, workers=(), plugins=(), litert: bool = False,
             inputs = model_inputs(model, options.get("seed", 0))
         if litert:
             check_against_litert(model, inputs)
-        elif not workers:           # (with workers, check_delegate runs the reference path)
-            run_ours(model, inputs)
-        if workers:
+        if workers:                 # (check_delegate runs the reference path)
             check_delegate(model, workers, inputs, precision=precision, plugins=list(plugins),
                            **options)
 
