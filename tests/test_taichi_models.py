@@ -69,7 +69,8 @@ FP16_NOT_YET = {"selfie_segmentation": "f16 storage of its early layers moves ed
                                        "5-9% of the range, ideal rounding included"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=FP16_NOT_YET[m]))
+@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.xfail(
+                                      strict=True, raises=AssertionError, reason=FP16_NOT_YET[m]))
                                   if m in FP16_NOT_YET else m for m in MODELS])
 def test_fp16_on_vulkan_matches_litert_on_realistic_inputs(shared_models, vulkan_workers, name):
     _check(vulkan_workers[0], os.path.join(shared_models, f"{name}.tflite"), "fp16", _realistic)
