@@ -27,7 +27,11 @@ what the machine does not have. This module checks that:
   message); `input_error` (an InputError from invoke(): the random input data is refused at
   run time, e.g. a GATHER index out of range - the documented answer to bad data): all passes.
   `endless_loop`: the time limit struck inside a WHILE loop whose condition never turned false
-  - documented behaviour (no iteration limit, as in LiteRT), counted apart, not a failure.
+  - documented behaviour (no iteration limit, as in LiteRT), counted apart, not a failure -
+  decided from the loop's progress, not from where the limit struck: the loop (its
+  iterations counted while the case runs) has made ENDLESS_MIN_ITERATIONS iterations and began
+  its last within ENDLESS_STALE_FRACTION of the limit. A limit striking inside a WHILE that
+  iterated only a few times, or whose current iteration stalls, is a `timeout` like any other.
   Everything else fails: `exception` (any other type, and InputError/InterpreterStateError
   outside invoke), `empty_message`, `timeout` (the limit struck elsewhere, and again when
   the case ran once more with 4x the limit; a case that finishes then was heavy work - a
@@ -76,6 +80,9 @@ CPU_TIME_LIMIT_S = 30.0         # a case on Taichi's cpu backend: compiling kern
 SLOW_FACTOR = 4.0               # a case over the limit runs again with 4x the limit: if it
                                 # finishes then, it was heavy work (a large tensor a mutation
                                 # let through the memory limit), counted as `slow`, not a hang
+ENDLESS_MIN_ITERATIONS = 100   # a timeout is an `endless_loop` only inside a WHILE that has run
+ENDLESS_STALE_FRACTION = 0.1    # this many iterations and began its last one within this share
+                                # of the limit: a loop still iterating, not a stall inside it
 HARD_KILL_FACTOR, HARD_KILL_GRACE_S = 3.0, 5.0   # the parent kills a worker that has not
                                 # answered after FACTOR x the limit + GRACE seconds (wall time)
 WORKER_MEMORY_LIMIT = 12 << 30  # address space of a worker (RLIMIT_AS): a runaway allocation
@@ -1018,8 +1025,66 @@ def _random_inputs(interpreter, rng):
         interpreter.set_tensor(d["index"], value)
 
 
-def _in_while_loop(tb) -> bool:
-    return any(frame.name == "_while_reference" for frame in traceback.extract_tb(tb))
+class _WhileWatch:
+    """The WHILE loops running now and their progress: control._run (which runs a cond or a
+    body subgraph) is wrapped while a case runs, and each call from _while_reference counts for
+    that loop (two calls an iteration) with the CPU time it began at. A loop is held by its
+    frame (identity, never a reused id) and forgotten once it is no longer among the callers."""
+
+    def __init__(self):
+        from tflite_taichi.ops import control
+        self.control, self.run, self.code = control, control._run, control._while_reference.__code__
+        self.loops: list = []      # [frame, calls, CPU time of the last call], outermost first
+
+    def __enter__(self):
+        run = self.run
+
+        def counted(*args, **kwargs):
+            frame = sys._getframe(1)
+            if frame.f_code is self.code:
+                self._seen(frame)
+            return run(*args, **kwargs)
+        self.control._run = counted
+        return self
+
+    def __exit__(self, *exc):
+        self.control._run = self.run      # the loops stay, for endless() on the timeout
+
+    def _seen(self, frame) -> None:
+        callers = []
+        f = frame
+        while f is not None:
+            callers.append(f)
+            f = f.f_back
+        self.loops = [loop for loop in self.loops if any(loop[0] is c for c in callers)]
+        for loop in self.loops:
+            if loop[0] is frame:
+                break
+        else:
+            loop = [frame, 0, 0.0]
+            self.loops.append(loop)
+        loop[1] += 1
+        loop[2] = time.process_time()
+
+    def endless(self, tb, time_limit: float) -> Optional[dict]:
+        """The timeout's WHILE loop if one among the traceback's frames was still iterating:
+        ENDLESS_MIN_ITERATIONS begun, the last within ENDLESS_STALE_FRACTION of the limit.
+        A timeout inside a WHILE whose current iteration stalls (a slow or stuck op in its
+        body), or one that iterated only a few times, is no endless loop: it counts as a
+        timeout (run again with SLOW_FACTOR x the limit, a failure if it does not finish)."""
+        frames = [f for f, _ in traceback.walk_tb(tb)]
+        now = time.process_time()
+        for frame, calls, last in self.loops:
+            if any(frame is f for f in frames) and calls // 2 >= ENDLESS_MIN_ITERATIONS \
+                    and now - last <= ENDLESS_STALE_FRACTION * time_limit:
+                return {"iterations": calls // 2, "since_last_s": round(now - last, 4)}
+        return None
+
+    def summary(self, tb) -> list:
+        frames = [f for f, _ in traceback.walk_tb(tb)]
+        now = time.process_time()
+        return [{"iterations": calls // 2, "since_last_s": round(now - last, 4)}
+                for frame, calls, last in self.loops if any(frame is f for f in frames)]
 
 
 def check_model(data: bytes, backend: str = "reference", input_seed: int = 0,
@@ -1031,6 +1096,7 @@ def check_model(data: bytes, backend: str = "reference", input_seed: int = 0,
     start = time.perf_counter()
     stage = "load"
     previous = None
+    watch = _WhileWatch()
     if time_limit:
         previous = signal.signal(signal.SIGPROF, _on_alarm)
         # CPU time of this process; then again every 10 ms of CPU: a CaseTimeout raised where
@@ -1038,6 +1104,7 @@ def check_model(data: bytes, backend: str = "reference", input_seed: int = 0,
         signal.setitimer(signal.ITIMER_PROF, time_limit, 0.01)
     try:
         try:
+            watch.__enter__()
             it = Interpreter(model_content=data, backend=backend)
             stage = "allocate"
             it.allocate_tensors()
@@ -1053,10 +1120,13 @@ def check_model(data: bytes, backend: str = "reference", input_seed: int = 0,
             if time_limit:
                 signal.setitimer(signal.ITIMER_PROF, 0)
                 signal.signal(signal.SIGPROF, previous)
+            watch.__exit__()
     except CaseTimeout as e:
-        result = {"outcome": "endless_loop" if _in_while_loop(e.__traceback__) else "timeout",
+        loop = watch.endless(e.__traceback__, time_limit)
+        result = {"outcome": "endless_loop" if loop else "timeout",
                   "exc_type": "CaseTimeout", "message": f"over {time_limit} s of CPU time",
-                  "traceback": "".join(traceback.format_tb(e.__traceback__)[-8:])}
+                  "traceback": "".join(traceback.format_tb(e.__traceback__)[-8:]),
+                  "while_loops": watch.summary(e.__traceback__)}
     except BaseException as e:   # noqa: B036  (the point is to classify everything)
         if isinstance(e, KeyboardInterrupt):
             raise

@@ -307,9 +307,8 @@ def test_a_case_over_the_limit_runs_again_with_more_time_and_counts_as_slow():
     assert r["outcome"] == "ok" and "slow" in r, r
 
 
-def test_an_endless_while_is_told_apart_from_a_hang():
-    """WHILE has no iteration limit (as LiteRT): a loop whose condition never turns false is
-    reported as `endless_loop`, not as a hang of the reader."""
+def _endless_while(body_op=None):
+    """main: WHILE(x) with a cond that is always true; the body passes x on (through body_op)."""
     b = ModelBuilder()
     g = b.subgraph("main")
     x = g.input("x", (2,))
@@ -323,9 +322,78 @@ def test_an_endless_while_is_told_apart_from_a_hang():
     c.output(go)
     body = b.subgraph("body")
     bx = body.input("x", (2,))
+    if body_op:
+        by = body.tensor("y", (2,))
+        body.op(body_op, [bx], [by])
+        bx = by
     body.output(bx)
-    r = fuzz.check_model(b.finish(), "reference", 0, 1.0)
+    return b.finish()
+
+
+def test_an_endless_while_is_told_apart_from_a_hang():
+    """WHILE has no iteration limit (as LiteRT): a loop whose condition never turns false is
+    reported as `endless_loop`, not as a hang of the reader - because it was still iterating
+    (many iterations, the last one just begun), not because the limit struck inside it."""
+    from tflite_taichi.ops import control
+    run = control._run
+    r = fuzz.check_model(_endless_while(), "reference", 0, 1.0)
     assert r["outcome"] == "endless_loop", r
+    [loop] = r["while_loops"]
+    assert loop["iterations"] >= fuzz.ENDLESS_MIN_ITERATIONS, r
+    assert loop["since_last_s"] <= fuzz.ENDLESS_STALE_FRACTION * 1.0, r
+    assert control._run is run            # the counting wrapper is gone after the case
+
+
+def _stall_after(monkeypatch, calls):
+    """NEG's reference, made to spin (CPU time, in Python: a hang the limit can strike) from
+    its `calls`-th call on: a hang inside a WHILE's body, not an endless loop."""
+    import dataclasses
+
+    from tflite_taichi.ops import base
+    neg = base.REGISTRY["NEG"]
+    count = [0]
+
+    def stalling(node, inputs):
+        count[0] += 1
+        while count[0] > calls:
+            pass
+        return neg.reference(node, inputs)
+    monkeypatch.setitem(base.REGISTRY, "NEG", dataclasses.replace(neg, reference=stalling))
+
+
+@pytest.mark.parametrize("iterations", [0, 2 * fuzz.ENDLESS_MIN_ITERATIONS])
+def test_a_hang_inside_a_while_body_is_a_timeout_not_an_endless_loop(monkeypatch, iterations):
+    """Issue 27, item 7: the limit striking inside a WHILE used to count as `endless_loop` (a
+    pass) wherever it struck, hiding a hang in the loop's body. A body that stalls in its first
+    iteration, or after many, is a `timeout`: the loop was not iterating when the limit struck."""
+    model = _endless_while("NEG")
+    assert fuzz.check_model(model, "reference", 0, 0.5)["outcome"] == "endless_loop"  # NEG as is
+    _stall_after(monkeypatch, iterations)
+    r = fuzz.check_model(model, "reference", 0, 1.0)
+    assert r["outcome"] == "timeout", r
+    assert "in stalling" in r["traceback"], r        # the last frames: where it stalled
+    [loop] = r["while_loops"]
+    assert loop["iterations"] == iterations + 1 and loop["since_last_s"] > 0.5, r   # + the stalled one
+
+
+def test_a_while_that_iterated_a_few_times_is_a_timeout(monkeypatch):
+    """A WHILE whose every iteration is heavy (here: 0.3 s of CPU in the body) made a few
+    iterations before the limit: that is not evidence of an endless loop, so it is a timeout
+    (which the pool runs again with SLOW_FACTOR x the limit)."""
+    import dataclasses
+
+    from tflite_taichi.ops import base
+    neg = base.REGISTRY["NEG"]
+
+    def heavy(node, inputs):
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+        return neg.reference(node, inputs)
+    monkeypatch.setitem(base.REGISTRY, "NEG", dataclasses.replace(neg, reference=heavy))
+    r = fuzz.check_model(_endless_while("NEG"), "reference", 0, 1.0)
+    assert r["outcome"] == "timeout", r
+    assert 1 <= r["while_loops"][0]["iterations"] < fuzz.ENDLESS_MIN_ITERATIONS, r
 
 
 # -- the memory limit --------------------------------------------------------------------------
