@@ -430,6 +430,23 @@ class BackendWorker:
 # tolerance of one op against LiteRT; fp16 storage rounds every tensor to 11 bits: 2e-2.
 TAICHI_RTOL = {"fp32": FLOAT_RTOL, "fp16": 2e-2}
 
+# precision='fp16' (planner.py): the arena (intermediates) and the weights buffer hold float16,
+# the io buffer (a partition's inputs and outputs) float32, and the math runs in float32. A
+# value stored in float16 (round to nearest, 11 significant bits) is off by at most half an
+# ulp: 2^-11 of its magnitude, for normal float16 values (|v| >= 2^-14). A float32 op adds a
+# few 2^-24 (a 3x3x4 conv's sum of positive terms: at most 36 x 2^-24 < 2^-18, and the
+# reference's own float32 math as much again): FP16_OP_SLACK per op covers both.
+FP16_HALF_ULP = 2.0 ** -11
+FP16_OP_SLACK = 2.0 ** -17
+
+
+def fp16_chain_rtol(stored_tensors: int, rounded_weights: int = 0, ops: int = 1) -> float:
+    """Relative error bound of a chain whose values stay positive and whose ops add relative
+    errors at most (conv/pool/ADD of positive terms: the largest operand error; MUL: their
+    sum): each tensor stored in float16 on the way (or weight rounded to float16, in an op
+    the chain passes) adds FP16_HALF_ULP, each float32 op FP16_OP_SLACK."""
+    return (stored_tensors + rounded_weights) * FP16_HALF_ULP + ops * FP16_OP_SLACK
+
 
 def check_delegate(model: bytes, workers, inputs: Optional[Sequence[np.ndarray]] = None, *,
                    seed: int = 0, precision: str = "fp32", rtol: Optional[float] = None,
