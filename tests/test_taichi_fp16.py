@@ -33,10 +33,12 @@ def fp16_workers(taichi_workers):
     return workers
 
 
-def positive_chain(ops, shape, rng, kernel=3):
+def positive_chain(ops, shape, rng, kernel=3, perturb=1.0):
     """x -> ops[0] -> ... -> out, every op on the last tensor (ADD: the last and an earlier
     one, the input included). Positive weights (each output's weights sum to 1: the values keep
-    their magnitude), biases and constants. Returns (model bytes, relative error bound)."""
+    their magnitude), biases and constants. Returns (model bytes, relative error bound).
+    `perturb`: a factor on the weights and bias of every conv whose output is an intermediate
+    (a conv is linear: as if its stored output were off by that factor)."""
     c = shape[-1]
     b = ModelBuilder()
     g = b.subgraph()
@@ -51,6 +53,8 @@ def positive_chain(ops, shape, rng, kernel=3):
             w = rng.uniform(0.1, 1.0, (1, kernel, kernel, c) if dw else (c, kernel, kernel, c))
             w = w / (w.sum(axis=(0, 1, 2), keepdims=True) if dw else w.sum(axis=(1, 2, 3), keepdims=True))
             bias = rng.uniform(0.0, 0.1, c)
+            if not last:
+                w, bias = w * perturb, bias * perturb
             extra = {"depth_multiplier": 1} if dw else {}
             g.op(name, [src, g.const(f"w{i}", w.astype(np.float32)),
                         g.const(f"b{i}", bias.astype(np.float32))], [out],
@@ -100,6 +104,29 @@ def test_a_conv_chain_in_fp16(fp16_workers):
     for s in check_delegate(model, fp16_workers, [positive_input(shape, rng, 2.0)],
                             precision="fp16", rtol=rtol).values():
         assert s["partitions"][0]["fused"] == [], s["partitions"]
+
+
+def test_a_wrong_store_one_percent_off_exceeds_the_bound():
+    """The mutation of issue27_mutations.md, simulated on the reference path (cheap: the real
+    store is inside a Taichi kernel): each stored conv output 1% high breaks the bound."""
+    from tflite_taichi.interpreter import Interpreter
+    from tflite_taichi.testing import assert_float_close
+    shape, ops = (1, 5, 5, 3), ["CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D", "DEPTHWISE_CONV_2D"]
+    x = positive_input(shape, np.random.default_rng(2), 2.0)
+
+    def run(model):
+        it = Interpreter(model_content=model, backend="reference")
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        return it.get_tensor(it.get_output_details()[0]["index"])
+
+    model, rtol = positive_chain(ops, shape, np.random.default_rng(1))
+    wrong, _ = positive_chain(ops, shape, np.random.default_rng(1), perturb=1.01)
+    assert_float_close(run(model), run(positive_chain(ops, shape, np.random.default_rng(1),
+                                                      perturb=1 + FP16_HALF_ULP)[0]), rtol)
+    with pytest.raises(AssertionError, match="max"):
+        assert_float_close(run(wrong), run(model), rtol)
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
