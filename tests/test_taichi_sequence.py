@@ -7,11 +7,12 @@ inputs (random, non-zero) or as zero constants (a first invoke's), since the run
 keep variable tensors yet (ops/sequence.py). Tolerances: tflite_taichi.testing.TAICHI_RTOL;
 int8 within one quantization step."""
 import numpy as np
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, check_op, run_ours, strategies
-from cases.sequence import (BASE_SEQUENCE, _ill_conditioned, _zero_state, basic_inputs, basic_model,
-                            lstm_case, lstm_model, sequence_case, x_shape)
+from tflite_taichi.testing import (TAICHI_EXAMPLES, TAICHI_RTOL, check_delegate, check_op,
+                                   strategies)
+from cases.sequence import (BASE_SEQUENCE, _zero_state, basic_inputs, basic_model,
+                            layer_norm_gain, lstm_case, lstm_model, sequence_case, x_shape)
 
 S = strategies()
 ALL_ACTIVATIONS = ["TANH", "RELU", "RELU6", "RELU_N1_TO_1", "SIGN_BIT", "NONE"]
@@ -41,12 +42,11 @@ def test_float32_delegate_matches_reference(taichi_workers, kind, case, zero_sta
         return
     model = lstm_model(case, "zero" if zero_state else "input")   # zero: a first invoke's form
     inputs = _inputs(case, seed)[:1] if zero_state else _inputs(case, seed)
-    try:
-        check_delegate(model, taichi_workers, inputs)
-    except AssertionError:   # skipped only where float32 cannot hold 1e-5 (test_ops_sequence)
-        state = _zero_state(case) if zero_state else inputs[1:]
-        assume(not _ill_conditioned(run_ours(model, inputs)[0], case, inputs[0], *state))
-        raise
+    # the tolerance times the layer norm's amplification of float32 rounding in this draw
+    # (cases.sequence.layer_norm_gain: 1 without layer norm or with one cell); nothing skipped
+    state = _zero_state(case) if zero_state else inputs[1:]
+    gain = layer_norm_gain(case, inputs[0], *state)
+    check_delegate(model, taichi_workers, inputs, rtol=TAICHI_RTOL["fp32"] * gain)
 
 
 @st.composite
