@@ -7,7 +7,7 @@ GLES; and the supports() refusal.
 Cases come from the LiteRT tests' generators (tests/cases/conv.py, cases/pooling.py), so
 the delegate sees the same attribute space. Float data are multiples of 1/8 (`_dyadic`): sums
 are then exact in float32 whatever the order, as the reference and the kernels sum differently.
-Tolerances: tflite_taichi.testing.TAICHI_RTOL (1e-5 of the largest magnitude; fp16 2e-2) and
+Tolerances: tflite_taichi.testing.TAICHI_RTOL (1e-5 of the largest magnitude; fp16 2^-9) and
 one quantization unit for int8 outputs (check_delegate's rule)."""
 import struct
 

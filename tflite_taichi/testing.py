@@ -426,10 +426,6 @@ class BackendWorker:
             self._proc.kill()
 
 
-# The delegate vs the reference: the same float32 math in another summation order, so the
-# tolerance of one op against LiteRT; fp16 storage rounds every tensor to 11 bits: 2e-2.
-TAICHI_RTOL = {"fp32": FLOAT_RTOL, "fp16": 2e-2}
-
 # precision='fp16' (planner.py): the arena (intermediates) and the weights buffer hold float16,
 # the io buffer (a partition's inputs and outputs) float32, and the math runs in float32. A
 # value stored in float16 (round to nearest, 11 significant bits) is off by at most half an
@@ -438,6 +434,16 @@ TAICHI_RTOL = {"fp32": FLOAT_RTOL, "fp16": 2e-2}
 # reference's own float32 math as much again): FP16_OP_SLACK per op covers both.
 FP16_HALF_ULP = 2.0 ** -11
 FP16_OP_SLACK = 2.0 ** -17
+
+# The delegate vs the reference: the same float32 math in another summation order, so the
+# tolerance of one op against LiteRT. fp16: a one-op model's input and output stay float32 (io),
+# its weights pass through float16 (one rounding, FP16_HALF_ULP of each weight); the small
+# multi-op models of tests/test_taichi_*.py store a few intermediates in float16 on the way to an
+# output: 4 roundings' worth (2^-9 = 1.95e-3) of the output's largest magnitude. Seen: at most
+# 0.64 of a half-ulp over 78 comparisons (HYPOTHESIS_PROFILE=explore, cpu and vulkan; issue 27:
+# 5.0e-4 = 1.02 half-ulps over 84). Chains stored in float16 derive theirs: fp16_chain_rtol;
+# whole models on realistic inputs keep their own criterion (test_taichi_models.py).
+TAICHI_RTOL = {"fp32": FLOAT_RTOL, "fp16": 4 * FP16_HALF_ULP}
 
 
 def fp16_chain_rtol(stored_tensors: int, rounded_weights: int = 0, ops: int = 1) -> float:
