@@ -129,7 +129,7 @@ def test_a_wrong_store_one_percent_off_exceeds_the_bound():
         assert_float_close(run(wrong), run(model), rtol)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.sampled_from(OPS), min_size=4, max_size=8),
        hw=st.tuples(st.integers(1, 5), st.integers(1, 5)), c=st.integers(1, 4),
        kernel=st.sampled_from([1, 3]), log_scale=st.integers(-3, 3), seed=st.integers(0, 2**16))
