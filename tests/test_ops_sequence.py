@@ -207,7 +207,7 @@ def test_a_wrong_layer_norm_of_zero_variance_fails(monkeypatch):
         variance = np.var(x, axis=1, keepdims=True, dtype=np.float32)
         return np.where(variance == 0, x, normalize(x)).astype(np.float32)
     monkeypatch.setattr(ops_sequence, "_normalize", wrong)
-    for name, case in ZERO_VARIANCE_CASES.items():
+    for case in ZERO_VARIANCE_CASES.values():
         with pytest.raises(AssertionError):
             check_zero_variance_case(case)
     case = ZERO_VARIANCE_CASES["one cell, sequence"]
