@@ -24,12 +24,14 @@ from tflite_taichi.interpreter import Interpreter
 from tflite_taichi.metadata import Normalization, input_normalizations, normalization_metadata
 from tflite_taichi.model import read_model
 from tflite_taichi.testing import assert_float_close
+from cases.batch import write_arrays
 
 PIL = pytest.importorskip("PIL.Image", reason="the batch tests need Pillow (the test extra)")
 pa = pytest.importorskip("pyarrow", reason="the batch tests need pyarrow (the test extra)")
 import pyarrow.parquet as pq  # noqa: E402
 
 SIDE, CHANNELS, FEATURES = 8, 3, 4
+ITEM = (SIDE, SIDE, CHANNELS)
 NORMALIZATION = Normalization([127.5], [127.5])
 VICTIM = "victim_kill_me.npy"       # the input whose batch kills its worker (FAULT_ENV)
 
@@ -110,15 +112,6 @@ def write_dataset(folder, rng, n_npy=200, with_victim=False) -> dict:
     with open(os.path.join(folder, "notes.txt"), "w") as f:
         f.write("not an input")
     return {"bad": bad}
-
-
-def write_arrays(folder, count, seed, width=2, shape=(SIDE, SIDE, CHANNELS), zeros=False):
-    """`count` float32 arrays a00.npy, a01.npy, ... (`width` digits) in `folder`, made here."""
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    for i in range(count):
-        value = np.zeros(shape, np.float32) if zeros else rng.standard_normal(shape).astype(np.float32)
-        np.save(os.path.join(folder, f"a{i:0{width}d}.npy"), value)
 
 
 def expected_outputs(model: bytes, folder: str, run_one) -> dict:
@@ -250,7 +243,7 @@ def test_local_pool_killed_worker_loses_nothing(model, tmp_path, monkeypatch):
 
 def test_local_pool_gives_up_only_the_input_that_kills_every_worker(model, tmp_path, monkeypatch):
     folder = str(tmp_path / "in")
-    write_arrays(folder, 40, seed=3, width=3)
+    write_arrays(folder, 40, ITEM, seed=3, width=3)
     np.save(os.path.join(folder, VICTIM), np.zeros((SIDE, SIDE, CHANNELS), np.float32))
     monkeypatch.setenv(FAULT_ENV, f"kill:{VICTIM}:")           # no marker: every attempt dies
     out = str(tmp_path / "out")
@@ -267,7 +260,7 @@ def test_local_pool_gives_up_only_the_input_that_kills_every_worker(model, tmp_p
 
 def test_local_pool_kills_a_hung_worker_and_runs_its_batch_again(model, tmp_path, monkeypatch):
     folder = tmp_path / "in"
-    write_arrays(folder, 60, seed=12)
+    write_arrays(folder, 60, ITEM, seed=12)
     np.save(folder / VICTIM, np.ones((SIDE, SIDE, CHANNELS), np.float32))
     expected = expected_outputs(model, str(folder), reference_one(model))
     marker = tmp_path / "hung"
@@ -309,7 +302,7 @@ def test_batch_falls_back_to_one_item_when_the_batch_cannot_grow(dataset, tmp_pa
 def test_batch_falls_back_when_rows_are_not_independent(tmp_path):
     model = batch_mixing_model()
     folder = tmp_path / "in"
-    write_arrays(folder, 20, seed=4, shape=(FEATURES,))
+    write_arrays(folder, 20, (FEATURES,), seed=4)
     result = batch.run(model, [str(folder)], str(tmp_path / "out"), backend="reference",
                        batch_size=8, workers=1)
     found = batch.read_outputs(str(tmp_path / "out"))
@@ -333,7 +326,7 @@ def test_workers_get_their_gpu(model, tmp_path, monkeypatch):
     assert batch.gpu_devices() == ["3", "1"]
     # the environment reaches the worker processes (a reference run: no GPU needed)
     folder = tmp_path / "in"
-    write_arrays(folder, 80, seed=0, zeros=True)
+    write_arrays(folder, 80, ITEM, seed=0, zeros=True)
     spec = input_spec(Interpreter(model_content=model, backend="reference"))
     info = batch.output_info(Interpreter(model_content=model, backend="reference"))
     config = RunConfig(model=model, backend="reference", precision="fp32", batch_size=8, spec=spec,
@@ -532,7 +525,7 @@ def test_cli_batch(tmp_path):
     model = tmp_path / "m.tflite"
     model.write_bytes(conv_model())
     folder = tmp_path / "in"
-    write_arrays(folder, 10, seed=8, width=1)
+    write_arrays(folder, 10, ITEM, seed=8, width=1)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "tflite_taichi", "batch", str(model), str(folder),
                "--out", str(out), "--backend", "reference", "--batch", "4", "--workers", "2",
@@ -616,7 +609,7 @@ def test_cli_batch_on_ray(ray_cluster, model, tmp_path, capsys):
     path = tmp_path / "m.tflite"
     path.write_bytes(model)
     folder = tmp_path / "in"
-    write_arrays(folder, 70, seed=11)
+    write_arrays(folder, 70, ITEM, seed=11)
     out = tmp_path / "out"
     status = main(["batch", str(path), str(folder), "--out", str(out), "--backend", "reference",
                    "--ray", "--workers", "2", "--cpus-per-worker", "0.5", "--batch", "8"])

@@ -27,6 +27,7 @@ from tflite_taichi.batch.runner import FAULT_ENV
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.interpreter import Interpreter
 from tflite_taichi.metadata import Normalization, normalization_metadata
+from cases.batch import write_arrays
 
 pytest.importorskip("PIL.Image", reason="the batch tests need Pillow (the test extra)")
 pytest.importorskip("pyarrow", reason="the batch tests need pyarrow (the test extra)")
@@ -57,17 +58,6 @@ def spec(model):
     return input_spec(Interpreter(model_content=model, backend="reference"))
 
 
-def write_good(folder, count, seed=0) -> dict:
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for i in range(count):
-        path = os.path.join(str(folder), f"a{i:03d}.npy")
-        arrays[path] = rng.standard_normal(ITEM).astype(np.float32)
-        np.save(path, arrays[path])
-    return arrays
-
-
 def npy_declaring(shape, dtype="<f4") -> bytes:
     """A .npy header declaring `shape` and no data: a few hundred bytes."""
     f = io.BytesIO()
@@ -96,7 +86,7 @@ def expect_means(arrays: dict, found: dict) -> None:
 @pytest.mark.parametrize("fmt", ["parquet", "npz"])
 def test_a_file_name_that_is_not_utf8_runs_keyed_with_its_bytes(model, tmp_path, fmt):
     folder = tmp_path / "in"
-    arrays = write_good(folder, 3)
+    arrays = write_arrays(folder, 3, ITEM, width=3)
     value = np.full(ITEM, 2.0, np.float32)
     odd = os.path.join(os.fsencode(str(folder)), b"odd\xff\xfe.npy")
     with open(odd, "wb") as f:
@@ -136,7 +126,7 @@ def test_bad_inputs_are_rows_and_their_neighbours_are_written(model, tmp_path):
     """One task of 32 holding the 400 GB .npy and the 30000^2 PNG: both are item errors; the
     worker lives, and its task's other inputs are written."""
     folder = tmp_path / "in"
-    arrays = write_good(folder, 30)
+    arrays = write_arrays(folder, 30, ITEM, width=3)
     (folder / "huge.npy").write_bytes(npy_declaring((100_000, 1_000_000)))
     (folder / "bomb.png").write_bytes(png_declaring(30000, 30000))
     out = str(tmp_path / "out")
@@ -178,7 +168,7 @@ def test_an_input_that_kills_every_worker_costs_one_row(model, tmp_path, monkeyp
     """Its task (32 inputs) is halved at each death until it runs alone: the other 31 are
     written, and it is given up after the retries with the reason."""
     folder = tmp_path / "in"
-    arrays = write_good(folder, 31)
+    arrays = write_arrays(folder, 31, ITEM, width=3)
     np.save(folder / "z_kills.npy", np.zeros(ITEM, np.float32))
     monkeypatch.setenv(FAULT_ENV, "kill:z_kills.npy:")           # every attempt dies
     out = str(tmp_path / "out")
@@ -250,7 +240,7 @@ def test_fifos_and_a_link_to_dev_zero_are_listed_not_read(model, tmp_path):
     /dev/zero (never ends): each is a row saying what it is; the run ends, its good inputs
     written. In a child with a time limit and a memory limit: before, it hung or ran out."""
     folder = tmp_path / "in"
-    arrays = write_good(folder, 3)
+    arrays = write_arrays(folder, 3, ITEM, width=3)
     os.mkfifo(folder / "x.npy")
     os.mkfifo(folder / "x.parquet")
     os.symlink("/dev/zero", folder / "z.npy")
@@ -293,8 +283,8 @@ def test_symlinked_folders_are_searched_once_and_loops_are_listed(tmp_path):
     root = tmp_path / "in"
     (root / "real").mkdir(parents=True)
     elsewhere = tmp_path / "elsewhere"
-    write_good(elsewhere, 2)
-    write_good(root / "real", 1)
+    write_arrays(elsewhere, 2, ITEM, width=3)
+    write_arrays(root / "real", 1, ITEM, width=3)
     os.symlink(elsewhere, root / "linked")                      # a symlinked subfolder
     os.symlink(root, root / "real" / "loop")                     # back to an ancestor
     os.symlink(root / "real", root / "s_again")                  # a folder searched already
@@ -316,7 +306,7 @@ def test_under_ray_a_name_that_is_not_utf8_is_a_row(tmp_path):
     """Ray Data's readers take UTF-8 paths only: such a file is listed, the others go to Ray."""
     from tflite_taichi.batch.ray_data import ray_readable
     folder = tmp_path / "in"
-    write_good(folder, 1)
+    write_arrays(folder, 1, ITEM, width=3)
     with open(os.path.join(os.fsencode(str(folder)), b"odd\xff.npy"), "wb") as f:
         np.save(f, np.zeros(ITEM, np.float32))
     items, _ = discover([str(folder)])

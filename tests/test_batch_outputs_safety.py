@@ -14,6 +14,7 @@ import pytest
 from tflite_taichi import batch
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import BatchError
+from cases.batch import write_arrays
 
 pytest.importorskip("pyarrow", reason="the batch tests need pyarrow (the test extra)")
 
@@ -37,18 +38,6 @@ def colliding_model(names=COLLIDING) -> bytes:
     return mb.finish()
 
 
-def write_inputs(folder, count, seed=0) -> dict:
-    """`count` [4] float32 arrays in `folder`; returns {path: array}."""
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    arrays = {}
-    for i in range(count):
-        path = os.path.join(str(folder), f"a{i:03d}.npy")
-        arrays[path] = rng.standard_normal(FEATURES).astype(np.float32)
-        np.save(path, arrays[path])
-    return arrays
-
-
 # -- item 6: output names that collide -------------------------------------------------------
 def test_the_stored_names_are_unique_and_documented_by_the_rule():
     from tflite_taichi.batch.outputs import output_columns
@@ -58,7 +47,7 @@ def test_the_stored_names_are_unique_and_documented_by_the_rule():
 
 @pytest.mark.parametrize("fmt", ["npz", "parquet"])
 def test_batch_writes_every_output_whatever_its_name(tmp_path, fmt):
-    arrays = write_inputs(tmp_path / "in", 5)
+    arrays = write_arrays(tmp_path / "in", 5, (FEATURES,), width=3)
     out = str(tmp_path / "out")
     result = batch.run(colliding_model(), [str(tmp_path / "in")], out, backend="reference",
                        batch_size=2, fmt=fmt)
@@ -94,7 +83,7 @@ def test_run_output_writes_every_output_whatever_its_name(tmp_path):
 
 # -- item 2: --overwrite removes only what a run of ours wrote ---------------------------------
 def test_overwrite_keeps_the_users_files(tmp_path):
-    arrays = write_inputs(tmp_path / "in", 5)
+    arrays = write_arrays(tmp_path / "in", 5, (FEATURES,), width=3)
     out = tmp_path / "out"
     model = colliding_model(["y"])
     batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", fmt="npz")
@@ -214,7 +203,7 @@ def test_a_killed_driver_takes_its_workers_and_resume_finishes_its_run(tmp_path)
     model = str(tmp_path / "m.tflite")
     with open(model, "wb") as f:
         f.write(colliding_model(["y"]))
-    arrays = write_inputs(tmp_path / "in", CRASH_INPUTS)
+    arrays = write_arrays(tmp_path / "in", CRASH_INPUTS, (FEATURES,), width=3)
     np.save(tmp_path / "in" / "zz_last.npy", np.ones(FEATURES, np.float32))
     arrays[str(tmp_path / "in" / "zz_last.npy")] = np.ones(FEATURES, np.float32)
     folder = str(tmp_path / "in")
@@ -239,7 +228,7 @@ def test_a_killed_driver_takes_its_workers_and_resume_finishes_its_run(tmp_path)
 
 
 def test_resume_refuses_another_model_and_both_flags(tmp_path):
-    write_inputs(tmp_path / "in", 3)
+    write_arrays(tmp_path / "in", 3, (FEATURES,), width=3)
     out = str(tmp_path / "out")
     batch.run(colliding_model(["y"]), [str(tmp_path / "in")], out, backend="reference")
     with pytest.raises(BatchError, match="another model"):
@@ -256,7 +245,7 @@ def test_resume_refuses_another_model_and_both_flags(tmp_path):
 
 def test_resume_runs_again_the_inputs_of_a_torn_part(tmp_path):
     """Ray Data's writer writes in place: a part it was writing when the run died is torn."""
-    arrays = write_inputs(tmp_path / "in", 3)
+    arrays = write_arrays(tmp_path / "in", 3, (FEATURES,), width=3)
     out = tmp_path / "out"
     model = colliding_model(["y"])
     batch.run(model, [str(tmp_path / "in")], str(out), backend="reference")

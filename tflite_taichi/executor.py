@@ -20,6 +20,16 @@ from tflite_taichi.errors import (InputError, InterpreterStateError, ModelError,
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 
 
+@contextlib.contextmanager
+def _pushed(stack: list, item):
+    """`item` on top of `stack` while the block runs (the calls under way, outermost first)."""
+    stack.append(item)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
 class ModelRuntime:
     """What stateful ops see of their interpreter: the resource variables (as long-lived as
     the interpreter, shared by its subgraphs), CALL_ONCE's subgraph runner, and for IF/WHILE
@@ -46,23 +56,13 @@ class ModelRuntime:
         self._preparing = []            # subgraph indices being prepared, outermost first
         self._nested = []               # subgraph calls under way (prepared or run), outermost first
 
-    @contextlib.contextmanager
     def preparing(self, subgraph_index: int):
         """Marks a subgraph as being prepared: a call back into it from inside is recursion."""
-        self._preparing.append(subgraph_index)
-        try:
-            yield
-        finally:
-            self._preparing.pop()
+        return _pushed(self._preparing, subgraph_index)
 
-    @contextlib.contextmanager
     def _calling(self, subgraph_index: int):
         """Marks a subgraph call as under way (its preparation or its run): one nesting level."""
-        self._nested.append(subgraph_index)
-        try:
-            yield
-        finally:
-            self._nested.pop()
+        return _pushed(self._nested, subgraph_index)
 
     def _check_depth(self, index: int, node) -> None:
         """Refuses, before preparing or running it, a call of subgraph `index` that would nest
