@@ -28,3 +28,7 @@ from . import (  # noqa: F401,E402  (imported for their registrations)
     state,
     transforms,
 )
+
+# The ops this package defines, as registered at import (a compile worker process finds a
+# program's ops here by name: runtime/compile_workers.py; a user's registration does not change it)
+BUILTIN = dict(REGISTRY)

@@ -157,10 +157,24 @@ def test_cold_then_warm_same_outputs_without_taichis_frontend(warm, setup):
     covers = cache.token_covers(setup.model, "cpu", "fp32")
     assert cold["info"]["token"] == hot["info"]["token"] == cache.default_token(covers)
     assert cold["info"]["token_source"] == "fingerprint"
-    # the cold process compiled with Taichi's Python frontend; the warm one never started it
-    assert cold["python_taichi"] == "cpu" and hot["python_taichi"] is None
+    # the cold process had its kernels compiled by worker processes (Taichi's Python frontend
+    # never started in it); the warm one loaded them
+    assert cold["python_taichi"] is None and hot["python_taichi"] is None
+    assert cold["runtime"]["compiled_in"] == "1 worker process", cold["runtime"]
+    assert hot["runtime"]["compiled_in"] is None
     assert cold["runtime"]["device"] == hot["runtime"]["device"] == "capi"
     assert cold["runtime"]["build_s"] > 0 and hot["runtime"]["build_s"] == 0
+
+
+def test_without_compile_workers_the_process_compiles_and_the_cache_is_the_same(warm, setup, tmp_path):
+    """TFLITE_TAICHI_COMPILE_WORKERS=0: Taichi's frontend runs in the process itself, and what it
+    caches is what the workers cached (same module keys, same outputs; the other run is warm)."""
+    root = tmp_path / "cache"
+    here = setup.run(root, env={"TFLITE_TAICHI_COMPILE_WORKERS": "0"})
+    assert here["python_taichi"] == "cpu" and here["info"]["state"] == "cold"
+    assert here["runtime"]["compiled_in"] == "this process (TFLITE_TAICHI_COMPILE_WORKERS=0)"
+    np.testing.assert_array_equal(here["y"], warm[1]["y"])
+    assert [p.name for p in _modules(root)] == [p.name for p in _modules(warm[0])]
 
 
 def test_cache_dir_is_private_and_consistent(warm):

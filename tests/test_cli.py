@@ -1,6 +1,7 @@
 """The command line: demo, run, inspect (in-process through cli.main, plus one real subprocess)."""
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -310,3 +311,20 @@ def test_kernels_that_unroll_more_than_32_steps_compile_without_taichis_syntax_w
     out = _python(["-W", "always::SyntaxWarning", "-c", _UNROLL_SCRIPT], tmp_path / "run", **env)
     assert str([[40.0] * 8]) in out.stdout.splitlines(), out.stdout
     assert "WARNING" not in out.stdout and "SyntaxWarning" not in out.stderr, out.stdout + out.stderr
+
+
+def test_run_reports_what_getting_ready_cost_cold_then_warm(demo_path, tmp_path):
+    """`run` prints its start beside the invoke time: where the kernels were compiled (cold), or
+    that they came from the cache (warm, the next process)."""
+    env = {**os.environ, "TFLITE_TAICHI_CACHE_DIR": str(tmp_path / "cache"),
+           "ENABLE_TAICHI_HEADER_PRINT": "False"}
+    lines = []
+    for _ in range(2):
+        result = subprocess.run([sys.executable, "-m", "tflite_taichi", "run", demo_path, "--backend", "cpu"],
+                                capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+        assert result.returncode == 0, result.stderr
+        lines.append([l for l in result.stdout.splitlines() if l.strip().startswith("start:")])
+    cold, warm = lines
+    assert len(cold) == 1 and "kernels compiled in 1 worker process" in cold[0], cold
+    assert len(warm) == 1 and "(kernels loaded from the cache)" in warm[0], warm
+    assert re.search(r"construct \d+\.\d\d s, allocate_tensors \d+\.\d\d s", warm[0])

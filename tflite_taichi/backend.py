@@ -155,7 +155,7 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
     return name
 
 
-def ensure_python_taichi(name: str) -> None:
+def ensure_python_taichi(name: str, cache_root: Optional[str] = None) -> None:
     """Taichi's Python runtime started on `name` (once per process): it compiles kernels that
     are not in the cache, and runs them where the C API cannot (device.PythonDevice).
 
@@ -164,8 +164,9 @@ def ensure_python_taichi(name: str) -> None:
     failure: std::this_thread::get_id() == main_thread_id_"), so it is materialized right here,
     in the starting thread. Taichi's own offline cache is off: compiled programs are cached as
     AOT modules (cache.py), and Taichi's cache would only grow a second copy in ~/.cache/taichi.
-    Returns the runtime's device.ThreadAffinity (OpenGL/GLES: its context's thread)."""
-    global _python_started, _python_affinity
+    Returns the runtime's device.ThreadAffinity (OpenGL/GLES: its context's thread).
+    `cache_root`: the cache folder, where no Interpreter claimed the backend (a compile worker)."""
+    global _python_started, _python_affinity, _cache_root
     from tflite_taichi.device import ThreadAffinity
     with _lock:
         if _python_started == name:
@@ -176,6 +177,8 @@ def ensure_python_taichi(name: str) -> None:
         from tflite_taichi import cache
         from tflite_taichi.device import TAICHI_LOCK
         from tflite_taichi.ops.kit import realize
+        if cache_root is not None and _cache_root is None:
+            _cache_root = cache_root
         ti = realize()                  # Taichi imported, the ops' decorators applied
         arch = ti.cpu if name == "cpu" else getattr(ti, name)
         offline_dir = cache.taichi_offline_dir(_cache_root)
@@ -200,6 +203,11 @@ def ensure_python_taichi(name: str) -> None:
         _python_started = name
         _python_affinity = ThreadAffinity(name)      # GL: its context is this thread's
         return _python_affinity
+
+
+def cache_root() -> Optional[str]:
+    """The cache folder the process's backend was claimed with (the drivers' caches are there)."""
+    return _cache_root
 
 
 def current() -> Optional[str]:

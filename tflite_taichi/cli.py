@@ -187,9 +187,12 @@ def _print_profile(it) -> None:
 
 
 def cmd_run(args) -> int:
+    start = time.perf_counter()
     it = Interpreter(model_path=args.model, backend=args.backend, precision=args.precision,
                      profile=args.profile)
+    constructed = time.perf_counter()
     _load_inputs(it, args.input, args.seed)
+    start_s = (constructed - start, time.perf_counter() - constructed)
     times = []
     for _ in range(args.runs):
         start = time.perf_counter()
@@ -208,12 +211,25 @@ def cmd_run(args) -> int:
         print(f"  output {_fmt_tensor(d)}: {stats}")
     first = times[0] * 1e3
     median = float(np.median(times)) * 1e3
+    print(f"  start: {_start_text(s, *start_s)}")
     print(f"  invoke: first {first:.2f} ms, median {median:.2f} ms over {len(times)} run(s)")
     if args.profile:
         _print_profile(it)
     if args.output:
         _write_outputs(args.output, outputs)
     return 0
+
+
+def _start_text(summary: dict, construct_s: float, allocate_s: float) -> str:
+    """What getting ready cost: construct, allocate (where the kernels were compiled or loaded)."""
+    text = f"construct {construct_s:.2f} s, allocate_tensors {allocate_s:.2f} s"
+    cache, runtime = summary.get("cache") or {}, summary.get("runtime") or {}
+    if runtime.get("compiled_in"):
+        text += (f" (kernels compiled in {runtime['compiled_in']}: {runtime['build_s']:.2f} s; "
+                 f"cached for the next run)")
+    elif cache.get("state") == "warm":
+        text += " (kernels loaded from the cache)"
+    return text
 
 
 def _write_outputs(path: str, outputs: list) -> None:

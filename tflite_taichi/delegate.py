@@ -174,8 +174,9 @@ class Program:
         self.cache_state = None                 # ('warm' | 'cold', reason) of the module
         self.waits = 0                          # of the last invoke
         self.build_s = 0.0
+        self.compiled_in = None                 # where its kernels were compiled (cold), in words
         self._closed = False
-        self._module = None
+        self._modules = []                      # modules of this program alone (no cache)
         self._buffers = []
         env = (lambda: _driver_env(model_cache)) if model_cache is not None else None
         self.device = device_mod.get(backend, env)
@@ -184,10 +185,10 @@ class Program:
         try:
             self._build(model_cache)
         except BaseException:
-            _release(self.device, self._buffers, self._link, self._module)
+            _release(self.device, self._buffers, self._link, self._modules)
             raise
         self._finalizer = weakref.finalize(self, _release, self.device, self._buffers,
-                                           self._link, self._module)
+                                           self._link, self._modules)
 
     def _build(self, model_cache) -> None:
         if self.device.kind == "capi":
@@ -222,114 +223,119 @@ class Program:
     def kernel_names(self) -> list:
         return [[f"p{i}_k{j}" for j in range(c.launches)] for i, c in enumerate(self.codes)]
 
+    def module_groups(self) -> list:
+        """The program's kernels as the modules they are compiled and cached in: lists of
+        (kernel name, code position, chunk position), split by weight (ops per kernel) into at
+        most compile_workers.MODULE_GROUPS, so that worker processes compile them in parallel."""
+        from tflite_taichi.runtime.compile_workers import kernel_groups
+        kernels = [(name, i, j) for i, names in enumerate(self.kernel_names())
+                   for j, name in enumerate(names)]
+        weights = [len(self.codes[i].chunks[j]) + 1 for _, i, j in kernels]
+        return [[kernels[k] for k in group] for group in kernel_groups(weights)]
+
     def _capi_kernels(self, model_cache) -> list:
-        d = self.device
+        """The kernels through the C API: each module of module_groups() loaded from this
+        process's earlier interpreters or from the cache, the others compiled (in worker
+        processes, runtime/compile_workers.py), saved in the cache and loaded."""
         store = model_cache.store if model_cache is not None else None
-        key, kernels = None, None
+        groups = self.module_groups()
+        keys, reason = [None] * len(groups), "the cache is off (cache_dir=False)"
         if store is not None:
             shapes = {t: self.graph.specs[t].shape for t in self.graph.subgraph.inputs}
-            key = model_cache.module_key(self.graph.subgraph.index, shapes, self.plan_digest())
-            if d.has_module(key):       # loaded by an earlier interpreter of this process
-                self.cache_state = ("warm", None)
-                model_cache.note(self.graph.subgraph.index, *self.cache_state)
-                module = d.shared_module(key, None)
-                self._module_tasks = d.module_info.get(key, {})
-                return [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
-            kernels, reason = self._load_cached(store, key)
-            reason = reason or model_cache.record_reason or "its kernels were not in the cache"
-        else:
-            reason = "the cache is off (cache_dir=False)"
-        if kernels is None:
-            module = self._build_and_load(store, key)
-            kernels = [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
+            base = model_cache.module_key(self.graph.subgraph.index, shapes, self.plan_digest())
+            keys = [_group_key(base, g, len(groups)) for g in range(len(groups))]
+            reason = model_cache.record_reason or "its kernels were not in the cache"
+        self._module_tasks, handles, missing = {}, {}, []
+        for key, group in zip(keys, groups):
+            names = [name for name, _, _ in group]
+            found, problem = self._loaded(store, key, names)
+            if found is None:
+                missing.append((key, group))
+                reason = problem or reason
+            else:
+                handles.update(found)
+        if missing:
+            handles.update(self._build_and_load(store, missing))
             self.cache_state = ("cold", reason)
-            if store is None:
-                self._module = module       # this program's alone: destroyed with it
+        else:
+            self.cache_state = ("warm", None)
         if model_cache is not None:
             model_cache.note(self.graph.subgraph.index, *self.cache_state)
-        if key is not None:
-            d.module_info[key] = getattr(self, "_module_tasks", {})
-        return kernels
+        return [[handles[name] for name in names] for names in self.kernel_names()]
 
-    def _load_cached(self, store, key: str) -> tuple:
-        """(kernels, None) from the cached module KEY, loaded from what was checked (cache.py:
-        its descriptors, under the cache's shared lock); (None, why not) otherwise."""
+    def _loaded(self, store, key, names) -> tuple:
+        """({kernel name: handle}, None) for the module KEY, from this process's earlier
+        interpreters or from the cache; (None, why not) or (None, None) where it is not there."""
+        d = self.device
+        if key is None:
+            return None, None
+        if d.has_module(key):           # loaded by an earlier interpreter of this process
+            module = d.shared_module(key, None)
+            self._module_tasks.update(d.module_info.get(key, {}))
+            return {name: d.kernel(module, name) for name in names}, None
+        return self._load_cached(store, key, names)
+
+    def _load_cached(self, store, key: str, names) -> tuple:
+        """({name: kernel}, None) from the cached module KEY, loaded from what was checked
+        (cache.py: its descriptors, under the cache's shared lock); (None, why not) otherwise."""
         d = self.device
         refused = None
         with store.opened(key, d.arch) as (found, problem):
             if found is None:
                 return None, problem
-            self._module_tasks = found.meta.get("tasks") or {}
+            tasks = found.meta.get("tasks") or {}
             try:
                 module = d.shared_module(key, found.path, found.data)
-                kernels = [[d.kernel(module, name) for name in names] for names in self.kernel_names()]
+                kernels = {name: d.kernel(module, name) for name in names}
             except capi.CapiError as e:
                 d.forget_module(key)
                 refused = e
         if refused is not None:        # removed outside the shared lock (removal takes it whole)
             store.reject(key, f"the C API refused it: {refused}")
             return None, f"the cached module did not load ({refused})"
-        self.cache_state = ("warm", None)
+        d.module_info[key] = tasks
+        self._module_tasks.update(tasks)
         return kernels, None
 
-    def _build_and_load(self, store, key):
-        """Compile the kernels with Taichi's Python frontend, save them as an AOT module (in the
-        cache, or a temporary folder when it is off) and load that through the C API. The module
-        is loaded from the folder it was built in, before it is committed to the cache: what
-        this process runs is what it wrote, whatever happens to modules/KEY later."""
+    def _build_and_load(self, store, missing: list) -> dict:
+        """Compile the modules `missing` ((key, group)) with Taichi's Python frontend, in worker
+        processes where they can take them, save them as AOT modules (in the cache, or in
+        temporary folders when it is off) and load them through the C API. A module is loaded
+        from the folder it was built in, before it is committed to the cache: what this process
+        runs is what was written, whatever happens to modules/KEY later. {name: kernel}."""
+        from tflite_taichi import backend as ti_backend
+        from tflite_taichi.runtime import compile_workers
         d = self.device
         start = time.perf_counter()
-        if store is None:
-            folder = tempfile.mkdtemp(prefix="tflite_taichi-")
-            try:
-                module = self._load_built(os.path.join(folder, self._save_module(folder)))
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-        else:
-            with store.building() as folder:
-                rel = self._save_module(folder)
-                module = self._load_built(os.path.join(folder, rel), key)
-                store.commit(key, folder, rel, d.arch, {
-                    "subgraph": self.graph.subgraph.index, "backend": self.backend,
-                    "precision": "fp16" if self.fp16 else "fp32",
-                    "kernels": sum(self.kernel_names(), []), "tasks": self._module_tasks})
-        self.build_s = time.perf_counter() - start
-        return module
-
-    def _load_built(self, path: str, key: Optional[str] = None):
-        """Load a module just built at `path` (shared under `key` when cached). LLVM modules are
-        read at load and compiled at kernel lookup: both are done now, then the folder may go."""
-        d = self.device
-        module = d.shared_module(key, path) if key is not None else d.load_module(path)
-        for names in self.kernel_names():
-            for name in names:
-                d.kernel(module, name)
-        return module
-
-    def _save_module(self, folder: str) -> str:
-        from tflite_taichi import backend as ti_backend
-        ti_backend.ensure_python_taichi(self.backend)
-        caps = [] if self.device.llvm else self.device.capabilities()
+        caps = [] if d.llvm else d.capabilities()
         off = set(filter(None, os.environ.get("TFLITE_TAICHI_SPIRV_CAPS_OFF", "").split(",")))
         caps = [c for c in caps if c.split("=", 1)[0] not in off]   # an A/B switch (README)
-        with TAICHI_LOCK, codegen.intended_unrolling():
-            module = codegen.aot_module(caps)
-            compiled = _kernel_compiled_reporter(self.launches)
-            for names, code in zip(self.kernel_names(), self.codes):
-                for name, kernel in zip(names, codegen.build_kernels(code)):
-                    module.add_kernel(kernel, name=name)        # Taichi compiles it here
-                    compiled()
-            if self.device.llvm:            # cuda/x64: a .tcm archive crashes the C API loader
-                rel = "module"
-                os.mkdir(os.path.join(folder, rel), 0o700)
-                module.save(os.path.join(folder, rel))
-            else:
-                rel = "module.tcm"
-                module.archive(os.path.join(folder, rel))
-            for code in self.codes:
-                code.kernels = []           # the Python kernels are not run: let them go
-        self._module_tasks = codegen.module_tasks(os.path.join(folder, rel), self.device.llvm)
-        return rel
+        compiled = _kernel_compiled_reporter(sum(len(group) for _, group in missing))
+        handles = {}
+        with contextlib.ExitStack() as stack:
+            folders = [stack.enter_context(store.building() if store is not None
+                                           else _temporary_folder()) for _ in missing]
+            modules = [(g, folder, group) for g, (folder, (_, group)) in enumerate(zip(folders, missing))]
+            saved, self.compiled_in = compile_workers.build_modules(
+                self.codes, modules, self.backend, caps, d.llvm, ti_backend.cache_root(),
+                lambda _name: compiled())
+            for g, (key, group) in enumerate(missing):
+                path = os.path.join(folders[g], saved[g])
+                tasks = codegen.module_tasks(path, d.llvm)
+                names = [name for name, _, _ in group]
+                module = d.shared_module(key, path) if key is not None else d.load_module(path)
+                handles.update({name: d.kernel(module, name) for name in names})
+                if key is None:
+                    self._modules.append(module)    # this program's alone: destroyed with it
+                else:
+                    store.commit(key, folders[g], saved[g], d.arch, {
+                        "subgraph": self.graph.subgraph.index, "backend": self.backend,
+                        "precision": "fp16" if self.fp16 else "fp32", "kernels": names,
+                        "tasks": tasks})
+                    d.module_info[key] = tasks
+                self._module_tasks.update(tasks)
+        self.build_s = time.perf_counter() - start
+        return handles
 
     @property
     def tasks(self):
@@ -495,11 +501,11 @@ def _index_checks(schedule: Schedule) -> dict:
     return checks
 
 
-def _release(device, buffers, link, module) -> None:
+def _release(device, buffers, link, modules) -> None:
     """Frees a program's device memory and module (weakref.finalize: also at collection, in any
     thread, so under TAICHI_LOCK; a GL device's frees wait for its own thread)."""
     if not device.affinity.on_owner_thread():
-        device.affinity.defer(lambda: _release(device, buffers, link, module))
+        device.affinity.defer(lambda: _release(device, buffers, link, modules))
         return
     try:
         with TAICHI_LOCK:
@@ -509,10 +515,24 @@ def _release(device, buffers, link, module) -> None:
                 link.close()
             for b in buffers:
                 device.free(b)
-            if module is not None:
+            for module in modules:
                 device.destroy_module(module)
     except Exception:       # at interpreter shutdown the runtime may be gone
         pass
+
+
+def _group_key(base: str, group: int, groups: int) -> str:
+    """The cache key of module `group` of `groups` of the program keyed `base`."""
+    return hashlib.sha256(f"{base} module {group} of {groups}".encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _temporary_folder():
+    folder = tempfile.mkdtemp(prefix="tflite_taichi-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _driver_env(model_cache):

@@ -466,6 +466,7 @@ class Interpreter:
                 # quantized inputs/outputs the device (de)quantizes: the host only casts them
                 "tensors_as_codes": sorted(state.subgraph.tensors[t].name for t in layout.codes),
                 "build_s": round(program.build_s, 3),
+                "compiled_in": program.compiled_in,
                 **_vulkan_info(program.device)}
 
     @_serialised

@@ -1,0 +1,31 @@
+#!/bin/bash
+# The GPU machine's runs for issue 28 (start in a second): bench/results/issue28_starts_h200.md.
+# Carries .whl (device-prep --capi --litert), .gl and the models folder named below; writes under $OUT.
+#   bash bench/gpu_issue28.sh starts MODELS...   # start_times.py: cuda, vulkan, opengl (before: Taichi's
+#                                                # frontend unpatched, compiled in the process; now),
+#                                                # LiteRT CPU and GPU, cold and warm, fresh processes
+#   bash bench/gpu_issue28.sh chunks MODELS...   # now, with 8 steps per kernel (more modules to compile
+#                                                # in parallel) against 32: start and step, cuda + vulkan
+#   bash bench/gpu_issue28.sh zoo NAMES...       # the zoo's models (built there), like starts
+set -u
+source bench/gpu_setup.sh
+[ -f /tmp/site/.compiled ] || { python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; touch /tmp/site/.compiled; }
+nproc; python3 -c "import platform, numpy; print(platform.python_version(), 'numpy', numpy.__version__)"
+before="before=TFLITE_TAICHI_FRONTEND_PATCH=0,TFLITE_TAICHI_COMPILE_WORKERS=0"
+what=${1:-starts}; shift || true
+case "$what" in
+  starts)
+    python3 bench/start_times.py "$@" --runners cuda,vulkan,opengl,litert_cpu,litert_gpu \
+      --variant "$before" --variant now= --steps 30 --json "$OUT/starts_$(date +%s).json" 2>&1 ;;
+  chunks)
+    python3 bench/start_times.py "$@" --runners cuda,vulkan --variant now= \
+      --variant chunks8=TFLITE_TAICHI_CHUNK_STEPS=8 --steps 100 --json "$OUT/chunks_$(date +%s).json" 2>&1 ;;
+  zoo)
+    mkdir -p /tmp/zoo
+    for name in "$@"; do python3 -c "
+import sys; from tflite_taichi import zoo
+open('/tmp/zoo/$name.tflite', 'wb').write(zoo.build('$name'))" || exit 1; done
+    python3 bench/start_times.py $(for n in "$@"; do echo /tmp/zoo/$n.tflite; done) \
+      --runners cuda,vulkan,litert_cpu,litert_gpu --variant "$before" --variant now= --steps 30 \
+      --json "$OUT/zoo_$(date +%s).json" 2>&1 ;;
+esac

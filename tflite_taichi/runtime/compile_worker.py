@@ -1,0 +1,61 @@
+"""A compile worker process (compile_workers.py says what it gets and prints).
+
+    python -m tflite_taichi.runtime.compile_worker PARENT_PID IDLE_SECONDS < pickled Jobs
+"""
+import os
+import pickle
+import select
+import signal
+import sys
+
+
+def _die_with_parent(parent: int) -> None:
+    """A worker must not outlive the process that gives it jobs (Linux: SIGKILL when it dies)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass                                            # not Linux
+    if os.getppid() != parent:                          # it died before the prctl
+        os._exit(1)
+
+
+def _take_switches(switches: dict) -> None:
+    """The caller's TFLITE_TAICHI_* variables, exactly (set, changed or removed)."""
+    for name in [n for n in os.environ if n.startswith("TFLITE_TAICHI_")]:
+        if name not in switches:
+            del os.environ[name]
+    os.environ.update(switches)
+
+
+def main(argv) -> int:
+    _die_with_parent(int(argv[1]))
+    idle_s = float(argv[2])
+    started = None
+    stdin = sys.stdin.buffer
+    while True:
+        if not select.select([stdin], [], [], idle_s)[0]:
+            return 0                                    # idle: the caller starts another later
+        try:
+            job = pickle.load(stdin)
+        except EOFError:
+            return 0
+        _take_switches(job.switches)
+        if started is None:
+            from tflite_taichi import backend as ti_backend
+            from tflite_taichi.ops import kit
+            kit.claim_backend(job.backend)          # the ops specialise on it (kit.current_arch)
+            ti_backend.ensure_python_taichi(job.backend, cache_root=job.cache_root)
+            started = job.backend
+        elif job.backend != started:
+            raise RuntimeError(f"this worker compiles for {started}, not {job.backend}")
+        from tflite_taichi.runtime.compile_workers import save_module
+        for index, folder, kernels in job.modules:
+            rel = save_module(job.codes, kernels, folder, job.caps, job.llvm,
+                              lambda name: print(f"kernel {name}", flush=True))
+            print(f"module {index} {rel}", flush=True)
+        print("done", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
