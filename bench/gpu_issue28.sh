@@ -4,6 +4,8 @@
 #   bash bench/gpu_issue28.sh starts MODELS...   # start_times.py: cuda, vulkan, opengl (before: Taichi's
 #                                                # frontend unpatched, compiled in the process; now),
 #                                                # LiteRT CPU and GPU, cold and warm, fresh processes
+#   bash bench/gpu_issue28.sh answer MODELS...   # Interpreter(answer_while_compiling=True): first result
+#                                                # and first delegated step, cuda, vulkan, opengl
 #   bash bench/gpu_issue28.sh chunks MODELS...   # now, with 8 steps per kernel (more modules to compile
 #                                                # in parallel) against 32: start and step, cuda + vulkan
 #   bash bench/gpu_issue28.sh zoo NAMES...       # the zoo's models (built there), like starts
@@ -17,6 +19,9 @@ case "$what" in
   starts)
     python3 bench/start_times.py "$@" --runners cuda,vulkan,opengl,litert_cpu,litert_gpu \
       --variant "$before" --variant now= --steps 30 --json "$OUT/starts_$(date +%s).json" 2>&1 ;;
+  answer)
+    python3 bench/start_times.py "$@" --runners cuda+answer,vulkan+answer,opengl+answer --variant now= \
+      --steps 30 --json "$OUT/answer_$(date +%s).json" 2>&1 ;;
   chunks)
     python3 bench/start_times.py "$@" --runners cuda,vulkan --variant now= \
       --variant chunks8=TFLITE_TAICHI_CHUNK_STEPS=8 --steps 100 --json "$OUT/chunks_$(date +%s).json" 2>&1 ;;

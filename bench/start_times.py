@@ -12,7 +12,9 @@ output), with the first step as fast as the median's 1.25x ("full speed at").
     python bench/start_times.py MODELS... [--runners cpu,vulkan,litert_cpu,litert_gpu]
         [--variant NAME=VAR=VALUE,VAR=VALUE ...] [--steps 30] [--json OUT.json]
 
-Runners: ours by backend (cuda, vulkan, opengl, gles, cpu, auto, reference), litert_cpu
+Runners: ours by backend (cuda, vulkan, opengl, gles, cpu, auto, reference; BACKEND+answer:
+Interpreter(answer_while_compiling=True), timed to its first result and to the first step the
+delegate answered, "delegate at"), litert_cpu
 (XNNPACK, all cores), litert_gpu (LiteRT's GPU path, ML Drift; it has no cache of any kind).
 A variant is a set of environment variables for our runners, e.g. the state before issue 28:
 `--variant before=TFLITE_TAICHI_FRONTEND_PATCH=0,TFLITE_TAICHI_COMPILE_WORKERS=0`; the default
@@ -71,7 +73,8 @@ elif runner == "litert_gpu":
 else:
     from tflite_taichi import Interpreter
     t1 = time.perf_counter()
-    it = Interpreter(model_path=model, backend=runner)
+    backend, _, answer = runner.partition("+")      # "vulkan+answer": answer_while_compiling
+    it = Interpreter(model_path=model, backend=backend, answer_while_compiling=answer == "answer")
     t2 = time.perf_counter()
     it.allocate_tensors()
 t3 = time.perf_counter()
@@ -94,6 +97,10 @@ else:
 step()
 first_wall = time.time()
 t4 = time.perf_counter()
+if runner.endswith("+answer"):     # steps on the reference path until the delegate answers
+    while it.summary()["runtime"]["answered_by"] != "delegate" and time.perf_counter() - t4 < 300:
+        step()
+    res["delegate_after_first_s"] = time.perf_counter() - t4
 times, stamps = [], []
 for _ in range(steps):
     a = time.perf_counter(); step(); b = time.perf_counter()
@@ -128,6 +135,8 @@ def one_process(runner: str, model: str, steps: int, env: dict, timeout: float) 
         return {"error": " | ".join(tail)[:300] or f"exit code {proc.returncode}"}
     res = json.loads(lines[-1][len("RESULT "):])
     res["first_result_s"] = res.pop("first_wall") - spawned
+    if res.get("delegate_after_first_s") is not None:
+        res["delegate_at_s"] = res["first_result_s"] + res["delegate_after_first_s"]
     if res.get("full_speed_s") is not None:      # from the spawn too (the child's is from t0)
         res["full_speed_s"] += res["first_result_s"] - res.pop("t0_to_first_s")
     return res
@@ -154,7 +163,8 @@ def main(argv=None) -> int:
     variants = parse_variants(a.variant)
     rows = []
     print(f"{'model':32} {'runner':12} {'variant':8} {'pass':5} {'first result':>12} {'import':>7} "
-          f"{'constr':>7} {'alloc':>7} {'1st step':>8} {'full speed':>10} {'step ms':>8}  compiled in",
+          f"{'constr':>7} {'alloc':>7} {'1st step':>8} {'delegate at':>11} {'full speed':>10} {'step ms':>8}"
+          "  compiled in",
           flush=True)
     for model in a.models:
         for runner in a.runners.split(","):
@@ -185,7 +195,7 @@ def _line(r: dict) -> str:
         return f"{r[key]:.3f}" if isinstance(r.get(key), (int, float)) else "-"
     step = f"{r['step_ms']:.3f}" if r.get("step_ms") else "-"
     return (f"{head} {s('first_result_s'):>12} {s('import_s'):>7} {s('construct_s'):>7} {s('allocate_s'):>7} "
-            f"{s('first_step_s'):>8} {s('full_speed_s'):>10} {step:>8}  {r.get('compiled_in') or ''}")
+            f"{s('first_step_s'):>8} {s('delegate_at_s'):>11} {s('full_speed_s'):>10} {step:>8}  {r.get('compiled_in') or ''}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cases.state import check_nabu_steps, litert_nabu_tensors, nabu_sequence
+
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import RESOURCE, ModelBuilder
 from tflite_taichi.errors import ModelError
@@ -217,46 +219,11 @@ def test_state_models_on_the_delegate_match_the_reference(taichi_workers, case):
 
 
 # -- okay_nabu: a streaming int8 wake-word model with 6 variables ----------------------------
-def _nabu_sequence(steps=10, seed=0):
-    rng = np.random.default_rng(seed)
-    return [[rng.integers(-128, 128, (1, 3, 40)).astype(np.int8)] for _ in range(steps)]
-
-
-def _litert_nabu_tensors(path, sequence):
-    """Every int8 tensor an op writes, at every step, from LiteRT (experimental_preserve_all_tensors
-    keeps intermediates readable)."""
-    int8 = [t for op in Interpreter(model_path=path, backend="reference").model.main.operators
-            for t in op.outputs]
-    with pytest.warns(UserWarning, match="preserve_all_tensors"):
-        lite = litert.Interpreter(model_path=path, experimental_preserve_all_tensors=True)
-    lite.allocate_tensors()
-    int8 = [t for t in int8 if lite.get_tensor_details()[t]["dtype"] == np.int8]
-    steps = []
-    for inputs in sequence:
-        lite.set_tensor(lite.get_input_details()[0]["index"], inputs[0])
-        lite.invoke()
-        steps.append({t: lite.get_tensor(t) for t in int8})
-    return steps
-
-
-def _check_nabu_steps(ours_by_step, litert_by_step, what):
-    """The output alone is 0 on any noise input (no wake word), so every int8 tensor is held
-    to 3 units at every step: the FC logits, the state windows, the convolutions."""
-    compared = 0
-    for step, (ours, theirs) in enumerate(zip(ours_by_step, litert_by_step)):
-        for t, e in theirs.items():
-            if t in ours:
-                diff = np.abs(ours[t].astype(int) - e.astype(int))
-                assert diff.max() <= 3, f"{what} step {step}: tensor {t} differs by {diff.max()} units"
-                compared += 1
-    assert compared >= 10 * 40, compared
-
-
 @pytest.mark.models
 def test_okay_nabu_reference_ten_steps_every_int8_tensor_within_3_units(shared_models):
     path = os.path.join(shared_models, "okay_nabu.tflite")
-    sequence = _nabu_sequence()
-    expected = _litert_nabu_tensors(path, sequence)
+    sequence = nabu_sequence()
+    expected = litert_nabu_tensors(path, sequence)
     it = Interpreter(model_path=path, backend="reference")
     it.allocate_tensors()
     ours = []
@@ -264,18 +231,18 @@ def test_okay_nabu_reference_ten_steps_every_int8_tensor_within_3_units(shared_m
         it.set_tensor(it.get_input_details()[0]["index"], inputs[0])
         it.invoke()
         ours.append({t: it.get_tensor(t) for t in expected[0]})
-    _check_nabu_steps(ours, expected, "reference")
+    check_nabu_steps(ours, expected, "reference")
 
 
 @pytest.mark.models
 def test_okay_nabu_delegated_ten_steps_every_int8_tensor_within_3_units(shared_models, taichi_workers):
     """The integer ops in one partition, the 25 state ops (and subgraph 1's) on the CPU."""
     path = os.path.join(shared_models, "okay_nabu.tflite")
-    sequence = _nabu_sequence()
-    expected = _litert_nabu_tensors(path, sequence)
+    sequence = nabu_sequence()
+    expected = litert_nabu_tensors(path, sequence)
     model = open(path, "rb").read()
     for w in taichi_workers:
         outputs, summary = _delegate_sequence(w, model, sequence, experimental_preserve_all_tensors=True)
         assert len(summary["partitions"]) == 1 and summary["ops_delegated"] == 42, summary["partitions"]
         assert {f["op"] for f in summary["fallback"]} == {"CALL_ONCE", "READ_VARIABLE", "ASSIGN_VARIABLE"}
-        _check_nabu_steps(summary["tensors"], expected, w.backend)
+        check_nabu_steps(summary["tensors"], expected, w.backend)

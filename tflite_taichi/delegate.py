@@ -24,6 +24,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 import time
 import warnings
 import weakref
@@ -153,7 +154,10 @@ class Program:
     """The delegated partitions of one prepared subgraph, on one device."""
 
     def __init__(self, graph: PreparedGraph, schedule: Schedule, backend: str, fp16: bool,
-                 model_cache=None, preserve_all: bool = False):
+                 model_cache=None, preserve_all: bool = False, background: bool = False):
+        """background: kernels that are not cached are compiled (and, except on OpenGL/GLES,
+        loaded) by a thread while the constructor returns at once; `adopt()` says when the
+        program can run (the executor answers on the reference path until then)."""
         self.graph, self.schedule, self.backend, self.fp16 = graph, schedule, backend, fp16
         self.layout = io_layout(schedule, graph, preserve_all)
         # what the host takes each tensor back as: its codes in the model's dtype, else its
@@ -178,17 +182,23 @@ class Program:
         self._closed = False
         self._modules = []                      # modules of this program alone (no cache)
         self._buffers = []
+        self._links = []                        # the host link, once the buffers exist
+        self._pending = None                    # the background build, until adopt() takes it
+        self.failed = None                      # the background build's exception, if it raised
         env = (lambda: _driver_env(model_cache)) if model_cache is not None else None
         self.device = device_mod.get(backend, env)
         self.device.affinity.check_thread("allocate_tensors()")
         self._link = None
         try:
-            self._build(model_cache)
+            if background and self.device.kind == "capi":
+                self._build_in_background(model_cache)
+            else:
+                self._build(model_cache)
         except BaseException:
-            _release(self.device, self._buffers, self._link, self._modules)
+            _release(self.device, self._buffers, self._links, self._modules)
             raise
         self._finalizer = weakref.finalize(self, _release, self.device, self._buffers,
-                                           self._link, self._modules)
+                                           self._links, self._modules)
 
     def _build(self, model_cache) -> None:
         if self.device.kind == "capi":
@@ -237,7 +247,19 @@ class Program:
         """The kernels through the C API: each module of module_groups() loaded from this
         process's earlier interpreters or from the cache, the others compiled (in worker
         processes, runtime/compile_workers.py), saved in the cache and loaded."""
-        store = model_cache.store if model_cache is not None else None
+        handles, missing, reason = self._find_modules(model_cache)
+        if missing:
+            handles.update(self._build_and_load(self._store(model_cache), missing))
+        return self._settle(model_cache, handles, bool(missing), reason)
+
+    @staticmethod
+    def _store(model_cache):
+        return model_cache.store if model_cache is not None else None
+
+    def _find_modules(self, model_cache) -> tuple:
+        """({kernel name: handle} of the modules found, [(key, group)] of those missing, why
+        they are missing)."""
+        store = self._store(model_cache)
         groups = self.module_groups()
         keys, reason = [None] * len(groups), "the cache is off (cache_dir=False)"
         if store is not None:
@@ -254,14 +276,120 @@ class Program:
                 reason = problem or reason
             else:
                 handles.update(found)
-        if missing:
-            handles.update(self._build_and_load(store, missing))
-            self.cache_state = ("cold", reason)
-        else:
-            self.cache_state = ("warm", None)
+        return handles, missing, reason
+
+    def _settle(self, model_cache, handles: dict, built: bool, reason) -> list:
+        """The cache's record of this program (warm, or cold and why) and its kernels in
+        launch order."""
+        self.cache_state = ("cold", reason) if built else ("warm", None)
         if model_cache is not None:
             model_cache.note(self.graph.subgraph.index, *self.cache_state)
         return [[handles[name] for name in names] for names in self.kernel_names()]
+
+    # -- building in the background (Interpreter(answer_while_compiling=True)) -----------------
+    def _build_in_background(self, model_cache) -> None:
+        """The cached modules loaded now; the missing ones compiled by a thread (worker
+        processes do the compiling), which also loads them and allocates the buffers, except on
+        OpenGL/GLES, whose context lives in this thread: there adopt() loads them."""
+        if self.device.llvm:
+            # cuda/cpu: loading a module compiles its kernels' machine code (seconds each, warm
+            # or cold), so the thread does all of it, cache lookups included
+            pending = _Pending({}, [], None, model_cache, None)
+            target = self._background_whole
+        else:
+            handles, missing, reason = self._find_modules(model_cache)
+            if not missing:
+                self._kernels = self._settle(model_cache, handles, False, reason)
+                self._allocate()
+                return
+            pending = _Pending(handles, missing, reason, model_cache,
+                               _kernel_compiled_reporter(sum(len(g) for _, g in missing)))
+            target = self._background_build
+        self._pending = pending
+        context = contextvars.copy_context()        # compile_progress's callback, if any
+        pending.thread = threading.Thread(target=context.run, args=(target, pending),
+                                          name="tflite_taichi-compile", daemon=True)
+        pending.thread.start()
+
+    def _background_whole(self, pending: "_Pending") -> None:
+        start = time.perf_counter()
+        try:
+            if not self._closed:
+                self._kernels = self._capi_kernels(pending.model_cache)
+                self._allocate()
+                pending.finished = True
+                if self._closed:        # closed meanwhile: what was made goes too
+                    _release(self.device, self._buffers, self._links, self._modules)
+        except BaseException as e:      # kept for adopt() and wait_for_kernels()
+            pending.error = e
+        finally:
+            pending.seconds = time.perf_counter() - start
+            pending.done.set()
+
+    def _background_build(self, pending: "_Pending") -> None:
+        start = time.perf_counter()
+        try:
+            store = self._store(pending.model_cache)
+            pending.saved = self._compile(store, pending.missing, pending.folders,
+                                          lambda _name: pending.compiled())
+            if self.device.affinity.owner is None and not self._closed:   # not GL: load here
+                self._finish(pending)
+                if self._closed:        # closed meanwhile: what _finish made goes too
+                    _release(self.device, self._buffers, self._links, self._modules)
+        except BaseException as e:      # kept for adopt() and wait_for_kernels()
+            pending.error = e
+        finally:
+            pending.seconds = time.perf_counter() - start
+            pending.done.set()
+
+    def _finish(self, pending: "_Pending") -> None:
+        """Load what the background compile saved, settle the cache's record, allocate."""
+        try:
+            store = self._store(pending.model_cache)
+            pending.handles.update(self._load_compiled(store, pending.missing, pending.saved,
+                                                       pending.folders))
+        finally:
+            pending.folders.close()
+        self._kernels = self._settle(pending.model_cache, pending.handles, True, pending.reason)
+        self._allocate()
+        pending.finished = True
+
+    @property
+    def ready(self) -> bool:
+        """Whether invoke() runs this program (its kernels loaded, its buffers allocated)."""
+        return self._pending is None and self.failed is None
+
+    @property
+    def compiling(self) -> bool:
+        return self._pending is not None
+
+    def adopt(self, timeout: Optional[float] = 0.0) -> bool:
+        """True when the program can run; else False (still compiling after `timeout` seconds,
+        None: as long as it takes, or its background build failed: `failed` holds why, warned
+        once). On OpenGL/GLES the modules compiled in the background are loaded here, in the
+        context's thread."""
+        pending = self._pending
+        if pending is None:
+            return self.failed is None
+        if not pending.done.wait(timeout):
+            return False
+        self._pending = None
+        if self.cache_state is not None and self.cache_state[0] == "cold":
+            self.build_s = self.build_s or pending.seconds      # a warm load builds nothing
+        if pending.error is None and not pending.finished:
+            try:
+                self._finish(pending)
+            except BaseException as e:
+                pending.error = e
+        else:
+            pending.folders.close()
+        if pending.error is not None:
+            self.failed = pending.error
+            warnings.warn(f"tflite_taichi: compiling this model's kernels failed "
+                          f"({type(pending.error).__name__}: {pending.error}); its invokes run on "
+                          "the reference path (numpy)", RuntimeWarning, stacklevel=4)
+            return False
+        return True
 
     def _loaded(self, store, key, names) -> tuple:
         """({kernel name: handle}, None) for the module KEY, from this process's earlier
@@ -298,43 +426,54 @@ class Program:
         return kernels, None
 
     def _build_and_load(self, store, missing: list) -> dict:
-        """Compile the modules `missing` ((key, group)) with Taichi's Python frontend, in worker
-        processes where they can take them, save them as AOT modules (in the cache, or in
-        temporary folders when it is off) and load them through the C API. A module is loaded
-        from the folder it was built in, before it is committed to the cache: what this process
-        runs is what was written, whatever happens to modules/KEY later. {name: kernel}."""
+        """Compile the modules `missing` ((key, group)), save them as AOT modules (in the cache,
+        or in temporary folders when it is off) and load them through the C API. {name: kernel}."""
+        start = time.perf_counter()
+        compiled = _kernel_compiled_reporter(sum(len(group) for _, group in missing))
+        with contextlib.ExitStack() as folders:
+            saved = self._compile(store, missing, folders, lambda _name: compiled())
+            handles = self._load_compiled(store, missing, saved, folders)
+        self.build_s = time.perf_counter() - start
+        return handles
+
+    def _compile(self, store, missing: list, folders: contextlib.ExitStack, compiled) -> list:
+        """Compile the modules `missing` with Taichi's Python frontend, in worker processes where
+        they can take them (no C API call: any thread may run this), each into a folder of its
+        own that `folders` removes; [(folder, the module's file or folder in it)]."""
         from tflite_taichi import backend as ti_backend
         from tflite_taichi.runtime import compile_workers
         d = self.device
-        start = time.perf_counter()
         caps = [] if d.llvm else d.capabilities()
         off = set(filter(None, os.environ.get("TFLITE_TAICHI_SPIRV_CAPS_OFF", "").split(",")))
         caps = [c for c in caps if c.split("=", 1)[0] not in off]   # an A/B switch (README)
-        compiled = _kernel_compiled_reporter(sum(len(group) for _, group in missing))
+        made = [folders.enter_context(store.building() if store is not None else _temporary_folder())
+                for _ in missing]
+        modules = [(g, folder, group) for g, (folder, (_, group)) in enumerate(zip(made, missing))]
+        saved, self.compiled_in = compile_workers.build_modules(
+            self.codes, modules, self.backend, caps, d.llvm, ti_backend.cache_root(), compiled)
+        return [(made[g], saved[g]) for g in range(len(missing))]
+
+    def _load_compiled(self, store, missing: list, saved: list, folders) -> dict:
+        """Load each module just compiled from the folder it was built in, before it is
+        committed to the cache: what this process runs is what was written, whatever happens to
+        modules/KEY later. {name: kernel}."""
+        d = self.device
         handles = {}
-        with contextlib.ExitStack() as stack:
-            folders = [stack.enter_context(store.building() if store is not None
-                                           else _temporary_folder()) for _ in missing]
-            modules = [(g, folder, group) for g, (folder, (_, group)) in enumerate(zip(folders, missing))]
-            saved, self.compiled_in = compile_workers.build_modules(
-                self.codes, modules, self.backend, caps, d.llvm, ti_backend.cache_root(),
-                lambda _name: compiled())
-            for g, (key, group) in enumerate(missing):
-                path = os.path.join(folders[g], saved[g])
-                tasks = codegen.module_tasks(path, d.llvm)
-                names = [name for name, _, _ in group]
-                module = d.shared_module(key, path) if key is not None else d.load_module(path)
-                handles.update({name: d.kernel(module, name) for name in names})
-                if key is None:
-                    self._modules.append(module)    # this program's alone: destroyed with it
-                else:
-                    store.commit(key, folders[g], saved[g], d.arch, {
-                        "subgraph": self.graph.subgraph.index, "backend": self.backend,
-                        "precision": "fp16" if self.fp16 else "fp32", "kernels": names,
-                        "tasks": tasks})
-                    d.module_info[key] = tasks
-                self._module_tasks.update(tasks)
-        self.build_s = time.perf_counter() - start
+        for (key, group), (folder, rel) in zip(missing, saved):
+            path = os.path.join(folder, rel)
+            tasks = codegen.module_tasks(path, d.llvm)
+            names = [name for name, _, _ in group]
+            module = d.shared_module(key, path) if key is not None else d.load_module(path)
+            handles.update({name: d.kernel(module, name) for name in names})
+            if key is None:
+                self._modules.append(module)    # this program's alone: destroyed with it
+            else:
+                store.commit(key, folder, rel, d.arch, {
+                    "subgraph": self.graph.subgraph.index, "backend": self.backend,
+                    "precision": "fp16" if self.fp16 else "fp32", "kernels": names,
+                    "tasks": tasks})
+                d.module_info[key] = tasks
+            self._module_tasks.update(tasks)
         return handles
 
     @property
@@ -361,6 +500,7 @@ class Program:
         self.scratch = self._buffer(d.allocate(scratch, "f32"))
         self.io = self._buffer(d.allocate(self.layout.size, "f32"))
         self._link = d.link(self.io)
+        self._links.append(self._link)
         self.weights, self._launches = [], []
         for code, kernels in zip(self.codes, self._kernels):
             w = self._buffer(d.allocate(max(code.plan.weights.size, 1), storage))
@@ -399,7 +539,7 @@ class Program:
         partition wrote since the last wait, and one at the end if anything ran since."""
         host_read, pending, launched, waits = set(self.layout.host_read), set(), False, 0
         for item in self.schedule.items:
-            if id(item) in self._launch_of:
+            if id(item) in self._code_of:          # a partition (known before its launches exist)
                 launched = True
                 pending.update(t for t in item.outputs if t in host_read)
             elif pending & set(item.op.inputs):
@@ -483,9 +623,14 @@ class Program:
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
-        """Free the device buffers and the module now (also done when the program is collected)."""
+        """Free the device buffers and the module now (also done when the program is collected).
+        A background build still running finishes its compile (the cache keeps it) and loads
+        nothing more."""
         if not self._closed:
             self._closed = True
+            pending = self._pending
+            if pending is not None and pending.done.is_set() and not pending.finished:
+                pending.folders.close()
             self._finalizer()
 
 
@@ -501,24 +646,40 @@ def _index_checks(schedule: Schedule) -> dict:
     return checks
 
 
-def _release(device, buffers, link, modules) -> None:
+def _release(device, buffers, links, modules) -> None:
     """Frees a program's device memory and module (weakref.finalize: also at collection, in any
     thread, so under TAICHI_LOCK; a GL device's frees wait for its own thread)."""
     if not device.affinity.on_owner_thread():
-        device.affinity.defer(lambda: _release(device, buffers, link, modules))
+        device.affinity.defer(lambda: _release(device, buffers, links, modules))
         return
     try:
         with TAICHI_LOCK:
             if device.kind == "capi":
                 device.drain()          # Taichi's own wait: it lets go of the buffers' commands
-            if link is not None:
-                link.close()
-            for b in buffers:
-                device.free(b)
-            for module in modules:
-                device.destroy_module(module)
+            while links:                # emptied as released: a second call frees nothing twice
+                links.pop().close()
+            while buffers:
+                device.free(buffers.pop())
+            while modules:
+                device.destroy_module(modules.pop())
     except Exception:       # at interpreter shutdown the runtime may be gone
         pass
+
+
+class _Pending:
+    """A program's build in the background: what was found, what its thread compiles, and how
+    it ended."""
+
+    def __init__(self, handles: dict, missing: list, reason, model_cache, compiled):
+        self.handles, self.missing, self.reason = handles, missing, reason
+        self.model_cache, self.compiled = model_cache, compiled
+        self.folders = contextlib.ExitStack()   # the build folders, until loaded or given up
+        self.saved = None                       # [(folder, module file or folder)]
+        self.error = None                       # what the build raised
+        self.finished = False                   # loaded and allocated
+        self.seconds = 0.0
+        self.done = threading.Event()
+        self.thread = None
 
 
 def _group_key(base: str, group: int, groups: int) -> str:

@@ -176,6 +176,8 @@ class SubgraphState:
         self._good = None               # the _KEPT fields after the last successful allocate
         self.failed = None              # why the last invoke() failed ("Type: message"), or None
         self.closed = False             # close() freed the device memory
+        self._answering = None          # the program that ran the last invoke (None: reference)
+        self.answered_by = None         # 'delegate' or 'reference': which path ran the last invoke
 
     # what allocate() puts back when a resize does not fit (the last invoke's values, which a
     # failed _allocate never reaches, stay as they are)
@@ -240,7 +242,8 @@ class SubgraphState:
                                            cost_backend=self.options.get("cost_backend"))
             if self.schedule.partitions:
                 self.program = Program(self.prepared, self.schedule, self.options["backend"], fp16,
-                                       self.options["cache"], self.options["preserve_all"])
+                                       self.options["cache"], self.options["preserve_all"],
+                                       background=self.options.get("background", False))
         old = self.io
         self.io = {}
         for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):
@@ -253,18 +256,19 @@ class SubgraphState:
         self.reset_variables()          # as LiteRT's AllocateTensors
         self.values = {}
         self.invoked = False
+        self._answering, self.answered_by = None, None
         self.timings = {}
 
     def reset_variables(self):
         """Variable tensors (an LSTM's state) back to their values in the model (or zeros)."""
         self.variables = {t: np.array(v) for t, v in (self.prepared.variables or {}).items()}
 
-    def _run_schedule(self, feeds: dict) -> dict:
+    def _run_schedule(self, feeds: dict, program) -> dict:
         values = {**self.prepared.constants, **feeds}
         timings = self.timings if self.options["profile"] else None
-        if self.program is not None:        # outputs straight into the io arrays, where they fit
+        if program is not None:             # outputs straight into the io arrays, where they fit
             into = {t: self.io[t] for t in self.subgraph.outputs}
-            return self.program.run(values, self._run_cpu_step, timings, into)
+            return program.run(values, self._run_cpu_step, timings, into)
         for position, item in enumerate(self.schedule.items):
             start = time.perf_counter() if timings is not None else 0.0
             self._run_cpu_step(item, values)
@@ -311,10 +315,18 @@ class SubgraphState:
             self.failed = f"{type(e).__name__}: {e}"
             raise
 
+    def answering_program(self):
+        """The program that runs the next invoke: None when there is none, or while its kernels
+        compile in the background (Interpreter(answer_while_compiling=True)): the reference
+        path answers then, with the same state (variables live on the host between invokes)."""
+        program = self.program
+        return program if program is not None and program.adopt() else None
+
     def _invoke(self):
         feeds = {}
+        program = self._answering = self.answering_program()
         # inputs the delegate takes as integer codes go as they are (its kernels dequantize them)
-        codes = self.program.layout.codes if self.program is not None else ()
+        codes = program.layout.codes if program is not None else ()
         for t in self.subgraph.inputs:
             tensor = self.subgraph.tensors[t]
             data = self.io[t]
@@ -324,10 +336,11 @@ class SubgraphState:
         feeds.update(self.variables)    # the state the last invoke left (steps overwrite it)
         self.values = {}
         self.invoked = False
-        if self.schedule is None:
+        if self.schedule is None or (self.program is not None and program is None):
             values = graph_mod.run_reference(self.prepared, feeds, self.runtime, self.variables)
         else:
-            values = self._run_schedule(feeds)
+            values = self._run_schedule(feeds, program)
+        self.answered_by = "delegate" if program is not None else "reference"
         for t in self.subgraph.outputs:
             value = self._to_model_dtype(t, values[t])
             if value is self.io[t]:     # the delegate took it there (Program.run's `into`)
@@ -341,7 +354,8 @@ class SubgraphState:
 
     def _to_model_dtype(self, t, value):
         tensor = self.subgraph.tensors[t]
-        if self.program is not None and t in self.program.layout.codes:
+        program = self._answering
+        if program is not None and t in program.layout.codes:
             return value                # the device quantized it (delegate.IoLayout.codes)
         if is_float_view(tensor.dtype, tensor.quantization):
             return quantize(value, tensor.quantization, tensor.dtype)

@@ -10,6 +10,7 @@ import functools
 import sys
 import threading
 import time
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -136,7 +137,7 @@ class Interpreter:
                  experimental_delegates=None, experimental_op_resolver_type=None,
                  experimental_preserve_all_tensors: bool = False,
                  cache_dir=None, model_token: Optional[str] = None,
-                 max_tensor_bytes: Optional[int] = None):
+                 max_tensor_bytes: Optional[int] = None, answer_while_compiling: bool = False):
         """backend: 'auto' (the best hardware GPU backend, else Taichi's CPU), 'reference'
         (numpy), or a Taichi arch: 'cuda', 'vulkan', 'metal', 'opengl', 'gles', 'cpu'.
         precision: 'fp32', or 'fp16' (f16 storage on cuda, vulkan, cpu).
@@ -152,7 +153,12 @@ class Interpreter:
         max_tensor_bytes: the most bytes one tensor may take (default: 4x the model file's
         size + 256 MiB; all of the model's tensors together, every subgraph's: 16x that); a
         larger one is refused with errors.TensorTooLargeError naming it, before anything is
-        allocated."""
+        allocated.
+        answer_while_compiling: when the kernels are not cached, allocate_tensors() returns
+        without waiting for them: they compile in worker processes while invoke() answers on
+        the reference path (numpy, the same results within the stated tolerances, the same
+        state), and the first invoke after they are loaded runs them.
+        summary()["runtime"]["kernels"] says where they stand, wait_for_kernels() waits."""
         if (model_path is None) == (model_content is None):
             raise InputError("pass exactly one of model_path or model_content")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
@@ -175,7 +181,8 @@ class Interpreter:
         self._options = {"backend": self._backend, "precision": precision,
                          "max_partitions": max_delegated_partitions, "profile": bool(profile),
                          "preserve_all": bool(experimental_preserve_all_tensors),
-                         "reference_ops": frozenset()}
+                         "reference_ops": frozenset(),
+                         "background": bool(answer_while_compiling)}
         if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
             from tflite_taichi.backend import cpu_reference_ops
             self._options["reference_ops"] = cpu_reference_ops()
@@ -246,6 +253,27 @@ class Interpreter:
             self._cache.events.clear()      # warm or cold: this allocate's programs
         for state in self._states.values():
             state.allocate()
+
+    @_serialised
+    def wait_for_kernels(self, timeout: Optional[float] = None) -> bool:
+        """Wait until every program's kernels are loaded (answer_while_compiling=True: they
+        compile in the background): True when the next invoke() runs on the delegate, False
+        when `timeout` seconds passed first. If compiling them failed, raises what it raised
+        (invoke() keeps answering on the reference path, with a RuntimeWarning)."""
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        for state in list(self._states.values()):
+            program = state.program
+            if program is None:
+                continue
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)     # raised instead, below
+                ready = program.adopt(left)
+            if program.failed is not None:
+                raise program.failed
+            if not ready:
+                return False
+        return True
 
     @_serialised
     def get_input_details(self):
@@ -467,6 +495,10 @@ class Interpreter:
                 "tensors_as_codes": sorted(state.subgraph.tensors[t].name for t in layout.codes),
                 "build_s": round(program.build_s, 3),
                 "compiled_in": program.compiled_in,
+                "kernels": ("compiling" if program.compiling else
+                            f"failed ({type(program.failed).__name__}: {program.failed})"
+                            if program.failed is not None else "ready"),
+                "answered_by": state.answered_by,      # the last invoke's path
                 **_vulkan_info(program.device)}
 
     @_serialised

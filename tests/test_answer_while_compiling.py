@@ -1,0 +1,186 @@
+"""Interpreter(answer_while_compiling=True): while a cold program's kernels compile (in worker
+processes), invoke() answers on the reference path with the same state; the first invoke after
+they are loaded runs them; a compile that fails warns and keeps the reference path, and
+wait_for_kernels() raises it. Each case is a fresh process (one Taichi arch per process); the
+compile is held behind a gate the script opens, so which path answers each step is certain."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cases.state import check_nabu_steps, litert_nabu_tensors, nabu_sequence
+
+from tflite_taichi import Interpreter
+from tflite_taichi.demo import build_demo_model
+
+TAICHI_BACKENDS = [b for b in os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl").split(",") if b]
+
+RUN = r'''
+import json, sys, threading, warnings
+import numpy as np
+args = json.loads(sys.argv[1])
+from tflite_taichi import Interpreter
+from tflite_taichi.runtime import compile_workers
+gate = threading.Event()
+build = compile_workers.build_modules
+def gated(*a, **k):
+    gate.wait()
+    if args.get("fail"):
+        raise RuntimeError("the compile broke on purpose")
+    return build(*a, **k)
+compile_workers.build_modules = gated
+if args.get("gate_loads"):           # cached modules' loads wait at the gate too (LLVM archs only:
+    from tflite_taichi import delegate   # elsewhere allocate_tensors() itself loads them)
+    loaded = delegate.Program._loaded
+    def gated_load(*a, **k):
+        gate.wait()
+        return loaded(*a, **k)
+    delegate.Program._loaded = gated_load
+steps = np.load(args["inputs"])
+record = {"paths": [], "tensors": []}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    it = Interpreter(model_path=args["model"], backend=args["backend"], cache_dir=args["cache_dir"],
+                     answer_while_compiling=True,
+                     experimental_preserve_all_tensors=args.get("preserve", False))
+    it.allocate_tensors()
+    record["after_allocate"] = it.summary()["runtime"]["kernels"]
+    if args.get("close"):            # closed while its kernels compile
+        thread = it._main.program._pending.thread
+        it.close()
+        gate.set()
+        thread.join(300)
+        print("RESULT " + json.dumps({"closed": True, "thread_ended": not thread.is_alive()}),
+              flush=True)
+        sys.exit(0)
+    for step, x in enumerate(steps):
+        if step == args["open_at"]:
+            gate.set()
+            if args.get("join"):     # nobody waits: the compile's thread is let end
+                it._main.program._pending.thread.join(300)
+            else:
+                record["waited"] = it.wait_for_kernels(timeout=300)
+        it.set_tensor(it.get_input_details()[0]["index"], x)
+        it.invoke()
+        record["paths"].append(it.summary()["runtime"]["answered_by"])
+        record["tensors"].append({str(t): it.get_tensor(t).tolist() for t in args["tensors"]})
+    record["kernels"] = it.summary()["runtime"]["kernels"]
+    try:
+        record["waited_at_end"] = it.wait_for_kernels(timeout=300)
+    except Exception as e:
+        record["wait_error"] = f"{type(e).__name__}: {e}"
+record["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+print("RESULT " + json.dumps(record), flush=True)
+'''
+
+
+def run(tmp_path, model, backend, steps, tensors, open_at, **options):
+    np.save(tmp_path / "steps.npy", np.stack(steps))
+    args = {"model": str(model), "backend": backend, "cache_dir": str(tmp_path / "cache"),
+            "inputs": str(tmp_path / "steps.npy"), "tensors": [int(t) for t in tensors],
+            "open_at": open_at, **options}
+    proc = subprocess.run([sys.executable, "-c", RUN, json.dumps(args)], capture_output=True,
+                          text=True, timeout=600,
+                          env={**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False"})
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture
+def demo(tmp_path):
+    path = tmp_path / "demo.tflite"
+    path.write_bytes(build_demo_model())
+    it = Interpreter(model_path=str(path), backend="reference")
+    it.allocate_tensors()
+    detail = it.get_input_details()[0]
+    rng = np.random.default_rng(11)
+    steps = [rng.uniform(-1, 1, detail["shape"]).astype(np.float32) for _ in range(3)]
+    expected = []
+    for x in steps:
+        it.set_tensor(detail["index"], x)
+        it.invoke()
+        expected.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    return path, steps, it.get_output_details()[0]["index"], expected
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("backend", TAICHI_BACKENDS)
+def test_the_first_invokes_answer_on_the_reference_path_and_the_state_carries_over(
+        shared_models, tmp_path, backend):
+    """okay_nabu streams its input through 6 variables: 4 steps answered on the reference path
+    while the kernels compile, then 6 on the delegate, which continue from the state the
+    reference path left; every int8 tensor at every step within 3 units of LiteRT's run of the
+    same 10 steps (the bound test_ops_state.py holds each path to alone)."""
+    path = os.path.join(shared_models, "okay_nabu.tflite")
+    sequence = nabu_sequence()
+    expected = litert_nabu_tensors(path, sequence)
+    record = run(tmp_path, path, backend, [s[0] for s in sequence], sorted(expected[0]), open_at=4,
+                 preserve=True)
+    assert record["after_allocate"] == "compiling"
+    assert record["paths"] == ["reference"] * 4 + ["delegate"] * 6
+    assert record["waited"] is True and record["kernels"] == "ready" and not record["warnings"]
+    ours = [{int(t): np.array(v, np.int8) for t, v in step.items()} for step in record["tensors"]]
+    check_nabu_steps(ours, expected, f"{backend}, reference then delegate")
+
+
+def test_a_failed_background_compile_warns_keeps_answering_and_wait_raises(demo, tmp_path):
+    path, steps, output, expected = demo
+    """The compile raises: the invoke after it ended warns (once) and every invoke answers on
+    the reference path; wait_for_kernels() raises the compile's exception."""
+    record = run(tmp_path, path, "cpu", steps, [output], open_at=1, fail=True, join=True)
+    assert record["paths"] == ["reference"] * 3
+    assert record["wait_error"] == "RuntimeError: the compile broke on purpose"
+    assert record["kernels"] == "failed (RuntimeError: the compile broke on purpose)"
+    failed = [w for w in record["warnings"] if "compiling this model's kernels failed" in w]
+    assert len(failed) == 1, record["warnings"]
+    for got, want in zip(record["tensors"], expected):
+        np.testing.assert_array_equal(np.array(got[str(output)], np.float32), want)
+
+
+def test_a_warm_cache_runs_the_delegate_from_the_first_invoke(demo, tmp_path):
+    """vulkan: cached modules load in milliseconds, in allocate_tensors()."""
+    path, steps, output, expected = demo
+    cold = run(tmp_path, path, "vulkan", steps, [output], open_at=0)
+    assert cold["after_allocate"] == "compiling" and cold["paths"] == ["delegate"] * 3
+    warm = run(tmp_path, path, "vulkan", steps, [output], open_at=99)
+    assert warm["after_allocate"] == "ready" and warm["paths"] == ["delegate"] * 3
+    for got, want in zip(warm["tensors"], expected):
+        np.testing.assert_allclose(np.array(got[str(output)], np.float32), want, rtol=1e-5, atol=1e-6)
+
+
+def test_llvm_archs_load_cached_modules_in_the_background_too(demo, tmp_path):
+    """cpu (and cuda): loading a cached module compiles its machine code, seconds per kernel,
+    so a warm start answers on the reference path while that runs too."""
+    path, steps, output, expected = demo
+    run(tmp_path, path, "cpu", steps, [output], open_at=0)
+    warm = run(tmp_path, path, "cpu", steps, [output], open_at=1, gate_loads=True)
+    assert warm["after_allocate"] == "compiling" and warm["paths"] == ["reference"] + ["delegate"] * 2
+    assert warm["waited"] is True and warm["kernels"] == "ready"
+    for got, want in zip(warm["tensors"][1:], expected[1:]):
+        np.testing.assert_allclose(np.array(got[str(output)], np.float32), want, rtol=1e-5, atol=1e-6)
+
+
+def test_closed_while_compiling_ends_cleanly(demo, tmp_path):
+    path, steps, output, _ = demo
+    record = run(tmp_path, path, "vulkan", steps, [output], open_at=0, close=True)
+    assert record == {"closed": True, "thread_ended": True}
+
+
+def test_without_the_option_allocate_waits_for_the_kernels(demo, tmp_path):
+    """The default: allocate_tensors() returns with the kernels loaded (summary: ready)."""
+    script = r'''
+import sys, json
+from tflite_taichi import Interpreter
+it = Interpreter(model_path=sys.argv[1], backend="cpu", cache_dir=sys.argv[2])
+it.allocate_tensors()
+print("RESULT", json.dumps(it.summary()["runtime"]["kernels"]))
+'''
+    path = demo[0]
+    proc = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == 'RESULT "ready"'
