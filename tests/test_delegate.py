@@ -284,6 +284,32 @@ def test_a_device_nobody_can_name_counts_as_software(monkeypatch):
     assert ok and software and "unknown" in detail
 
 
+def test_auto_probes_side_by_side_and_chooses_in_order(monkeypatch):
+    """choose_auto's probes are subprocesses: they run at the same time (three of 0.4 s take
+    about 0.4 s, not 1.2), and the first hardware GPU in AUTO_ORDER wins whichever ends first."""
+    import threading
+    import time
+    from tflite_taichi import backend
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def slow_probe(cmd, **kwargs):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.4 if cmd[-1] == "cuda" else 0.2)
+        with lock:
+            running[0] -= 1
+        device = {"cuda": "NVIDIA H200", "vulkan": "Found Vulkan Device 0 (NVIDIA H200)"}
+        return subprocess.CompletedProcess(cmd, 0, f"PROBE-OK {cmd[-1]} {device.get(cmd[-1], '')}\n"
+                                                   + (device[cmd[-1]] if cmd[-1] == "vulkan" else ""), "")
+    monkeypatch.setattr(backend.subprocess, "run", slow_probe)
+    monkeypatch.setattr(backend, "_probe_cache", {})
+    start = time.perf_counter()
+    assert backend.choose_auto() == "cuda"          # cuda ends last, and still comes first
+    assert time.perf_counter() - start < 0.75 and most[0] == 3
+
+
 AUTO_CPU_SCRIPT = """
 import json, warnings
 import numpy as np

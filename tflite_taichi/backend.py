@@ -109,11 +109,15 @@ def __getattr__(name: str):
 
 
 def choose_auto(cache_root: Optional[str] = None) -> str:
-    """The first hardware GPU backend that really works, else 'cpu' (Taichi's LLVM CPU)."""
-    for name in AUTO_ORDER:
-        if name == "metal" and sys.platform != "darwin":
-            continue
-        ok, software, _ = probe(name, cache_root=cache_root)
+    """The first hardware GPU backend that really works, else 'cpu' (Taichi's LLVM CPU). The
+    probes not yet recorded run side by side (each is a subprocess of 0.3-0.8 s: one after
+    another they were most of a cold `auto` start on a machine without a GPU)."""
+    from concurrent.futures import ThreadPoolExecutor
+    names = [n for n in AUTO_ORDER if n != "metal" or sys.platform == "darwin"]
+    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+        results = dict(zip(names, pool.map(lambda n: probe(n, cache_root=cache_root), names)))
+    for name in names:
+        ok, software, _ = results[name]
         if ok and not software:
             return name
     return "cpu"
