@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU machine's runs for issue 28 (start in a second): bench/results/issue28_starts_h200.md.
+# The GPU machine's runs for issue 28 (start in a second): bench/results/issue28_starts.md.
 # Carries .whl (device-prep --capi --litert), .gl and the models folder named below; writes under $OUT.
 #   bash bench/gpu_issue28.sh starts MODELS...   # start_times.py: cuda, vulkan, opengl (before: Taichi's
 #                                                # frontend unpatched, compiled in the process; now),
