@@ -32,12 +32,12 @@ def gated(*a, **k):
     return build(*a, **k)
 compile_workers.build_modules = gated
 if args.get("gate_loads"):           # cached modules' loads wait at the gate too (LLVM archs only:
-    from tflite_taichi import delegate   # elsewhere allocate_tensors() itself loads them)
-    loaded = delegate.Program._loaded
+    from tflite_taichi.runtime import kernels   # elsewhere allocate_tensors() itself loads them)
+    loaded = kernels.ProgramKernels._loaded
     def gated_load(*a, **k):
         gate.wait()
         return loaded(*a, **k)
-    delegate.Program._loaded = gated_load
+    kernels.ProgramKernels._loaded = gated_load
 steps = np.load(args["inputs"])
 record = {"paths": [], "tensors": []}
 with warnings.catch_warnings(record=True) as caught:
@@ -48,7 +48,7 @@ with warnings.catch_warnings(record=True) as caught:
     it.allocate_tensors()
     record["after_allocate"] = it.summary()["runtime"]["kernels"]
     if args.get("close"):            # closed while its kernels compile
-        thread = it._main.program._pending.thread
+        thread = it._main.program.kernels.thread
         it.close()
         gate.set()
         thread.join(300)
@@ -59,7 +59,7 @@ with warnings.catch_warnings(record=True) as caught:
         if step == args["open_at"]:
             gate.set()
             if args.get("join"):     # nobody waits: the compile's thread is let end
-                it._main.program._pending.thread.join(300)
+                it._main.program.kernels.thread.join(300)
             else:
                 record["waited"] = it.wait_for_kernels(timeout=300)
         it.set_tensor(it.get_input_details()[0]["index"], x)

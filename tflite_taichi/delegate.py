@@ -8,9 +8,10 @@ What `allocate_tensors()` builds for a Taichi backend, and what `invoke()` runs:
   another), and each partition's weights, uploaded once. A tensor one partition writes and
   another reads stays in io, on the device; only what a CPU op or the caller reads comes back,
   through the device's host link (device.py);
-- **kernels, compiled once per machine**: the partitions' kernels (codegen.py) as one Taichi
-  AOT module in the cache (cache.py), loaded through Taichi's C API; a module that is not
-  cached is compiled by Taichi's Python frontend, saved, then loaded the same way;
+- **kernels, compiled once per machine**: the partitions' kernels (codegen.py) as Taichi AOT
+  modules in the cache (cache.py), loaded through Taichi's C API; modules that are not cached
+  are compiled by worker processes, saved, then loaded the same way (runtime/kernels.py, which
+  can also do it in the background while the reference path answers);
 - **one wait per invoke**: every launch and copy of an invoke is enqueued, and the host waits
   once, before it reads the outputs, plus once before each CPU op that reads a partition's
   result (not more: everything pending is read back at that wait). `profile=True` waits after
@@ -18,18 +19,13 @@ What `allocate_tensors()` builds for a Taichi backend, and what `invoke()` runs:
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import hashlib
 import os
-import shutil
-import tempfile
-import threading
 import time
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -40,6 +36,9 @@ from tflite_taichi.errors import ModelError, TfliteTaichiError
 from tflite_taichi.graph import PreparedGraph
 from tflite_taichi.partition import Partition, Schedule, carried_index_inputs
 from tflite_taichi.quant import is_float_view
+# compile_progress lives in the runtime wing; delegate.compile_progress is its documented name
+from tflite_taichi.runtime.kernels import (ProgramKernels, compile_progress,  # noqa: F401
+                                           kernel_compiled_reporter)
 
 
 @dataclass
@@ -108,42 +107,6 @@ def _io_codes(graph: PreparedGraph, cpu_read: set, candidates: set) -> set:
     return found
 
 
-# -- compile progress ---------------------------------------------------------------------------
-# A cold cache compiles every kernel (seconds to a minute); whoever asks (the CLI's progress bar)
-# is told as each one is done. The library prints nothing itself. A context variable, not a
-# global: interpreters built at the same time in other threads report to their own callers.
-_compile_progress: contextvars.ContextVar = contextvars.ContextVar(
-    "tflite_taichi_compile_progress", default=None)
-
-
-@contextlib.contextmanager
-def compile_progress(callback: Callable[[int, int], None]):
-    """Within this block, every program whose kernels are compiled (not loaded from the cache)
-    calls `callback(done, total)` with its kernel count: (0, total) before the first kernel
-    compiles, then once after each. Each subgraph with delegated partitions is a program of its
-    own (a WHILE's body, say) and reports its own count."""
-    token = _compile_progress.set(callback)
-    try:
-        yield
-    finally:
-        _compile_progress.reset(token)
-
-
-def _kernel_compiled_reporter(total: int) -> Callable[[], None]:
-    """A function to call after each of `total` kernels compiles (a no-op when nobody asked)."""
-    callback = _compile_progress.get()
-    if callback is None or total <= 0:
-        return lambda: None
-    done = 0
-    callback(done, total)
-
-    def one_more():
-        nonlocal done
-        done += 1
-        callback(done, total)
-    return one_more
-
-
 def _host_dtype(spec):
     if spec.dtype == np.bool_:
         return np.bool_
@@ -175,35 +138,36 @@ class Program:
                       for p in schedule.partitions]
         self._code_of = {id(c.partition): c for c in self.codes}
         self._index_checks = _index_checks(schedule)
-        self.cache_state = None                 # ('warm' | 'cold', reason) of the module
         self.waits = 0                          # of the last invoke
-        self.build_s = 0.0
-        self.compiled_in = None                 # where its kernels were compiled (cold), in words
         self._closed = False
         self._modules = []                      # modules of this program alone (no cache)
         self._buffers = []
         self._links = []                        # the host link, once the buffers exist
-        self._pending = None                    # the background build, until adopt() takes it
-        self.failed = None                      # the background build's exception, if it raised
         env = (lambda: _driver_env(model_cache)) if model_cache is not None else None
         self.device = device_mod.get(backend, env)
         self.device.affinity.check_thread("allocate_tensors()")
         self._link = None
+        self.kernels = None                     # runtime.kernels.ProgramKernels (C API devices)
+        if self.device.kind == "capi":
+            shapes = {t: graph.specs[t].shape for t in graph.subgraph.inputs}
+            self.kernels = ProgramKernels(self.device, self.codes, self.kernel_names(), backend,
+                                          fp16, graph.subgraph.index, shapes, self.plan_digest(),
+                                          model_cache, self._modules)
         try:
-            if background and self.device.kind == "capi":
-                self._build_in_background(model_cache)
+            if background and self.kernels is not None:
+                self.kernels.start(self._install, lambda: self._closed, self._release_now)
             else:
-                self._build(model_cache)
+                self._build()
         except BaseException:
             _release(self.device, self._buffers, self._links, self._modules)
             raise
         self._finalizer = weakref.finalize(self, _release, self.device, self._buffers,
                                            self._links, self._modules)
 
-    def _build(self, model_cache) -> None:
-        if self.device.kind == "capi":
+    def _build(self) -> None:
+        if self.kernels is not None:
             try:
-                self._kernels = self._capi_kernels(model_cache)
+                self._kernels = self.kernels.get()
             except TfliteTaichiError as e:
                 if not isinstance(e, capi.CapiError):
                     raise
@@ -222,7 +186,44 @@ class Program:
         warnings.warn(f"tflite_taichi: {type(why).__name__}: {why}; this model's kernels run "
                       "through Taichi's Python runtime instead", RuntimeWarning, stacklevel=5)
         self.device = device_mod.PythonDevice(self.backend)
+        self.kernels = None
         self._kernels = self._python_kernels()
+
+    def _install(self, kernels: list) -> None:
+        """The kernels a background build got: this program can run once its buffers exist."""
+        self._kernels = kernels
+        self._allocate()
+
+    def _release_now(self) -> None:
+        _release(self.device, self._buffers, self._links, self._modules)
+
+    # -- where the kernels stand (summary) ---------------------------------------------------
+    @property
+    def cache_state(self):
+        """('warm' | 'cold', reason) of its modules (None on Taichi's Python runtime)."""
+        return self.kernels.cache_state if self.kernels is not None else None
+
+    @property
+    def build_s(self) -> float:
+        return self.kernels.build_s if self.kernels is not None else 0.0
+
+    @property
+    def compiled_in(self):
+        return self.kernels.compiled_in if self.kernels is not None else None
+
+    @property
+    def compiling(self) -> bool:
+        return self.kernels is not None and self.kernels.compiling
+
+    @property
+    def failed(self):
+        return self.kernels.failed if self.kernels is not None else None
+
+    def adopt(self, timeout: Optional[float] = 0.0) -> bool:
+        """True when the program can run: its kernels installed (answer_while_compiling: they
+        may still be compiling after `timeout` seconds, None waiting as long as it takes, or
+        their compile failed: `failed` holds why). runtime/kernels.py says more."""
+        return self.kernels is None or self.kernels.adopt(timeout)
 
     # -- kernels ------------------------------------------------------------------------------
     def plan_digest(self) -> str:
@@ -233,254 +234,11 @@ class Program:
     def kernel_names(self) -> list:
         return [[f"p{i}_k{j}" for j in range(c.launches)] for i, c in enumerate(self.codes)]
 
-    def module_groups(self) -> list:
-        """The program's kernels as the modules they are compiled and cached in: lists of
-        (kernel name, code position, chunk position), split by weight (ops per kernel) into at
-        most compile_workers.MODULE_GROUPS, so that worker processes compile them in parallel."""
-        from tflite_taichi.runtime.compile_workers import kernel_groups
-        kernels = [(name, i, j) for i, names in enumerate(self.kernel_names())
-                   for j, name in enumerate(names)]
-        weights = [len(self.codes[i].chunks[j]) + 1 for _, i, j in kernels]
-        return [[kernels[k] for k in group] for group in kernel_groups(weights)]
-
-    def _capi_kernels(self, model_cache) -> list:
-        """The kernels through the C API: each module of module_groups() loaded from this
-        process's earlier interpreters or from the cache, the others compiled (in worker
-        processes, runtime/compile_workers.py), saved in the cache and loaded."""
-        handles, missing, reason = self._find_modules(model_cache)
-        if missing:
-            handles.update(self._build_and_load(self._store(model_cache), missing))
-        return self._settle(model_cache, handles, bool(missing), reason)
-
-    @staticmethod
-    def _store(model_cache):
-        return model_cache.store if model_cache is not None else None
-
-    def _find_modules(self, model_cache) -> tuple:
-        """({kernel name: handle} of the modules found, [(key, group)] of those missing, why
-        they are missing)."""
-        store = self._store(model_cache)
-        groups = self.module_groups()
-        keys, reason = [None] * len(groups), "the cache is off (cache_dir=False)"
-        if store is not None:
-            shapes = {t: self.graph.specs[t].shape for t in self.graph.subgraph.inputs}
-            base = model_cache.module_key(self.graph.subgraph.index, shapes, self.plan_digest())
-            keys = [_group_key(base, g, len(groups)) for g in range(len(groups))]
-            reason = model_cache.record_reason or "its kernels were not in the cache"
-        self._module_tasks, handles, missing = {}, {}, []
-        for key, group in zip(keys, groups):
-            names = [name for name, _, _ in group]
-            found, problem = self._loaded(store, key, names)
-            if found is None:
-                missing.append((key, group))
-                reason = problem or reason
-            else:
-                handles.update(found)
-        return handles, missing, reason
-
-    def _settle(self, model_cache, handles: dict, built: bool, reason) -> list:
-        """The cache's record of this program (warm, or cold and why) and its kernels in
-        launch order."""
-        self.cache_state = ("cold", reason) if built else ("warm", None)
-        if model_cache is not None:
-            model_cache.note(self.graph.subgraph.index, *self.cache_state)
-        return [[handles[name] for name in names] for names in self.kernel_names()]
-
-    # -- building in the background (Interpreter(answer_while_compiling=True)) -----------------
-    def _build_in_background(self, model_cache) -> None:
-        """The cached modules loaded now; the missing ones compiled by a thread (worker
-        processes do the compiling), which also loads them and allocates the buffers, except on
-        OpenGL/GLES, whose context lives in this thread: there adopt() loads them."""
-        if self.device.llvm:
-            # cuda/cpu: loading a module compiles its kernels' machine code (seconds each, warm
-            # or cold), so the thread does all of it, cache lookups included
-            pending = _Pending({}, [], None, model_cache, None)
-            target = self._background_whole
-        else:
-            handles, missing, reason = self._find_modules(model_cache)
-            if not missing:
-                self._kernels = self._settle(model_cache, handles, False, reason)
-                self._allocate()
-                return
-            pending = _Pending(handles, missing, reason, model_cache,
-                               _kernel_compiled_reporter(sum(len(g) for _, g in missing)))
-            target = self._background_build
-        self._pending = pending
-        context = contextvars.copy_context()        # compile_progress's callback, if any
-        pending.thread = threading.Thread(target=context.run, args=(target, pending),
-                                          name="tflite_taichi-compile", daemon=True)
-        pending.thread.start()
-
-    def _background_whole(self, pending: "_Pending") -> None:
-        start = time.perf_counter()
-        try:
-            if not self._closed:
-                self._kernels = self._capi_kernels(pending.model_cache)
-                self._allocate()
-                pending.finished = True
-                if self._closed:        # closed meanwhile: what was made goes too
-                    _release(self.device, self._buffers, self._links, self._modules)
-        except BaseException as e:      # kept for adopt() and wait_for_kernels()
-            pending.error = e
-        finally:
-            pending.seconds = time.perf_counter() - start
-            pending.done.set()
-
-    def _background_build(self, pending: "_Pending") -> None:
-        start = time.perf_counter()
-        try:
-            store = self._store(pending.model_cache)
-            pending.saved = self._compile(store, pending.missing, pending.folders,
-                                          lambda _name: pending.compiled())
-            if self.device.affinity.owner is None and not self._closed:   # not GL: load here
-                self._finish(pending)
-                if self._closed:        # closed meanwhile: what _finish made goes too
-                    _release(self.device, self._buffers, self._links, self._modules)
-        except BaseException as e:      # kept for adopt() and wait_for_kernels()
-            pending.error = e
-        finally:
-            pending.seconds = time.perf_counter() - start
-            pending.done.set()
-
-    def _finish(self, pending: "_Pending") -> None:
-        """Load what the background compile saved, settle the cache's record, allocate."""
-        try:
-            store = self._store(pending.model_cache)
-            pending.handles.update(self._load_compiled(store, pending.missing, pending.saved,
-                                                       pending.folders))
-        finally:
-            pending.folders.close()
-        self._kernels = self._settle(pending.model_cache, pending.handles, True, pending.reason)
-        self._allocate()
-        pending.finished = True
-
-    @property
-    def ready(self) -> bool:
-        """Whether invoke() runs this program (its kernels loaded, its buffers allocated)."""
-        return self._pending is None and self.failed is None
-
-    @property
-    def compiling(self) -> bool:
-        return self._pending is not None
-
-    def adopt(self, timeout: Optional[float] = 0.0) -> bool:
-        """True when the program can run; else False (still compiling after `timeout` seconds,
-        None: as long as it takes, or its background build failed: `failed` holds why, warned
-        once). On OpenGL/GLES the modules compiled in the background are loaded here, in the
-        context's thread."""
-        pending = self._pending
-        if pending is None:
-            return self.failed is None
-        if not pending.done.wait(timeout):
-            return False
-        self._pending = None
-        if self.cache_state is not None and self.cache_state[0] == "cold":
-            self.build_s = self.build_s or pending.seconds      # a warm load builds nothing
-        if pending.error is None and not pending.finished:
-            try:
-                self._finish(pending)
-            except BaseException as e:
-                pending.error = e
-        else:
-            pending.folders.close()
-        if pending.error is not None:
-            self.failed = pending.error
-            warnings.warn(f"tflite_taichi: compiling this model's kernels failed "
-                          f"({type(pending.error).__name__}: {pending.error}); its invokes run on "
-                          "the reference path (numpy)", RuntimeWarning, stacklevel=4)
-            return False
-        return True
-
-    def _loaded(self, store, key, names) -> tuple:
-        """({kernel name: handle}, None) for the module KEY, from this process's earlier
-        interpreters or from the cache; (None, why not) or (None, None) where it is not there."""
-        d = self.device
-        if key is None:
-            return None, None
-        if d.has_module(key):           # loaded by an earlier interpreter of this process
-            module = d.shared_module(key, None)
-            self._module_tasks.update(d.module_info.get(key, {}))
-            return {name: d.kernel(module, name) for name in names}, None
-        return self._load_cached(store, key, names)
-
-    def _load_cached(self, store, key: str, names) -> tuple:
-        """({name: kernel}, None) from the cached module KEY, loaded from what was checked
-        (cache.py: its descriptors, under the cache's shared lock); (None, why not) otherwise."""
-        d = self.device
-        refused = None
-        with store.opened(key, d.arch) as (found, problem):
-            if found is None:
-                return None, problem
-            tasks = found.meta.get("tasks") or {}
-            try:
-                module = d.shared_module(key, found.path, found.data)
-                kernels = {name: d.kernel(module, name) for name in names}
-            except capi.CapiError as e:
-                d.forget_module(key)
-                refused = e
-        if refused is not None:        # removed outside the shared lock (removal takes it whole)
-            store.reject(key, f"the C API refused it: {refused}")
-            return None, f"the cached module did not load ({refused})"
-        d.module_info[key] = tasks
-        self._module_tasks.update(tasks)
-        return kernels, None
-
-    def _build_and_load(self, store, missing: list) -> dict:
-        """Compile the modules `missing` ((key, group)), save them as AOT modules (in the cache,
-        or in temporary folders when it is off) and load them through the C API. {name: kernel}."""
-        start = time.perf_counter()
-        compiled = _kernel_compiled_reporter(sum(len(group) for _, group in missing))
-        with contextlib.ExitStack() as folders:
-            saved = self._compile(store, missing, folders, lambda _name: compiled())
-            handles = self._load_compiled(store, missing, saved, folders)
-        self.build_s = time.perf_counter() - start
-        return handles
-
-    def _compile(self, store, missing: list, folders: contextlib.ExitStack, compiled) -> list:
-        """Compile the modules `missing` with Taichi's Python frontend, in worker processes where
-        they can take them (no C API call: any thread may run this), each into a folder of its
-        own that `folders` removes; [(folder, the module's file or folder in it)]."""
-        from tflite_taichi import backend as ti_backend
-        from tflite_taichi.runtime import compile_workers
-        d = self.device
-        caps = [] if d.llvm else d.capabilities()
-        off = set(filter(None, os.environ.get("TFLITE_TAICHI_SPIRV_CAPS_OFF", "").split(",")))
-        caps = [c for c in caps if c.split("=", 1)[0] not in off]   # an A/B switch (README)
-        made = [folders.enter_context(store.building() if store is not None else _temporary_folder())
-                for _ in missing]
-        modules = [(g, folder, group) for g, (folder, (_, group)) in enumerate(zip(made, missing))]
-        saved, self.compiled_in = compile_workers.build_modules(
-            self.codes, modules, self.backend, caps, d.llvm, ti_backend.cache_root(), compiled)
-        return [(made[g], saved[g]) for g in range(len(missing))]
-
-    def _load_compiled(self, store, missing: list, saved: list, folders) -> dict:
-        """Load each module just compiled from the folder it was built in, before it is
-        committed to the cache: what this process runs is what was written, whatever happens to
-        modules/KEY later. {name: kernel}."""
-        d = self.device
-        handles = {}
-        for (key, group), (folder, rel) in zip(missing, saved):
-            path = os.path.join(folder, rel)
-            tasks = codegen.module_tasks(path, d.llvm)
-            names = [name for name, _, _ in group]
-            module = d.shared_module(key, path) if key is not None else d.load_module(path)
-            handles.update({name: d.kernel(module, name) for name in names})
-            if key is None:
-                self._modules.append(module)    # this program's alone: destroyed with it
-            else:
-                store.commit(key, folder, rel, d.arch, {
-                    "subgraph": self.graph.subgraph.index, "backend": self.backend,
-                    "precision": "fp16" if self.fp16 else "fp32", "kernels": names,
-                    "tasks": tasks})
-                d.module_info[key] = tasks
-            self._module_tasks.update(tasks)
-        return handles
-
     @property
     def tasks(self):
         """Taichi tasks (GPU dispatches) per invoke, from the module (None: not known, e.g. on
         the Python runtime)."""
-        counts = getattr(self, "_module_tasks", None) or {}
+        counts = self.kernels.tasks if self.kernels is not None else {}
         names = sum(self.kernel_names(), [])
         if not names or any(n not in counts for n in names):
             return None
@@ -519,7 +277,7 @@ class Program:
         delegate builds its programs there, not in the first invoke (one launch on the zeroed
         buffers, whose results nobody reads)."""
         with TAICHI_LOCK, codegen.intended_unrolling():
-            compiled = _kernel_compiled_reporter(self.launches)
+            compiled = kernel_compiled_reporter(self.launches)
             for launches in self._launches:
                 for launch in launches:
                     launch()                # the first launch compiles
@@ -628,9 +386,8 @@ class Program:
         nothing more."""
         if not self._closed:
             self._closed = True
-            pending = self._pending
-            if pending is not None and pending.done.is_set() and not pending.finished:
-                pending.folders.close()
+            if self.kernels is not None:
+                self.kernels.abandon()
             self._finalizer()
 
 
@@ -664,36 +421,6 @@ def _release(device, buffers, links, modules) -> None:
                 device.destroy_module(modules.pop())
     except Exception:       # at interpreter shutdown the runtime may be gone
         pass
-
-
-class _Pending:
-    """A program's build in the background: what was found, what its thread compiles, and how
-    it ended."""
-
-    def __init__(self, handles: dict, missing: list, reason, model_cache, compiled):
-        self.handles, self.missing, self.reason = handles, missing, reason
-        self.model_cache, self.compiled = model_cache, compiled
-        self.folders = contextlib.ExitStack()   # the build folders, until loaded or given up
-        self.saved = None                       # [(folder, module file or folder)]
-        self.error = None                       # what the build raised
-        self.finished = False                   # loaded and allocated
-        self.seconds = 0.0
-        self.done = threading.Event()
-        self.thread = None
-
-
-def _group_key(base: str, group: int, groups: int) -> str:
-    """The cache key of module `group` of `groups` of the program keyed `base`."""
-    return hashlib.sha256(f"{base} module {group} of {groups}".encode()).hexdigest()
-
-
-@contextlib.contextmanager
-def _temporary_folder():
-    folder = tempfile.mkdtemp(prefix="tflite_taichi-")
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _driver_env(model_cache):
