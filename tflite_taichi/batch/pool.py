@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
 import multiprocessing
 import multiprocessing.connection
 import os
-import signal
 import time
 import traceback
 from typing import Optional
@@ -38,6 +36,7 @@ from tflite_taichi.errors import BatchError
 from tflite_taichi.batch.outputs import (ERROR_PARTS, error_part_name, write_error_part,
                                          write_part)
 from tflite_taichi.batch.runner import BatchRunner, RunConfig
+from tflite_taichi.runtime.children import die_with_parent
 
 PREFETCH = 2                 # tasks queued per worker: the next one is ready when one finishes
 START_ATTEMPTS = 3           # a worker slot that dies this many times while starting ends the run
@@ -92,12 +91,8 @@ def _die_with_driver() -> None:
     rerun owns (an input written twice). On Linux the kernel SIGKILLs this process when the
     driver dies, however it dies (PR_SET_PDEATHSIG); elsewhere _exit_if_driver_gone is the
     guard."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)          # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass                                            # not Linux
-    _exit_if_driver_gone()               # it died before the prctl: no signal will come
+    parent = multiprocessing.parent_process()
+    die_with_parent(parent.pid if parent is not None else None)
 
 
 def _exit_if_driver_gone() -> None:

@@ -5,19 +5,9 @@
 import os
 import pickle
 import select
-import signal
 import sys
 
-
-def _die_with_parent(parent: int) -> None:
-    """A worker must not outlive the process that gives it jobs (Linux: SIGKILL when it dies)."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass                                            # not Linux
-    if os.getppid() != parent:                          # it died before the prctl
-        os._exit(1)
+from tflite_taichi.runtime.children import die_with_parent
 
 
 def _take_switches(switches: dict) -> None:
@@ -29,7 +19,7 @@ def _take_switches(switches: dict) -> None:
 
 
 def main(argv) -> int:
-    _die_with_parent(int(argv[1]))
+    die_with_parent(int(argv[1]))
     idle_s = float(argv[2])
     started = None
     stdin = sys.stdin.buffer
