@@ -9,6 +9,12 @@
 #   bash bench/gpu_issue28.sh chunks MODELS...   # now, with 8 steps per kernel (more modules to compile
 #                                                # in parallel) against 32: start and step, cuda + vulkan
 #   bash bench/gpu_issue28.sh zoo NAMES...       # the zoo's models (built there), like starts
+#   BEFORE=.base28 bash bench/gpu_issue28.sh import   # import_time.py: import tflite_taichi now and
+#                                                # in BEFORE (a copy of an older commit's package folders)
+#   BEFORE=.base28 bash bench/gpu_issue28.sh ab MODELS...  # starts of BEFORE's package against now's,
+#                                                # cuda, vulkan, opengl, 3 warm processes per cold one
+#   bash bench/gpu_issue28.sh llvmwarm MODELS...  # cuda's warm start: modules from the workers (now),
+#                                                # from one in-process compile, and 8 steps per kernel
 set -u
 source bench/gpu_setup.sh
 [ -f /tmp/site/.compiled ] || { python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; touch /tmp/site/.compiled; }
@@ -25,6 +31,14 @@ case "$what" in
   chunks)
     python3 bench/start_times.py "$@" --runners cuda,vulkan --variant now= \
       --variant chunks8=TFLITE_TAICHI_CHUNK_STEPS=8 --steps 100 --json "$OUT/chunks_$(date +%s).json" 2>&1 ;;
+  import)
+    python3 bench/import_time.py --runs 15 ${BEFORE:+--before "$BEFORE"} --json "$OUT/import_$(date +%s).json" 2>&1 ;;
+  ab)
+    python3 bench/start_times.py "$@" --runners cuda,vulkan,opengl --variant "before=PYTHONPATH=$PWD/$BEFORE:/tmp/site" \
+      --variant now= --warm 3 --steps 30 --json "$OUT/ab_$(date +%s).json" 2>&1 ;;
+  llvmwarm)
+    python3 bench/start_times.py "$@" --runners cuda --variant now= --variant inproc=TFLITE_TAICHI_COMPILE_WORKERS=0 \
+      --variant chunks8=TFLITE_TAICHI_CHUNK_STEPS=8 --warm 3 --steps 30 --json "$OUT/llvmwarm_$(date +%s).json" 2>&1 ;;
   zoo)
     mkdir -p /tmp/zoo
     for name in "$@"; do python3 -c "

@@ -4,7 +4,7 @@ Every run is a new process, timed from just before it is spawned to the moment i
 result is in the parent's hands' reach (the child stamps the wall clock when its first step
 returns; both clocks are this machine's), so Python's start and every import count. For each
 model, runner and variant: a fresh cache folder (ours, and CUDA's, the GL/Vulkan drivers' and
-Mesa's shader caches) for a cold process, then a second process on the same folders (warm).
+Mesa's shader caches) for a cold process, then --warm (1) processes on the same folders (warm).
 The child also reports its phases (import, construct, allocate, first step), where the kernels
 were compiled, and the median of STEPS further steps (set every input, invoke, get every
 output), with the first step as fast as the median's 1.25x ("full speed at").
@@ -122,11 +122,14 @@ DRIVER_CACHES = {"CUDA_CACHE_PATH": "nv", "__GL_SHADER_DISK_CACHE_PATH": "gl",
                  "MESA_SHADER_CACHE_DIR": "mesa", "XDG_CACHE_HOME": "xdg"}
 
 
-def one_process(runner: str, model: str, steps: int, env: dict, timeout: float) -> dict:
+def one_process(runner: str, model: str, steps: int, env: dict, timeout: float, cwd: str) -> dict:
+    """One fresh process. `cwd`: a folder without a checkout in it, so that `python -c` (whose
+    path starts with the working folder) imports the package that is installed, or the one a
+    variant's PYTHONPATH names, rather than a source tree it happens to run in."""
     spawned = time.time()
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, runner, model, str(steps)],
-                              capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run([sys.executable, "-c", CHILD, runner, os.path.abspath(model), str(steps)],
+                              capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
@@ -151,6 +154,20 @@ def parse_variants(given) -> dict:
     return variants or {"now": {}}
 
 
+def byte_compiled_env() -> dict:
+    """This process's environment for the children, with the package byte-compiled as pip
+    installs it: a checkout's sources are otherwise compiled again by every child where
+    PYTHONDONTWRITEBYTECODE is set (this machine's default), ~0.1 s no user pays."""
+    import compileall
+    import tflite_taichi
+    from tflite_taichi import ops, quant
+    for package in (tflite_taichi, ops, quant):
+        compileall.compile_dir(os.path.dirname(package.__file__), quiet=1)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="+")
@@ -158,9 +175,11 @@ def main(argv=None) -> int:
     p.add_argument("--variant", action="append", help="NAME=VAR=VALUE,VAR=VALUE (ours only)")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--timeout", type=float, default=300)
+    p.add_argument("--warm", type=int, default=1, help="warm processes after each cold one")
     p.add_argument("--json")
     a = p.parse_args(argv)
     variants = parse_variants(a.variant)
+    base_env = byte_compiled_env()
     rows = []
     print(f"{'model':32} {'runner':12} {'variant':8} {'pass':5} {'first result':>12} {'import':>7} "
           f"{'constr':>7} {'alloc':>7} {'1st step':>8} {'delegate at':>11} {'full speed':>10} {'step ms':>8}"
@@ -171,10 +190,10 @@ def main(argv=None) -> int:
             ours = not runner.startswith("litert")
             for name, extra in (variants.items() if ours else [("-", {})]):
                 folder = tempfile.mkdtemp(prefix="start-")
-                env = dict(os.environ, TFLITE_TAICHI_CACHE_DIR=os.path.join(folder, "ours"), **extra)
+                env = dict(base_env, TFLITE_TAICHI_CACHE_DIR=os.path.join(folder, "ours"), **extra)
                 env.update({k: os.path.join(folder, v) for k, v in DRIVER_CACHES.items()})
-                for stage in ("cold", "warm"):
-                    res = one_process(runner, model, a.steps, env, a.timeout)
+                for stage in ["cold"] + ["warm"] * a.warm:
+                    res = one_process(runner, model, a.steps, env, a.timeout, folder)
                     res.update(model=os.path.basename(model), runner=runner, variant=name, stage=stage,
                                env=extra)
                     rows.append(res)

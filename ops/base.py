@@ -18,7 +18,9 @@ interpreter's runtime (`resources`: the variables; `call_once(subgraph_index, no
 """
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence
 
@@ -174,6 +176,33 @@ class OpDef:
 
 REGISTRY: dict = {}
 
+# The built-in op families are imported when a model first names one of their ops (index.py
+# maps each built-in name to its module): importing every family cost more than the rest of
+# `import tflite_taichi` together. _OWNERS records which module's body registered each name
+# (tests/test_ops_index.py holds index.py to it); _BUILTIN keeps each built-in definition as
+# its family registered it, whatever a user replaces it with later.
+_OWNERS: dict = {}
+_BUILTIN: dict = {}
+_PACKAGE = __name__.rsplit(".", 1)[0]
+
+
+def _family_of(name: str) -> Optional[str]:
+    """The full module name of the built-in family defining `name`, or None."""
+    from .index import OP_MODULES
+    family = OP_MODULES.get(name)
+    return f"{_PACKAGE}.{family}" if family else None
+
+
+def _registering_module() -> Optional[str]:
+    """The module whose body is running (the innermost module-level frame): the family for a
+    built-in op, whichever helper of common/kit it registers through."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            return frame.f_globals.get("__name__")
+        frame = frame.f_back
+    return None
+
 
 def _same_definition(a: OpDef, b: OpDef) -> bool:
     """Whether two OpDefs come from the same source: the same functions by module file and
@@ -194,14 +223,48 @@ def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
     if opdef.infer_takes_runtime and not opdef.stateful:
         raise ValueError(f"op {opdef.name}: infer_takes_runtime is for stateful ops (they run "
                          "subgraphs through the runtime)")
+    family = _family_of(opdef.name)
+    if family is not None:
+        # the built-in first, so that a user's definition replaces it (or is refused without
+        # replace=True) as if every family had been imported at `import tflite_taichi`
+        importlib.import_module(family)
     if opdef.name in REGISTRY and not replace and not _same_definition(REGISTRY[opdef.name], opdef):
         raise ValueError(f"op {opdef.name} is already registered (pass replace=True)")
+    owner = _registering_module()
     REGISTRY[opdef.name] = opdef
+    _OWNERS[opdef.name] = owner
+    if family is not None and owner == family:
+        _BUILTIN.setdefault(opdef.name, opdef)
     return opdef
 
 
 def lookup(name: str) -> Optional[OpDef]:
-    return REGISTRY.get(name)
+    """The op registered under `name`, importing its built-in family on first use."""
+    opdef = REGISTRY.get(name)
+    if opdef is None:
+        family = _family_of(name)
+        if family is not None:
+            importlib.import_module(family)
+            opdef = REGISTRY.get(name)
+            if opdef is None:       # index.py out of date (its test says so): still answer
+                load_all()
+                opdef = REGISTRY.get(name)
+    return opdef
+
+
+def load_all() -> dict:
+    """Import every built-in family; returns REGISTRY (the built-in ops and the user's)."""
+    from .index import OP_MODULES
+    for family in sorted(set(OP_MODULES.values())):
+        importlib.import_module(f"{_PACKAGE}.{family}")
+    return REGISTRY
+
+
+def builtin(name: str) -> Optional[OpDef]:
+    """The definition tflite_taichi itself gives `name` (None for a user's op): a compile
+    worker process knows only these."""
+    lookup(name)
+    return _BUILTIN.get(name)
 
 
 class Runtime(Protocol):

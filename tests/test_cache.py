@@ -601,3 +601,11 @@ def test_a_fresh_taichi_lock_is_left_alone(tmp_path):
     (folder / "ticache.lock").write_bytes(b"")    # another process holds it right now
     assert cache.remove_stale_taichi_lock(str(folder)) is False
     assert (folder / "ticache.lock").exists()
+
+
+def test_taichi_version_is_the_installed_distributions():
+    """The cache key's taichi version, read from the METADATA beside the package rather than
+    through importlib.metadata (60 ms to import), is what pip installed."""
+    import importlib.metadata
+    from tflite_taichi import cache as cache_mod
+    assert cache_mod.taichi_version() == importlib.metadata.version("taichi")

@@ -350,7 +350,7 @@ def _stall_after(monkeypatch, calls):
     import dataclasses
 
     from tflite_taichi.ops import base
-    neg = base.REGISTRY["NEG"]
+    neg = base.lookup("NEG")
     count = [0]
 
     def stalling(node, inputs):
@@ -383,7 +383,7 @@ def test_a_while_that_iterated_a_few_times_is_a_timeout(monkeypatch):
     import dataclasses
 
     from tflite_taichi.ops import base
-    neg = base.REGISTRY["NEG"]
+    neg = base.lookup("NEG")
 
     def heavy(node, inputs):
         end = time.process_time() + 0.3

@@ -12,7 +12,6 @@ if (not _os.path.isdir(_os.path.join(__path__[0], "ops"))
     __path__.append(_root)
 
 from tflite_taichi import errors  # noqa: E402,F401
-from tflite_taichi import ops as _ops  # noqa: E402,F401  (registers the built-in ops)
 from tflite_taichi.interpreter import Interpreter, SignatureRunner  # noqa: E402,F401
 from tflite_taichi.ops.base import OpDef, Node, TensorSpec, register_op  # noqa: E402,F401
 

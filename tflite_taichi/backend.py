@@ -91,13 +91,17 @@ def _device_name(log: str) -> str:
     return ""
 
 
-def cpu_reference_ops() -> frozenset:
+def cpu_reference_ops(names=None) -> frozenset:
     """Names of the ops backend='auto' keeps on numpy on a machine without a hardware GPU,
     rather than Taichi's cpu backend: those whose OpDef says numpy runs them faster there
-    (`numpy_faster_on_cpu`, set and measured where each op is defined). Read from the registry
-    at each use, so an op registered later (a user's) counts too."""
-    from tflite_taichi.ops import REGISTRY
-    return frozenset(name for name, opdef in REGISTRY.items() if opdef.numpy_faster_on_cpu)
+    (`numpy_faster_on_cpu`, set and measured where each op is defined). Of `names` (a model's
+    ops: the set then depends on the model alone, as the cache key it enters must), else of
+    every registered op, an op registered later (a user's) included."""
+    from tflite_taichi.ops import load_all, lookup
+    if names is None:
+        names = list(load_all())
+    return frozenset(name for name in names
+                     if (opdef := lookup(name)) is not None and opdef.numpy_faster_on_cpu)
 
 
 def __getattr__(name: str):

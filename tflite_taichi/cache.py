@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import glob
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -182,10 +183,27 @@ def _package_source_digest() -> str:
     return _source_digest
 
 
+@functools.lru_cache(maxsize=1)
 def taichi_version() -> str:
+    """The installed taichi's version, from the METADATA of its distribution beside the package
+    when there is exactly one: importing importlib.metadata alone took 60 ms of a 0.5 s warm
+    start on the 2-core machine. Anything else asks importlib.metadata."""
+    spec = importlib.util.find_spec("taichi")          # finds the package, does not import it
+    if spec is None:
+        return "absent"
+    for folder in spec.submodule_search_locations or ():
+        found = glob.glob(os.path.join(os.path.dirname(folder), "taichi-*.dist-info", "METADATA"))
+        if len(found) == 1:
+            with open(found[0], encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if line.startswith("Version:"):
+                        return line.split(":", 1)[1].strip()
+                    if not line.strip():        # the headers end at the first empty line
+                        break
+    from importlib import metadata
     try:
-        return importlib.metadata.version("taichi")
-    except importlib.metadata.PackageNotFoundError:
+        return metadata.version("taichi")
+    except metadata.PackageNotFoundError:
         return "absent"
 
 

@@ -650,6 +650,7 @@ class PythonLink(HostLink):
 _devices: dict = {}
 _devices_lock = threading.Lock()
 _warned_fallback = False
+_capi_refused: dict = {}          # backend -> the C API's CapiError, from start_early
 
 
 def runtime_kind() -> str:
@@ -673,8 +674,8 @@ def get(backend: str, env=None):
             # Taichi 1.7.4's C API creates no GLES runtime ("not supported"; it can only import
             # a GLES context made elsewhere): GLES kernels run through the Python runtime
             kind = "python"
-        refused = None
-        if kind == "capi":
+        refused = _capi_refused.pop(backend, None)
+        if kind == "capi" and refused is None:
             try:
                 device = CapiDevice(backend, env)
             except capi.CapiError as e:
@@ -693,6 +694,24 @@ def get(backend: str, env=None):
                               "launch pays Python's overhead)", RuntimeWarning, stacklevel=3)
         _devices[backend] = device
         return device
+
+
+def start_early(backend: str, env=None) -> None:
+    """Start `backend`'s C API runtime before get() asks for it: the Interpreter does so in a
+    thread while it reads the model (creating the runtime took 0.2 s of a 0.5 s warm start on
+    the 2-core machine, the model's read as long). Only what get() would make the same way:
+    nothing for OpenGL/GLES (a GL context belongs to the thread that creates it) or the Python
+    runtime (Taichi's LLVM archs insist on their starting thread); a refusal is kept for get(),
+    which then falls back as it always did. The backend is not claimed here (backend.py)."""
+    if backend in GL_BACKENDS or runtime_kind() != "capi":
+        return
+    with _devices_lock:             # get() waits here until the runtime is up
+        if backend in _devices or backend in _capi_refused:
+            return
+        try:
+            _devices[backend] = CapiDevice(backend, env)
+        except capi.CapiError as e:
+            _capi_refused[backend] = e
 
 
 def current(backend: str) -> Optional[object]:

@@ -46,6 +46,39 @@ def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = N
     return backend
 
 
+class _BackendStart(threading.Thread):
+    """The cache folder (CacheError if unsafe: it remembers auto's probes), the backend resolved
+    and its C API runtime started (device.start_early), in a thread beside the model's read:
+    each took about 0.2 s of a 0.5 s warm start on the 2-core machine, and the runtime's start
+    is C code that runs while Python parses. The backend is claimed afterwards, by
+    ensure_runtime in the constructing thread, once the model has been read."""
+
+    def __init__(self, backend: str, precision: str, cache_dir):
+        super().__init__(name="tflite_taichi-backend-start", daemon=True)
+        self._args = backend, precision, cache_dir
+        self._result, self._error = None, None
+        self.start()
+
+    def run(self) -> None:
+        backend, precision, cache_dir = self._args
+        try:
+            from tflite_taichi import cache
+            cache_root = cache.root_for(cache_dir) if backend != "reference" else None
+            resolved = _resolve_backend(backend, precision, cache_root)
+            self._result = cache_root, resolved
+            if resolved != "reference":
+                from tflite_taichi import backend as ti_backend, device
+                if ti_backend.current() in (None, resolved):
+                    device.start_early(resolved, lambda: cache.driver_env(cache_root))
+        except BaseException as e:      # re-raised in the constructing thread by result()
+            self._error = e
+
+    def result(self):
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
 # tensor types without a numpy form of their data, as LiteRT's details name them (its
 # TfLiteTypeToPyArrayType): a handle or a variant is a Python object, a string bytes
 _DETAILS_TYPES = {"STRING": np.bytes_, "COMPLEX128": np.complex128, "RESOURCE": np.object_,
@@ -169,12 +202,14 @@ class Interpreter:
             raise InputError(f"max_delegated_partitions must be an int >= 0, got {max_delegated_partitions!r}")
         from tflite_taichi import cache
         cache.check_arguments(cache_dir, model_token)
-        self._model = read_model(model_path if model_path is not None else model_content,
-                                 max_tensor_bytes=max_tensor_bytes)
-        self._resolved = graph_mod.resolve_ops(self._model)
-        # the cache folder (CacheError if unsafe) before anything starts: it remembers probes
-        cache_root = cache.root_for(cache_dir) if backend != "reference" else None
-        self._backend = _resolve_backend(backend, precision, cache_root)
+        starting = _BackendStart(backend, precision, cache_dir)     # while the model is read
+        try:
+            self._model = read_model(model_path if model_path is not None else model_content,
+                                     max_tensor_bytes=max_tensor_bytes)
+            self._resolved = graph_mod.resolve_ops(self._model)
+        finally:
+            starting.join()         # a model error wins over the backend's, as it always did
+        cache_root, self._backend = starting.result()
         self._requested_backend = backend
         self._precision = precision
         self._num_threads = num_threads
@@ -185,7 +220,8 @@ class Interpreter:
                          "background": bool(answer_while_compiling)}
         if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
             from tflite_taichi.backend import cpu_reference_ops
-            self._options["reference_ops"] = cpu_reference_ops()
+            self._options["reference_ops"] = cpu_reference_ops(
+                {opdef.name for opdef, _ in self._resolved.values()})
         elif backend == "auto":         # a GPU: what numpy runs faster stays on the CPU (costs.py)
             self._options["cost_backend"] = self._backend
         self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)

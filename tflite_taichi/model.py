@@ -7,6 +7,7 @@ Constant buffers are numpy views on the model bytes (an mmap for files), never c
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import mmap
@@ -17,8 +18,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-import tflite
-from tflite.utils import BUILTIN_OPCODE2NAME
 
 from tflite_taichi.errors import InputError, ModelError, TensorTooLargeError
 from tflite_taichi.tensors import DENSE, SPARSE_CSR, DimMetadata, Quantization, Sparsity, densify
@@ -155,6 +154,21 @@ def _mod(name):
     return importlib.import_module(f"tflite.{name}")
 
 
+@functools.lru_cache(maxsize=None)
+def _schema():
+    """The `tflite` schema bindings and the union codes read from them, on first use: the
+    package imports its ~200 generated modules at once, a third of `import tflite_taichi`."""
+    import tflite
+    from tflite.utils import BUILTIN_OPCODE2NAME
+    options = {name: code for name, code in vars(tflite.BuiltinOptions).items()
+               if not name.startswith("_") and isinstance(code, int)}
+    # the schema's second options union (builtin_options_2: StableHLOCompositeOptions and the
+    # other StableHLO ops' options); no table name is in both unions
+    options_2 = {name: code for name, code in vars(tflite.BuiltinOptions2).items()
+                 if not name.startswith("_") and isinstance(code, int) and code}
+    return tflite, BUILTIN_OPCODE2NAME, options, options_2
+
+
 class _Reader:
     """Walks the flatbuffer with every length and index checked against the file.
 
@@ -288,6 +302,7 @@ def _check_header(r: _Reader) -> None:
 
 def _parse(r: _Reader) -> Model:
     _check_header(r)
+    tflite, builtin_names, _, _ = _schema()
     m = tflite.Model.GetRootAs(r.buf, 0)
 
     opcodes = []
@@ -297,7 +312,7 @@ def _parse(r: _Reader) -> Model:
         if code == CUSTOM_CODE:
             name = "CUSTOM:" + r.string(oc.CustomCode(), f"operator_codes[{i}].custom_code")
         else:
-            name = BUILTIN_OPCODE2NAME.get(code, f"UNKNOWN_BUILTIN_{code}")
+            name = builtin_names.get(code, f"UNKNOWN_BUILTIN_{code}")
         opcodes.append((name, max(int(oc.Version()), 1)))
 
     buffers = [m.Buffers(i) for i in range(r.length(m.BuffersLength(), "buffers"))]
@@ -597,12 +612,6 @@ def _parse_signature(r, s, i, subgraphs) -> SignatureDef:
                         outputs=tensor_map(s.OutputsLength(), s.Outputs, "outputs"))
 
 
-_OPTION_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions).items()
-                 if not name.startswith("_") and isinstance(code, int)}
-# the schema's second options union (builtin_options_2: StableHLOCompositeOptions and the
-# other StableHLO ops' options); no table name is in both unions
-_OPTION_2_TYPES = {name: code for name, code in vars(tflite.BuiltinOptions2).items()
-                   if not name.startswith("_") and isinstance(code, int) and code}
 _EMPTY_TABLE = None
 
 
@@ -626,12 +635,13 @@ def read_options(op: Operator, class_name: str):
     """
     cls = getattr(_mod(class_name), class_name)
     obj = cls()
-    second = class_name in _OPTION_2_TYPES
+    _, _, option_types, option_2_types = _schema()
+    second = class_name in option_2_types
     table, kind = (op.options_2_table, op.options_2_type) if second else (op.options_table, op.options_type)
     if table is None or kind == 0:
         obj.Init(_empty_table_bytes(), struct.unpack_from("<I", _empty_table_bytes(), 0)[0])
         return obj
-    expected = (_OPTION_2_TYPES if second else _OPTION_TYPES).get(class_name)
+    expected = (option_2_types if second else option_types).get(class_name)
     if expected is not None and kind != expected:
         raise ModelError(f"op #{op.index} ({op.name}): builtin options{'_2' if second else ''} "
                          f"are of union type {kind}, expected {class_name} ({expected})")

@@ -100,8 +100,8 @@ class ShippedStep:
 
     @property
     def opdef(self):
-        from tflite_taichi.ops import BUILTIN
-        return BUILTIN[self.op.name]
+        from tflite_taichi.ops import builtin
+        return builtin(self.op.name)
 
 
 @dataclass
@@ -122,10 +122,10 @@ class Job:
 
 def why_not_shipped(codes) -> Optional[str]:
     """Why these partitions must compile in this process (None: a worker can take them)."""
-    from tflite_taichi.ops import BUILTIN
+    from tflite_taichi.ops import builtin
     for code in codes:
         for step in code.partition.steps:
-            if BUILTIN.get(step.opdef.name) is not step.opdef:
+            if builtin(step.opdef.name) is not step.opdef:
                 return (f"op {step.opdef.name} is not a built-in op of tflite_taichi (a worker "
                         "process would not know it)")
     return None
