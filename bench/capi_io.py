@@ -68,7 +68,7 @@ def main(argv=None):
     p.add_argument("--kb", type=int, default=600)
     p.add_argument("--runs", type=int, default=200)
     a = p.parse_args(argv)
-    from tflite_taichi import device
+    from tflite_taichi.runtime import device
     d = device.CapiDevice(a.backend)
     n = a.kb * 1024 // 4
     host = np.random.default_rng(0).random(n, dtype=np.float32)

@@ -1,4 +1,4 @@
-"""The kernel cache (tflite_taichi.cache): AOT modules compiled once and loaded through Taichi's
+"""The kernel cache (tflite_taichi.runtime.cache): AOT modules compiled once and loaded through Taichi's
 C API by later processes, with issue #7's robustness. Every Taichi run is its own subprocess:
 a warm start is a new process."""
 import json
@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from tflite_taichi import Interpreter, cache
+from tflite_taichi import Interpreter
+from tflite_taichi.runtime import cache
 from tflite_taichi.demo import build_demo_model
 
 TAICHI_BACKENDS = os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl").split(",")
@@ -22,7 +23,7 @@ import json, sys, warnings
 import numpy as np
 args = json.loads(sys.argv[1])
 from tflite_taichi import Interpreter, backend
-from tflite_taichi.cache import CacheError, CacheWarning
+from tflite_taichi.runtime.cache import CacheError, CacheWarning
 kwargs = {"cache_dir": args["cache_dir"]} if "cache_dir" in args else {}
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -607,5 +608,16 @@ def test_taichi_version_is_the_installed_distributions():
     """The cache key's taichi version, read from the METADATA beside the package rather than
     through importlib.metadata (60 ms to import), is what pip installed."""
     import importlib.metadata
-    from tflite_taichi import cache as cache_mod
+    from tflite_taichi.runtime import cache as cache_mod
     assert cache_mod.taichi_version() == importlib.metadata.version("taichi")
+
+
+def test_the_source_digest_covers_every_folder_kernels_come_from():
+    """The default token hashes the sources kernels are generated from: the package's own
+    folder (codegen.py, planner.py), its runtime wing, ops and quant, wherever cache.py lives."""
+    from tflite_taichi import codegen, quant
+    from tflite_taichi.ops import conv
+    from tflite_taichi.runtime import cache as cache_mod, kernels
+    folders = set(cache_mod._package_source_folders())
+    for module in (codegen, conv, quant, kernels):
+        assert os.path.realpath(os.path.dirname(module.__file__)) in folders, module.__name__

@@ -17,9 +17,10 @@ import time
 import numpy as np
 import pytest
 
-from tflite_taichi import Interpreter, cache
+from tflite_taichi import Interpreter
+from tflite_taichi.runtime import cache
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.cache import CacheError
+from tflite_taichi.runtime.cache import CacheError
 
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 OTHER_UID = 65534                    # nobody: the other local user
@@ -161,7 +162,8 @@ VICTIM = r'''
 import json, os, shutil, subprocess, sys
 import numpy as np
 args = json.loads(sys.argv[1])
-from tflite_taichi import Interpreter, device
+from tflite_taichi import Interpreter
+from tflite_taichi.runtime import device
 it = Interpreter(model_path=args["model"], backend=args["backend"], cache_dir=args["cache_dir"])
 if args["attack"] == "parent":
     # the parent becomes another user's while the victim runs; that user swaps the cache folder

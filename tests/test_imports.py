@@ -87,7 +87,8 @@ def test_the_tensor_types_depend_on_nothing_but_errors():
 
 
 def test_the_cache_hashes_ops_and_quant_without_importing_them():
-    modules = imported_modules(os.path.join(ROOT, "tflite_taichi", "cache.py"), "tflite_taichi")
+    modules = imported_modules(os.path.join(ROOT, "tflite_taichi", "runtime", "cache.py"),
+                               "tflite_taichi")
     assert not _reaches(modules, "tflite_taichi.ops") + _reaches(modules, "tflite_taichi.quant")
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import plugin_ops  # noqa: F401  (registers CUSTOM:CpuOnlyAbs in this process too)
 from tflite_taichi import backend as ti_backend
-from tflite_taichi import cache
+from tflite_taichi.runtime import cache
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import check_delegate
 
@@ -283,7 +283,8 @@ def test_opengl_refuses_other_threads_instead_of_failing_silently(tmp_path, back
 VULKAN_WAITS = r'''
 import json, os, warnings
 import numpy as np
-from tflite_taichi import Interpreter, device, vulkan_host
+from tflite_taichi import Interpreter
+from tflite_taichi.runtime import device, vulkan_host
 from tflite_taichi.demo import build_demo_model
 from tflite_taichi.testing import assert_float_close
 warnings.simplefilter("ignore")
@@ -317,7 +318,7 @@ print("RESULT " + json.dumps({"invokes": invokes, "ti_wait": calls["ti_wait"],
                     reason="vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
 @pytest.mark.parametrize("wait", ["fence", "taichi"])
 def test_vulkan_waits_on_a_fence_and_lets_taichi_clean_up_periodically(tmp_path, wait):
-    from tflite_taichi import vulkan_host
+    from tflite_taichi.runtime import vulkan_host
     env = dict(os.environ, TFLITE_TAICHI_VULKAN_WAIT=wait, TFLITE_TAICHI_CACHE_DIR=str(tmp_path / "cache"))
     result = _result(VULKAN_WAITS, cwd=tmp_path, env=env)
     assert result["vulkan_device"], result           # the physical device, named

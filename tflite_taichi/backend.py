@@ -50,7 +50,7 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
     subprocess (0.3-0.8 s) again."""
     if name in _probe_cache:
         return _probe_cache[name]
-    from tflite_taichi import cache
+    from tflite_taichi.runtime import cache
     stored = cache.stored_probe(cache_root, name)
     if stored is not None:
         _probe_cache[name] = stored
@@ -151,7 +151,7 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
                 os.environ.update({k: v for k, v in _env_for(name).items() if k == "EGL_PLATFORM"})
             _current, _cache_root = name, cache_root
             kit.claim_backend(name)
-    from tflite_taichi import cache, device
+    from tflite_taichi.runtime import cache, device
     try:
         device.get(name, lambda: cache.driver_env(_cache_root))
     except BackendUnavailable:
@@ -175,15 +175,15 @@ def ensure_python_taichi(name: str, cache_root: Optional[str] = None) -> None:
     Returns the runtime's device.ThreadAffinity (OpenGL/GLES: its context's thread).
     `cache_root`: the cache folder, where no Interpreter claimed the backend (a compile worker)."""
     global _python_started, _python_affinity, _cache_root
-    from tflite_taichi.device import ThreadAffinity
+    from tflite_taichi.runtime.device import ThreadAffinity
     with _lock:
         if _python_started == name:
             return _python_affinity
         if _python_started is not None:
             raise BackendUnavailable(f"Taichi's Python runtime already runs on {_python_started!r} "
                                      f"in this process, not {name!r}")
-        from tflite_taichi import cache
-        from tflite_taichi.device import TAICHI_LOCK
+        from tflite_taichi.runtime import cache
+        from tflite_taichi.runtime.device import TAICHI_LOCK
         from tflite_taichi.ops.kit import realize
         if cache_root is not None and _cache_root is None:
             _cache_root = cache_root

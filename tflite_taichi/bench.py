@@ -81,7 +81,7 @@ SEED = 0
 CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bench_child.py")
 
 # The drivers' caches a start can hit, each pointed at a subfolder of the run's cache folder
-# (the same subfolders tflite_taichi.cache uses); TFLITE_TAICHI_CACHE_DIR is the folder itself.
+# (the same subfolders tflite_taichi.runtime.cache uses); TFLITE_TAICHI_CACHE_DIR is the folder itself.
 CACHE_ENV = {
     "MESA_SHADER_CACHE_DIR": "mesa",               # lavapipe / llvmpipe / Mesa GPU drivers
     "__GL_SHADER_DISK_CACHE_PATH": "nvidia-gl",    # NVIDIA's GL/Vulkan shader cache

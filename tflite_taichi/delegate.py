@@ -29,9 +29,10 @@ from typing import Optional
 
 import numpy as np
 
-from tflite_taichi import capi, codegen
-from tflite_taichi import device as device_mod
-from tflite_taichi.device import TAICHI_LOCK
+from tflite_taichi import codegen
+from tflite_taichi.runtime import capi
+from tflite_taichi.runtime import device as device_mod
+from tflite_taichi.runtime.device import TAICHI_LOCK
 from tflite_taichi.errors import ModelError, TfliteTaichiError
 from tflite_taichi.graph import PreparedGraph
 from tflite_taichi.partition import Partition, Schedule, carried_index_inputs
@@ -424,5 +425,5 @@ def _release(device, buffers, links, modules) -> None:
 
 
 def _driver_env(model_cache):
-    from tflite_taichi.cache import driver_env
+    from tflite_taichi.runtime.cache import driver_env
     return driver_env(model_cache.root)

@@ -54,6 +54,14 @@ class BackendUnavailable(TfliteTaichiError, RuntimeError):
     """The requested backend cannot run on this machine, with the reason."""
 
 
+class CacheError(BackendUnavailable):
+    """cache_dir cannot be used: not private, not ours, or not a folder."""
+
+
+class CacheWarning(UserWarning):
+    """Something in cache_dir was not trusted (corrupt, truncated, foreign) and was rebuilt."""
+
+
 class BatchError(TfliteTaichiError, RuntimeError):
     """A batch run (tflite_taichi.batch) cannot start or go on: bad options, an output folder
     that holds another run's files, workers that cannot start an interpreter. A bad *input* is

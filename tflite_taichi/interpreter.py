@@ -62,12 +62,13 @@ class _BackendStart(threading.Thread):
     def run(self) -> None:
         backend, precision, cache_dir = self._args
         try:
-            from tflite_taichi import cache
+            from tflite_taichi.runtime import cache
             cache_root = cache.root_for(cache_dir) if backend != "reference" else None
             resolved = _resolve_backend(backend, precision, cache_root)
             self._result = cache_root, resolved
             if resolved != "reference":
-                from tflite_taichi import backend as ti_backend, device
+                from tflite_taichi import backend as ti_backend
+                from tflite_taichi.runtime import device
                 if ti_backend.current() in (None, resolved):
                     device.start_early(resolved, lambda: cache.driver_env(cache_root))
         except BaseException as e:      # re-raised in the constructing thread by result()
@@ -178,7 +179,7 @@ class Interpreter:
         apply here; experimental_preserve_all_tensors=True copies every tensor a delegated
         partition writes back to the host, so get_tensor can read intermediates (the reference
         path always keeps them); delegates are refused.
-        cache_dir: where compiled kernels are kept (AOT modules, see tflite_taichi.cache):
+        cache_dir: where compiled kernels are kept (AOT modules, see tflite_taichi.runtime.cache):
         None (default) the per-user cache (~/.cache/tflite_taichi, or $TFLITE_TAICHI_CACHE_DIR),
         False none, or a private folder (created 0700), checked before use and shared safely
         between processes; model_token names this model's record in it (default: a fingerprint
@@ -200,7 +201,7 @@ class Interpreter:
             raise InputError("experimental_delegates is not supported: choose backend= instead")
         if not isinstance(max_delegated_partitions, int) or max_delegated_partitions < 0:
             raise InputError(f"max_delegated_partitions must be an int >= 0, got {max_delegated_partitions!r}")
-        from tflite_taichi import cache
+        from tflite_taichi.runtime import cache
         cache.check_arguments(cache_dir, model_token)
         starting = _BackendStart(backend, precision, cache_dir)     # while the model is read
         try:

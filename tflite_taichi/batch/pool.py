@@ -31,7 +31,7 @@ import traceback
 from typing import Optional
 
 from tflite_taichi.batch.inputs import ItemError, TableCache, load_payload
-from tflite_taichi.cache import environment
+from tflite_taichi.runtime.cache import environment
 from tflite_taichi.errors import BatchError
 from tflite_taichi.batch.outputs import (ERROR_PARTS, error_part_name, write_error_part,
                                          write_part)

@@ -147,7 +147,7 @@ def save_module(codes, kernels, folder: str, caps, llvm: bool,
     frontend (started in this process on its arch) and save them as one AOT module in `folder`;
     returns the module's file or folder name there. `compiled(name)` after each kernel."""
     from tflite_taichi import codegen
-    from tflite_taichi.device import TAICHI_LOCK
+    from tflite_taichi.runtime.device import TAICHI_LOCK
     built = {}
     with TAICHI_LOCK, codegen.intended_unrolling():
         module = codegen.aot_module(caps)

@@ -28,7 +28,7 @@ import time
 import warnings
 from typing import Callable, Optional
 
-from tflite_taichi import capi
+from tflite_taichi.runtime import capi
 
 # -- compile progress ---------------------------------------------------------------------------
 # A cold cache compiles every kernel (seconds to a minute); whoever asks (the CLI's progress bar)

@@ -37,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from tflite_taichi import capi, vulkan_host
+from tflite_taichi.runtime import capi, vulkan_host
 from tflite_taichi.errors import BackendUnavailable
 
 TAICHI_LOCK = threading.RLock()

@@ -66,7 +66,8 @@ import uuid
 import warnings
 from typing import Optional
 
-from tflite_taichi.errors import BackendUnavailable, InputError
+from tflite_taichi.errors import (BackendUnavailable, CacheError, CacheWarning,  # noqa: F401
+                                  InputError)  # CacheError, CacheWarning: also read from here
 
 try:
     import fcntl
@@ -89,14 +90,6 @@ DRIVER_ENV = {                               # variable -> folder under DIR
 SUBDIRS = (MODULES, MODELS, "taichi", "xdg", "mesa", "nvidia-gl", "cuda")
 DEFAULT_MAX_BYTES = 2 << 30
 STALE_TEMP_S = 3600.0            # a temporary module folder older than this was left by a crash
-
-
-class CacheError(BackendUnavailable):
-    """cache_dir cannot be used: not private, not ours, or not a folder."""
-
-
-class CacheWarning(UserWarning):
-    """Something in cache_dir was not trusted (corrupt, truncated, foreign) and was rebuilt."""
 
 
 # -- arguments --------------------------------------------------------------------------------
@@ -154,11 +147,11 @@ _source_digest: Optional[str] = None
 
 
 def _package_source_folders() -> list:
-    """The folders of tflite_taichi and its subpackages ops and quant, found by their import
-    specs (which name a package's folders without running it): the cache sits below ops and
-    quant and must not import them to hash them."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    folders = [here]
+    """The folders of tflite_taichi, its runtime wing and its subpackages ops and quant, the
+    last two found by their import specs (which name a package's folders without running it):
+    the cache sits below ops and quant and must not import them to hash them."""
+    runtime = os.path.dirname(os.path.abspath(__file__))
+    folders = [os.path.dirname(runtime), runtime]    # tflite_taichi/ (codegen.py...), runtime/
     for sub in ("ops", "quant"):
         spec = importlib.util.find_spec(f"tflite_taichi.{sub}")
         folders += list(spec.submodule_search_locations or ()) if spec is not None else []

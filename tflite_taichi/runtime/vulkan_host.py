@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Optional
 
-from tflite_taichi import capi
+from tflite_taichi.runtime import capi
 
 FULL_WAIT_EVERY = 64         # fence waits between Taichi's own (which frees its command buffers)
 SPIN_S = 0.005               # poll this long, then block (a longer invoke pays the wake-up once)
