@@ -12,6 +12,8 @@ if (not _os.path.isdir(_os.path.join(__path__[0], "ops"))
     __path__.append(_root)
 
 from tflite_taichi import errors  # noqa: E402,F401
+from tflite_taichi.runtime import flavour as _flavour  # noqa: E402
+_flavour.install()      # which Taichi (TFLITE_TAICHI_TAICHI), before anything imports it
 from tflite_taichi.interpreter import Interpreter, SignatureRunner  # noqa: E402,F401
 from tflite_taichi.ops.base import OpDef, Node, TensorSpec, register_op  # noqa: E402,F401
 

@@ -137,6 +137,8 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
     global _current, _cache_root
     if name not in TAICHI_BACKENDS:
         raise BackendUnavailable(f"unknown Taichi backend {name!r}")
+    from tflite_taichi.runtime import flavour
+    flavour.check()                 # TFLITE_TAICHI_TAICHI=forge where forge cannot run
     with _lock:
         if _current is not None and _current != name:
             raise BackendUnavailable(

@@ -386,13 +386,19 @@ def aot_module(caps=()):
     FieldsBuilder once"); we declare no fields, so every module after the first skips that step
     and is otherwise built as the constructor does (same private calls, pinned taichi)."""
     from taichi.lang import impl
+    from tflite_taichi.runtime import flavour
+    arch = impl.current_cfg().arch
+    fmt = flavour.artifact_format(arch.name)        # taichi-forge: PTX on cuda (flavour.py)
     fb = impl._root_fb
     if not fb.finalized:
-        return ti.aot.Module(caps=list(caps))
+        return (ti.aot.Module(caps=list(caps)) if fmt is None
+                else ti.aot.Module(caps=list(caps), artifact_format=fmt))
     module = ti.aot.Module.__new__(ti.aot.Module)
-    module._arch = impl.current_cfg().arch
+    module._arch = arch
     module._kernels, module._fields, module._content = [], {}, []
     module._aot_builder = impl.get_runtime().prog.make_aot_module_builder(module._arch, list(caps))
+    if fmt is not None:
+        module._aot_builder.set_artifact_format(fmt)
     return module
 
 

@@ -181,6 +181,9 @@ def taichi_version() -> str:
     """The installed taichi's version, from the METADATA of its distribution beside the package
     when there is exactly one: importing importlib.metadata alone took 60 ms of a 0.5 s warm
     start on the 2-core machine. Anything else asks importlib.metadata."""
+    from tflite_taichi.runtime import flavour
+    if flavour.is_forge():              # its modules are the fork's (flavour.py)
+        return flavour.version()
     spec = importlib.util.find_spec("taichi")          # finds the package, does not import it
     if spec is None:
         return "absent"

@@ -144,6 +144,9 @@ def library_path() -> Optional[str]:
     given = os.environ.get("TFLITE_TAICHI_CAPI_LIB")
     if given:
         return given
+    from tflite_taichi.runtime import flavour
+    if flavour.is_forge():             # the fork's runtime library keeps Taichi 1.7's C API
+        return flavour.capi_library()
     root = _taichi_root()
     if root is None:
         return None
@@ -158,6 +161,9 @@ def library_path() -> Optional[str]:
 
 def runtime_bitcode_dir() -> Optional[str]:
     """The LLVM runtime bitcode the C API's cuda/x64 runtimes need (TI_LIB_DIR)."""
+    from tflite_taichi.runtime import flavour
+    if flavour.is_forge():
+        return flavour.runtime_bitcode_dir()
     root = _taichi_root()
     if root is None:
         return None
@@ -207,12 +213,14 @@ def load_library():
             return _lib
         path = library_path()
         if path is None:
-            raise CapiError("Taichi's C API library (taichi/_lib/c_api) is not in the installed "
-                            "taichi package; set TFLITE_TAICHI_CAPI_LIB to its path")
-        # the LLVM runtimes (cuda, x64) refuse to start without their bitcode folder
+            raise CapiError("Taichi's C API library (taichi/_lib/c_api, or taichi-forge's runtime "
+                            "library) is not installed; set TFLITE_TAICHI_CAPI_LIB to its path")
+        # the LLVM runtimes (cuda, x64) refuse to start without their bitcode folder, and
+        # crash (SIGSEGV, measured) on another Taichi build's: importing taichi-forge sets
+        # TI_LIB_DIR to its own for the whole process and its children
         bitcode = runtime_bitcode_dir()
         if bitcode is not None:
-            os.environ.setdefault("TI_LIB_DIR", bitcode)
+            os.environ["TI_LIB_DIR"] = bitcode
         try:
             lib = C.CDLL(path)
         except OSError as e:

@@ -703,7 +703,8 @@ def start_early(backend: str, env=None) -> None:
     nothing for OpenGL/GLES (a GL context belongs to the thread that creates it) or the Python
     runtime (Taichi's LLVM archs insist on their starting thread); a refusal is kept for get(),
     which then falls back as it always did. The backend is not claimed here (backend.py)."""
-    if backend in GL_BACKENDS or runtime_kind() != "capi":
+    from tflite_taichi.runtime import flavour
+    if backend in GL_BACKENDS or runtime_kind() != "capi" or flavour._problem is not None:
         return
     with _devices_lock:             # get() waits here until the runtime is up
         if backend in _devices or backend in _capi_refused:
