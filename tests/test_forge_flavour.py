@@ -49,9 +49,10 @@ def demo(tmp_path_factory):
     return tmp, model, it.get_tensor(it.get_output_details()[0]["index"])
 
 
-def run(demo, cache_dir, flavour, backend="cpu", expect_ok=True):
+def run(demo, cache_dir, flavour, backend="cpu", expect_ok=True, env=None):
     tmp, model, _ = demo
-    env = {**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False", "TI_SKIP_VERSION_CHECK": "ON"}
+    env = {**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False", "TI_SKIP_VERSION_CHECK": "ON",
+           **(env or {})}
     env.pop("TFLITE_TAICHI_TAICHI", None)
     if flavour is not None:
         env["TFLITE_TAICHI_TAICHI"] = flavour
@@ -82,11 +83,11 @@ def test_forge_builds_and_runs_a_model_cold_and_warm(demo, tmp_path):
     warm = run(demo, tmp_path, "forge")
     assert warm["cache"] == "warm" and warm["compiled_in"] is None, warm
     np.testing.assert_array_equal(warm["y"], cold["y"])
-    # this process imported taichi_forge (importorskip), which set TI_LIB_DIR to forge's
-    # runtime bitcode, inherited by the child: upstream's C API crashed on it before capi.py
-    # pointed TI_LIB_DIR at its own library's folder
-    assert "taichi_forge_runtime" in os.environ.get("TI_LIB_DIR", "")
-    upstream = run(demo, tmp_path, None)
+    # importing taichi_forge sets TI_LIB_DIR to forge's runtime bitcode for the process and its
+    # children: upstream's C API crashed on it (SIGSEGV) before capi.py pointed TI_LIB_DIR at
+    # its own library's folder. The child gets it as a process that imported forge passes it on.
+    from tflite_taichi.runtime import flavour
+    upstream = run(demo, tmp_path, None, env={"TI_LIB_DIR": flavour.runtime_bitcode_dir()})
     assert upstream["flavour"] == "taichi", upstream
     assert upstream["cache"] == "cold" and "libtaichi_c_api" in upstream["library"], upstream
     np.testing.assert_allclose(upstream["y"], demo[2], rtol=1e-5, atol=1e-6)
