@@ -6,7 +6,7 @@ NVPTX (or x64) code generation for each kernel at its lookup: that is most of a 
 (bench/results/issue28_import.md). taichi-forge 0.7 (a fork, not what we pin) can export the
 same kernels as PTX or cubin, and ships its own AOT runtime (taichi_forge_runtime.aot). This
 script builds a model's kernels with OUR code generator running on forge's Python frontend
-(`taichi` aliased to `taichi_forge`), saves them with each artifact format, and times a fresh
+(TFLITE_TAICHI_TAICHI=forge: `import taichi` answered with `taichi_forge`), saves them with each artifact format, and times a fresh
 process loading them through forge's runtime: runtime creation, module load, each kernel's
 lookup (where the LLVM work happens for "bc").
 
@@ -24,21 +24,13 @@ import tempfile
 import time
 
 
-def _alias_forge_as_taichi():
-    import taichi_forge
-    sys.modules["taichi"] = taichi_forge
-    for name, module in list(sys.modules.items()):
-        if name.startswith("taichi_forge."):
-            sys.modules["taichi." + name[len("taichi_forge."):]] = module
-    return taichi_forge
-
-
 def export(model: str, arch: str, fmt: str, folder: str) -> dict:
     """Build MODEL's delegated kernels on forge (through the Python runtime, cache off) and save
     them as one AOT module of format FMT in FOLDER; their names and the export's time."""
     os.environ["TFLITE_TAICHI_RUNTIME"] = "python"
-    ti = _alias_forge_as_taichi()
+    os.environ["TFLITE_TAICHI_TAICHI"] = "forge"    # `import taichi` is forge (flavour.py)
     from tflite_taichi import Interpreter, codegen
+    import taichi as ti
     from tflite_taichi.runtime import compile_workers
     it = Interpreter(model_path=model, backend=arch, cache_dir=False)
     it.allocate_tensors()

@@ -9,8 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tflite_taichi import Interpreter
-from tflite_taichi.demo import build_demo_model
+from cases.demo import demo_case
 from tflite_taichi.runtime import compile_workers
 from tflite_taichi.runtime.compile_workers import MODULE_GROUPS, kernel_groups
 
@@ -71,17 +70,7 @@ def test_worker_count_follows_the_switch_and_the_modules(monkeypatch):
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("workers")
-    model = tmp / "demo.tflite"
-    model.write_bytes(build_demo_model())
-    it = Interpreter(model_path=str(model), backend="reference")
-    it.allocate_tensors()
-    detail = it.get_input_details()[0]
-    x = np.random.default_rng(3).uniform(-1, 1, detail["shape"]).astype(np.float32)
-    np.save(tmp / "x.npy", x)
-    it.set_tensor(detail["index"], x)
-    it.invoke()
-    return tmp, model, it.get_tensor(it.get_output_details()[0]["index"])
+    return demo_case(tmp_path_factory.mktemp("workers"), seed=3)
 
 
 def run(demo, cache_dir, backend="cpu", **options):

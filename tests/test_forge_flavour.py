@@ -11,8 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from tflite_taichi import Interpreter
-from tflite_taichi.demo import build_demo_model
+from cases.demo import demo_case
 
 pytest.importorskip("taichi_forge", reason="the forge extra is not installed (pip install '.[forge]')")
 
@@ -36,17 +35,7 @@ print("RESULT " + json.dumps({"cache": s["cache"]["state"], "compiled_in": s["ru
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("forge")
-    model = tmp / "demo.tflite"
-    model.write_bytes(build_demo_model())
-    it = Interpreter(model_path=str(model), backend="reference")
-    it.allocate_tensors()
-    detail = it.get_input_details()[0]
-    x = np.random.default_rng(5).uniform(-1, 1, detail["shape"]).astype(np.float32)
-    np.save(tmp / "x.npy", x)
-    it.set_tensor(detail["index"], x)
-    it.invoke()
-    return tmp, model, it.get_tensor(it.get_output_details()[0]["index"])
+    return demo_case(tmp_path_factory.mktemp("forge"), seed=5)
 
 
 def run(demo, cache_dir, flavour, backend="cpu", expect_ok=True, env=None):
