@@ -9,6 +9,7 @@
 #   bash bench/gpu_issue28.sh chunks MODELS...   # now, with 8 steps per kernel (more modules to compile
 #                                                # in parallel) against 32: start and step, cuda + vulkan
 #   bash bench/gpu_issue28.sh zoo NAMES...       # the zoo's models (built there): now, cuda, vulkan, opengl, LiteRT
+#                                                # (RUNNERS=a,b  TIMEOUT=s per process  VARIANT=NAME=VAR=V: one more)
 #   BEFORE=.base28 bash bench/gpu_issue28.sh import   # import_time.py: import tflite_taichi now and
 #                                                # in BEFORE (a copy of an older commit's package folders)
 #   BEFORE=.base28 bash bench/gpu_issue28.sh ab MODELS...  # starts of BEFORE's package against now's,
@@ -45,6 +46,6 @@ case "$what" in
 import sys; from tflite_taichi import zoo
 open('/tmp/zoo/$name.tflite', 'wb').write(zoo.build('$name'))" || exit 1; done
     python3 bench/start_times.py $(for n in "$@"; do echo /tmp/zoo/$n.tflite; done) \
-      --runners cuda,vulkan,opengl,litert_cpu,litert_gpu --variant now= --steps 30 \
-      --json "$OUT/zoo_$(date +%s).json" 2>&1 ;;
+      --runners "${RUNNERS:-cuda,vulkan,opengl,litert_cpu,litert_gpu}" --variant now= ${VARIANT:+--variant "$VARIANT"} \
+      --steps 30 --timeout "${TIMEOUT:-300}" --json "$OUT/zoo_$(date +%s).json" 2>&1 ;;
 esac
