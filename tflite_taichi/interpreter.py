@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 
 from tflite_taichi import graph as graph_mod
+from tflite_taichi import threads
 from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError)
 from tflite_taichi.executor import ModelRuntime, SubgraphState, init_subgraphs
 from tflite_taichi.model import read_model
@@ -175,6 +176,10 @@ class Interpreter:
         """backend: 'auto' (the best hardware GPU backend, else Taichi's CPU), 'reference'
         (numpy), or a Taichi arch: 'cuda', 'vulkan', 'metal', 'opengl', 'gles', 'cpu'.
         precision: 'fp32', or 'fp16' (f16 storage on cuda, vulkan, cpu).
+        num_threads: as in LiteRT, the most threads a CPU op may use; None or -1: every core this
+        process may run on; 0: one. It bounds numpy's BLAS during each invoke (one thread on the
+        'cpu' backend, whose own pool has the cores; the process's setting comes back after the
+        invoke: tflite_taichi/threads.py).
         The experimental_* arguments of LiteRT are accepted for drop-in use: op resolvers do not
         apply here; experimental_preserve_all_tensors=True copies every tensor a delegated
         partition writes back to the host, so get_tensor can read intermediates (the reference
@@ -214,6 +219,10 @@ class Interpreter:
         self._requested_backend = backend
         self._precision = precision
         self._num_threads = num_threads
+        # numpy's BLAS threads during an invoke (threads.py): the budget, or one thread where
+        # Taichi's CPU pool runs in the same invoke (OpenBLAS's spinning workers starve it)
+        self._blas_threads = 1 if self._backend == "cpu" else threads.resolve(num_threads)
+        self._numpy_free = (None, False)    # (schedule, whether every op of it is delegated)
         self._options = {"backend": self._backend, "precision": precision,
                          "max_partitions": max_delegated_partitions, "profile": bool(profile),
                          "preserve_all": bool(experimental_preserve_all_tensors),
@@ -374,8 +383,19 @@ class Interpreter:
     @_serialised
     def invoke(self):
         start = time.perf_counter()
-        self._main.invoke()
+        with threads.blas_limited(self._blas_budget(self._main)):
+            self._main.invoke()
         self._last_invoke_s = time.perf_counter() - start
+
+    def _blas_budget(self, state: SubgraphState) -> Optional[int]:
+        """numpy's BLAS threads for an invoke of `state`: None (left as it is: no BLAS call
+        happens, and setting it costs ~3 us a step) where every op runs in the delegate's
+        partitions and the delegate answers."""
+        schedule = state.schedule
+        if self._numpy_free[0] is not schedule:
+            self._numpy_free = (schedule, schedule is not None and not self._options["background"]
+                                and all(hasattr(item, "steps") for item in schedule.items))
+        return None if self._numpy_free[1] else self._blas_threads
 
     @_serialised
     def reset_all_variables(self):

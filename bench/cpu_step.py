@@ -1,0 +1,157 @@
+"""A user's step on the CPU, ours against LiteRT, side by side in one process (issue 29).
+
+    python bench/cpu_step.py MODEL... [--backends litert,auto,cpu,reference] [--threads 2]
+        [--steps 200] [--load K] [--json OUT.json]
+
+MODEL: a .tflite path, a shared model's name (../shared/models) or a zoo name (built in memory).
+Every runtime gets its interpreter in this one process (LiteRT with `num_threads=--threads`, ours
+with the same `num_threads`), is warmed up, then the steps are interleaved: one step of each
+runtime in turn, so a busy moment of the machine hits every runtime alike. A step is what a
+user's loop does: set every input, invoke, get every output. Reported per runtime: median, p10-p90
+and the median's ratio to LiteRT's.
+
+Thread settings cannot be compared in one process: OpenBLAS's workers are the process's, and
+the spinning that one runtime's BLAS calls leave behind slows every runtime after it (LiteRT
+included: mobilenet_v1_fp32 on LiteRT 14.1 ms beside our 2-thread BLAS, 6.9 ms beside our
+1-thread BLAS). Compare two commits with bench/with_package.py, one process each.
+
+`--load K` starts K busy processes beside the run (each spins one core in pure Python: "a second
+CPU-heavy job"), started before the interpreters and stopped at the end.
+"""
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import time
+import warnings
+
+import numpy as np
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models")
+
+
+def model_bytes(name: str) -> tuple:
+    """(label, path) of a model: a path, a shared model's name or a zoo model (written to a
+    temporary file: both runtimes read paths)."""
+    if os.path.isfile(name):
+        return os.path.basename(name).rsplit(".", 1)[0], name
+    shared = os.path.join(SHARED, name + ".tflite")
+    if os.path.isfile(shared):
+        return name, shared
+    from tflite_taichi import zoo
+    import tempfile
+    path = os.path.join(tempfile.mkdtemp(prefix="cpu-step-"), name + ".tflite")
+    with open(path, "wb") as f:
+        f.write(zoo.build(name))
+    return name, path
+
+
+def _spin(stop) -> None:
+    x = 0
+    while not stop.is_set():
+        for _ in range(100000):
+            x += 1
+
+
+class Step:
+    """One runtime's interpreter and its step (set, invoke, get)."""
+
+    def __init__(self, name: str, path: str, threads: int, inputs: list):
+        self.name = name
+        if name == "litert":
+            from ai_edge_litert.interpreter import Interpreter as LiteRT
+            self.it = LiteRT(model_path=path, num_threads=threads)
+        else:
+            from tflite_taichi import Interpreter
+            self.it = Interpreter(model_path=path, backend=name, num_threads=threads)
+        self.it.allocate_tensors()
+        self.inputs = [(d["index"], x) for d, x in zip(self.it.get_input_details(), inputs)]
+        self.outputs = [d["index"] for d in self.it.get_output_details()]
+        self.times = []
+        self.label = name if name != "auto" else f"auto -> {self.it.backend}"
+
+    def step(self) -> list:
+        it = self.it
+        for index, x in self.inputs:
+            it.set_tensor(index, x)
+        it.invoke()
+        return [it.get_tensor(i) for i in self.outputs]
+
+    def timed(self) -> None:
+        start = time.perf_counter()
+        self.step()
+        self.times.append(time.perf_counter() - start)
+
+
+def run_model(label: str, path: str, backends: list, threads: int, steps: int, warmup: int) -> list:
+    from tflite_taichi.bench import make_inputs
+    inputs = make_inputs(path)
+    runtimes = []
+    for name in backends:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                runtimes.append(Step(name, path, threads, inputs))
+            except Exception as e:            # a runtime that cannot run the model is a row
+                print(f"{label:28} {name:10} error: {type(e).__name__}: {e}"[:200], flush=True)
+    for r in runtimes:
+        for _ in range(warmup):
+            r.step()
+    for _ in range(steps):
+        for r in runtimes:
+            r.timed()
+    base = next((r for r in runtimes if r.name == "litert"), None)
+    rows = []
+    for r in runtimes:
+        ms = np.array(r.times) * 1e3
+        row = {"model": label, "runtime": r.label, "median_ms": float(np.median(ms)),
+               "p10_ms": float(np.percentile(ms, 10)), "p90_ms": float(np.percentile(ms, 90))}
+        if base is not None:
+            row["vs_litert"] = row["median_ms"] / float(np.median(base.times) * 1e3)
+        rows.append(row)
+        ratio = f"{row['vs_litert']:6.2f}x" if "vs_litert" in row else ""
+        print(f"{label:28} {r.label:22} {row['median_ms']:9.3f} ms  "
+              f"p10-p90 {row['p10_ms']:.3f}-{row['p90_ms']:.3f}  {ratio}", flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("models", nargs="+")
+    p.add_argument("--backends", default="litert,auto,cpu,reference")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--load", type=int, default=0, help="busy processes beside the run")
+    p.add_argument("--json")
+    a = p.parse_args(argv)
+    stop = multiprocessing.Event()
+    load = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(a.load)]
+    for proc in load:
+        proc.start()
+    import taichi  # noqa: F401  (the version line below; our import is lazy)
+    from importlib.metadata import version
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+          f"{platform.python_version()}, numpy {np.__version__}, taichi {version('taichi')}, "
+          f"ai-edge-litert {version('ai-edge-litert')}; threads {a.threads}, load {a.load}, "
+          f"{a.steps} interleaved steps", flush=True)
+    rows = []
+    try:
+        for name in a.models:
+            label, path = model_bytes(name)
+            rows += run_model(label, path, a.backends.split(","), a.threads, a.steps, a.warmup)
+    finally:
+        stop.set()
+        for proc in load:
+            proc.join(5)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"argv": sys.argv, "threads": a.threads, "load": a.load, "rows": rows}, f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
