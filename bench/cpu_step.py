@@ -3,7 +3,8 @@
     python bench/cpu_step.py MODEL... [--backends litert,auto,cpu,reference] [--threads 2]
         [--steps 200] [--load K] [--json OUT.json]
 
-MODEL: a .tflite path, a shared model's name (../shared/models) or a zoo name (built in memory).
+MODEL: a .tflite path, a shared model's name (../shared/models), a zoo name, or `one_op` (an
+ADD of two [1, 8] float tensors: the Python cost of a step, issue 29 item 4).
 Every runtime gets its interpreter in this one process (LiteRT with `num_threads=--threads`, ours
 with the same `num_threads`), is warmed up, then the steps are interleaved: one step of each
 runtime in turn, so a busy moment of the machine hits every runtime alike. A step is what a
@@ -40,12 +41,27 @@ def model_bytes(name: str) -> tuple:
     shared = os.path.join(SHARED, name + ".tflite")
     if os.path.isfile(shared):
         return name, shared
-    from tflite_taichi import zoo
     import tempfile
     path = os.path.join(tempfile.mkdtemp(prefix="cpu-step-"), name + ".tflite")
     with open(path, "wb") as f:
-        f.write(zoo.build(name))
+        f.write(one_op() if name == "one_op" else _zoo(name))
     return name, path
+
+
+def _zoo(name: str) -> bytes:
+    from tflite_taichi import zoo
+    return zoo.build(name)
+
+
+def one_op() -> bytes:
+    from tflite_taichi.builder import ModelBuilder
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 8))
+    y = g.tensor("y", (1, 8))
+    g.op("ADD", [x, g.const("one", np.ones((1, 8), np.float32))], [y])
+    g.output(y)
+    return b.finish()
 
 
 def _spin(stop) -> None:
@@ -112,8 +128,8 @@ def run_model(label: str, path: str, backends: list, threads: int, steps: int, w
             row["vs_litert"] = row["median_ms"] / float(np.median(base.times) * 1e3)
         rows.append(row)
         ratio = f"{row['vs_litert']:6.2f}x" if "vs_litert" in row else ""
-        print(f"{label:28} {r.label:22} {row['median_ms']:9.3f} ms  "
-              f"p10-p90 {row['p10_ms']:.3f}-{row['p90_ms']:.3f}  {ratio}", flush=True)
+        print(f"{label:28} {r.label:22} {row['median_ms']:9.4g} ms  "
+              f"p10-p90 {row['p10_ms']:.4g}-{row['p90_ms']:.4g}  {ratio}", flush=True)
     return rows
 
 

@@ -156,8 +156,9 @@ class OpDef:
                                              # values the op refuses (an id out of range)
     # what the runtime needs to know about the op, declared by the op (no op names elsewhere):
     numpy_faster_on_cpu: bool = False        # backend='auto' without a hardware GPU keeps it on
-                                             # numpy rather than Taichi's cpu backend (measured
-                                             # per op: bench/results/cpu_2core.md; see the ops)
+                                             # numpy rather than Taichi's cpu backend where its
+                                             # work is big enough (costs.numpy_wins_on_cpu;
+                                             # measured per op: bench/results/cpu_2core.md)
     init_subgraph_of: Optional[Callable] = None  # options -> index of the subgraph the op
                                              # runs once to initialise state (CALL_ONCE): the
                                              # interpreter prepares it with the model

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tflite_taichi import costs
 from tflite_taichi.graph import PreparedGraph
 from tflite_taichi.ops.kit import EpilogueRef, LoadRef, StepIO, realize, ti
 from tflite_taichi.partition import Partition
@@ -245,6 +246,7 @@ class PartitionCode:
     aliased: dict                     # reshape-like op position -> its input tensor
     at_load: dict                     # op computed at its reader's load -> the reader's position
     fp16: bool
+    cpu_threads: int = 0              # Taichi CPU threads per top-level loop (1: serial; 0: Taichi's)
     kernels: list = field(default_factory=list)
 
     @property
@@ -271,13 +273,16 @@ class PartitionCode:
     def digest_parts(self) -> tuple:
         return (tuple(s.op.index for s in self.partition.steps), tuple(map(tuple, self.chunks)),
                 tuple(sorted(self.fusions.items())), tuple(sorted(self.aliased.items())),
-                tuple(sorted(self.at_load.items())), self.fp16, self.plan.digest_parts())
+                tuple(sorted(self.at_load.items())), self.fp16, self.plan.digest_parts(),
+                self.cpu_threads)
 
 
 def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
-         io_offsets: dict, io_codes=()) -> PartitionCode:
+         io_offsets: dict, io_codes=(), cpu_threads: int = 0) -> PartitionCode:
     """The partition's fusions, chunks and memory plan (no Taichi compile); `io_codes`: the io
-    tensors held as integer codes (planner.plan_partition)."""
+    tensors held as integer codes (planner.plan_partition); `cpu_threads`: the interpreter's
+    thread budget, which the `cpu` backend's loops get unless the partition is small enough to
+    run serially (costs.cpu_loop_threads)."""
     # bench/'s A/B switch (a kernel switch: cache.KERNEL_SWITCHES): "store" fuses into stores
     # only, "none" runs every op as a step of its own
     mode = os.environ.get("TFLITE_TAICHI_FUSION", "all")
@@ -314,7 +319,8 @@ def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
             + ", ".join(f"{n:,} elements of {k}" for k, n in big.items())
             + f" in one buffer; Taichi indexes buffers with 32-bit integers (at most "
             f"{MAX_BUFFER_ELEMENTS:,}): use backend='reference' or smaller shapes")
-    return PartitionCode(partition, p, chunks, fusions, aliased, at_load, fp16)
+    threads = costs.cpu_loop_threads(partition.steps, cpu_threads) if backend == "cpu" else 0
+    return PartitionCode(partition, p, chunks, fusions, aliased, at_load, fp16, threads)
 
 
 @contextlib.contextmanager

@@ -36,17 +36,43 @@ def _elements(spec) -> int:
 
 def numpy_us(steps) -> float:
     """Estimated microseconds of these steps on the numpy path."""
+    return NUMPY["op_us"] * len(steps) + work_us(steps)
+
+
+def work_us(steps) -> float:
+    """Estimated microseconds of these steps' arithmetic and memory traffic on one core (the
+    numpy estimate without its per-op Python cost)."""
     total = 0.0
     for st in steps:
         out = sum(_elements(s) for s in st.node.outputs)
         touched = out + sum(_elements(s) for s in st.node.inputs if s is not None and s.value is None)
-        macs = 0
-        for s in st.node.inputs:
-            if s is not None and s.value is not None and len(s.shape) >= 2 and s.shape[0]:
-                macs += out * (_elements(s) // int(s.shape[0]))
-        total += (NUMPY["op_us"] + 1e-3 * NUMPY["ns_per_element"] * touched
-                  + 1e-3 * NUMPY["ns_per_mac"] * macs)
+        macs = sum(out * (_elements(s) // int(s.shape[0])) for s in st.node.inputs
+                   if s is not None and s.value is not None and len(s.shape) >= 2 and s.shape[0])
+        total += 1e-3 * (NUMPY["ns_per_element"] * touched + NUMPY["ns_per_mac"] * macs)
     return total
+
+
+# Taichi's CPU backends hand every top-level loop to their thread pool and wait for it; a
+# partition whose whole work is below this runs each loop serially in the caller's thread
+# instead (issue 29, item 2; bench/results/issue29_cpu_2core.md)
+SERIAL_BELOW_US = 50.0
+
+
+def cpu_loop_threads(steps, budget: int) -> int:
+    """Threads for each top-level loop of a `cpu` backend partition of these steps: 1 (a serial
+    task, no thread-pool dispatch) where the work is small, else the thread budget."""
+    return 1 if budget <= 1 or work_us(steps) < SERIAL_BELOW_US else budget
+
+
+# backend='auto' without a GPU keeps an op that declares `numpy_faster_on_cpu` on numpy only
+# where its work is at least this: below it, numpy's per-op cost (NUMPY["op_us"]) and the
+# crossing between the paths outweigh what BLAS saves (issue 29, item 5;
+# bench/results/issue29_cpu_2core.md)
+NUMPY_CPU_ABOVE_US = 20.0
+
+
+def numpy_wins_on_cpu(step) -> bool:
+    return work_us([step]) >= NUMPY_CPU_ABOVE_US
 
 
 def gpu_us(steps, backend: str) -> float:

@@ -118,7 +118,8 @@ class Program:
     """The delegated partitions of one prepared subgraph, on one device."""
 
     def __init__(self, graph: PreparedGraph, schedule: Schedule, backend: str, fp16: bool,
-                 model_cache=None, preserve_all: bool = False, background: bool = False):
+                 model_cache=None, preserve_all: bool = False, background: bool = False,
+                 cpu_threads: int = 0):
         """background: kernels that are not cached are compiled (and, except on OpenGL/GLES,
         loaded) by a thread while the constructor returns at once; `adopt()` says when the
         program can run (the executor answers on the reference path until then)."""
@@ -135,8 +136,8 @@ class Program:
                              f"indexes buffers with 32-bit integers (at most "
                              f"{codegen.MAX_BUFFER_ELEMENTS:,}): use backend='reference' or "
                              "smaller shapes")
-        self.codes = [codegen.plan(p, graph, backend, fp16, self.layout.offsets, self.layout.codes)
-                      for p in schedule.partitions]
+        self.codes = [codegen.plan(p, graph, backend, fp16, self.layout.offsets, self.layout.codes,
+                                   cpu_threads) for p in schedule.partitions]
         self._code_of = {id(c.partition): c for c in self.codes}
         self._index_checks = _index_checks(schedule)
         self.waits = 0                          # of the last invoke

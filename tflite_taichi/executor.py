@@ -243,7 +243,8 @@ class SubgraphState:
             if self.schedule.partitions:
                 self.program = Program(self.prepared, self.schedule, self.options["backend"], fp16,
                                        self.options["cache"], self.options["preserve_all"],
-                                       background=self.options.get("background", False))
+                                       background=self.options.get("background", False),
+                                       cpu_threads=self.options.get("threads", 0))
         old = self.io
         self.io = {}
         for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):

@@ -227,7 +227,8 @@ class Interpreter:
                          "max_partitions": max_delegated_partitions, "profile": bool(profile),
                          "preserve_all": bool(experimental_preserve_all_tensors),
                          "reference_ops": frozenset(),
-                         "background": bool(answer_while_compiling)}
+                         "background": bool(answer_while_compiling),
+                         "threads": threads.resolve(num_threads)}
         if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
             from tflite_taichi.backend import cpu_reference_ops
             self._options["reference_ops"] = cpu_reference_ops(

@@ -22,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from tflite_taichi import costs
 from tflite_taichi.graph import PreparedGraph, Step
 from tflite_taichi.quant import is_float_view
 
@@ -66,9 +67,10 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
     """None if the delegate takes this op instance, else why not (TFLite's warning text).
     `reference_ops`: op names the CPU policy of `auto` keeps on numpy (backend.cpu_reference_ops(): ops declaring OpDef.numpy_faster_on_cpu)."""
     opdef, node = step.opdef, step.node
-    if step.op.name in reference_ops:
+    if step.op.name in reference_ops and costs.numpy_wins_on_cpu(step):
         return ("backend='auto' without a GPU runs it on numpy, which is faster than Taichi's "
-                "cpu kernel for this op (BLAS, vectorised taps: bench/results/cpu_2core.md)")
+                "cpu kernel for this op at this size (BLAS, vectorised taps: "
+                "bench/results/cpu_2core.md)")
     if opdef.stateful:
         return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
     if step.updates_state:
@@ -141,7 +143,6 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
     runs = [g for delegated, g in groups if delegated]
     keep = sorted(runs, key=len, reverse=True)[:max(max_partitions, 0)]
     if cost_backend is not None:
-        from tflite_taichi import costs
         for run in list(keep):
             faster = costs.cpu_is_faster(run, cost_backend)
             if faster is not None:

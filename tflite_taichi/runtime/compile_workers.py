@@ -147,6 +147,7 @@ def save_module(codes, kernels, folder: str, caps, llvm: bool,
     frontend (started in this process on its arch) and save them as one AOT module in `folder`;
     returns the module's file or folder name there. `compiled(name)` after each kernel."""
     from tflite_taichi import codegen
+    from tflite_taichi.runtime import taichi_frontend
     from tflite_taichi.runtime.device import TAICHI_LOCK
     built = {}
     with TAICHI_LOCK, codegen.intended_unrolling():
@@ -154,7 +155,8 @@ def save_module(codes, kernels, folder: str, caps, llvm: bool,
         for name, code_at, chunk_at in kernels:
             if code_at not in built:
                 built[code_at] = codegen.build_kernels(codes[code_at])
-            module.add_kernel(built[code_at][chunk_at], name=name)    # Taichi compiles it here
+            with taichi_frontend.top_level_loops(codes[code_at].cpu_threads):
+                module.add_kernel(built[code_at][chunk_at], name=name)    # Taichi compiles it here
             compiled(name)
         if llvm:                        # cuda/x64: a .tcm archive crashes the C API loader
             rel = "module"

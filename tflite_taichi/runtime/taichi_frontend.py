@@ -16,9 +16,18 @@ other version is left alone, and `apply()` says so by returning False):
   function object does not change while it lives), and the per-line refill per line of text.
 The kernels compiled are the same: the AST Taichi parses is built from the same text.
 `TFLITE_TAICHI_FRONTEND_PATCH=0` leaves Taichi alone (a benchmark switch: before and after in
-one run)."""
+one run).
+
+`top_level_loops(threads)` is the one change to what is compiled (issue 29, item 1): Taichi's
+CPU backends give every top-level loop the thread count of the machine that compiles it
+(`std::thread::hardware_concurrency()`, baked into the AOT module) unless the loop says
+otherwise with `ti.loop_config(parallelize=n)`. While the block is active, every top-level loop
+of the kernels compiled gets `parallelize=threads`, and `threads=1` makes it a serial task that
+runs in the calling thread, with no dispatch to Taichi's thread pool (what `ti.loop_config(
+serialize=True)` does). codegen.PartitionCode.cpu_threads says which, and enters the cache key."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import threading
@@ -77,6 +86,58 @@ def _source_lines(getsourcelines):
         src, start = remembered(fn)
         return list(src), start        # a fresh list: the caller may change its own
     return lines
+
+
+_loops = threading.local()       # .threads: the count for top-level loops; .depth: loops open
+
+
+@contextlib.contextmanager
+def top_level_loops(threads: int):
+    """Kernels compiled in this block (this thread) run each top-level loop on `threads` CPU
+    threads (1: serially, in the caller's thread); 0 leaves Taichi's default."""
+    _hook_loops()
+    before = getattr(_loops, "threads", 0), getattr(_loops, "depth", 0)
+    _loops.threads, _loops.depth = threads, 0
+    try:
+        yield
+    finally:
+        _loops.threads, _loops.depth = before
+
+
+def _with_loop_threads(build_for):
+    def build_For(ctx, node):
+        threads = getattr(_loops, "threads", 0)
+        from taichi.lang.ast.ast_transformer import ASTTransformer
+        if not threads or ASTTransformer.get_decorator(ctx, node.iter) == "static":
+            return build_for(ctx, node)         # a static loop unrolls: what it holds is at its level
+        if _loops.depth == 0:                   # a ti.func's loops are traced inside its caller's
+            from taichi.lang import impl
+            builder = impl.get_runtime().compiling_callable.ast_builder()
+            builder.parallelize(threads)
+            if threads == 1:
+                builder.strictly_serialize()
+        _loops.depth += 1
+        try:
+            return build_for(ctx, node)
+        finally:
+            _loops.depth -= 1
+    build_For.__wrapped__ = build_for
+    return build_For
+
+
+def _hook_loops() -> None:
+    """Wrap Taichi's `ASTTransformer.build_For` once per process (any Taichi version with that
+    builder API: parallelize and strictly_serialize are `ti.loop_config`'s own calls)."""
+    global _loops_hooked
+    with _lock:
+        if _loops_hooked:
+            return
+        from taichi.lang.ast.ast_transformer import ASTTransformer
+        ASTTransformer.build_For = staticmethod(_with_loop_threads(ASTTransformer.build_For))
+        _loops_hooked = True
+
+
+_loops_hooked = False
 
 
 def apply() -> bool:
