@@ -219,16 +219,17 @@ class Interpreter:
         self._requested_backend = backend
         self._precision = precision
         self._num_threads = num_threads
+        budget = threads.resolve(num_threads)
         # numpy's BLAS threads during an invoke (threads.py): the budget, or one thread where
         # Taichi's CPU pool runs in the same invoke (OpenBLAS's spinning workers starve it)
-        self._blas_threads = 1 if self._backend == "cpu" else threads.resolve(num_threads)
+        self._blas_threads = 1 if self._backend == "cpu" else budget
         self._numpy_free = (None, False)    # (schedule, whether every op of it is delegated)
         self._options = {"backend": self._backend, "precision": precision,
                          "max_partitions": max_delegated_partitions, "profile": bool(profile),
                          "preserve_all": bool(experimental_preserve_all_tensors),
                          "reference_ops": frozenset(),
                          "background": bool(answer_while_compiling),
-                         "threads": threads.resolve(num_threads)}
+                         "threads": budget}      # Taichi's CPU loops (costs.cpu_loop_threads)
         if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
             from tflite_taichi.backend import cpu_reference_ops
             self._options["reference_ops"] = cpu_reference_ops(
