@@ -517,7 +517,10 @@ class Interpreter:
             partitions = [{"ops": [s.op.index for s in p.steps],
                            "kernels": program.code(p).launches,
                            "fused": [list(f) for f in program.code(p).fused],
-                           "computed_at_load": [list(f) for f in program.code(p).computed_at_load]}
+                           "computed_at_load": [list(f) for f in program.code(p).computed_at_load],
+                           # cpu: threads per top-level loop (1: serial tasks in the caller's
+                           # thread, Taichi merges them into one); 0 on other backends
+                           "cpu_threads": program.code(p).cpu_threads}
                           for p in state.schedule.partitions]
             fallback = [{"index": i, "op": names[i], "reason": r}
                         for i, r in sorted(state.schedule.refused.items())]
