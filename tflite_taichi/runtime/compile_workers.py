@@ -75,10 +75,8 @@ def worker_count(modules: int) -> int:
             raise BackendUnavailable(f"TFLITE_TAICHI_COMPILE_WORKERS={given!r}: give a number of "
                                      "processes (0: compile in this process)") from None
     else:
-        try:
-            wanted = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            wanted = os.cpu_count() or 1
+        from tflite_taichi.threads import usable_cores
+        wanted = usable_cores()
     return max(0, min(wanted, modules))
 
 

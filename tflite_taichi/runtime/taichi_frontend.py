@@ -104,14 +104,12 @@ def top_level_loops(threads: int):
         _loops.threads, _loops.depth = before
 
 
-def _with_loop_threads(build_for):
+def _with_loop_threads(build_for, transformer, impl):
     def build_For(ctx, node):
         threads = getattr(_loops, "threads", 0)
-        from taichi.lang.ast.ast_transformer import ASTTransformer
-        if not threads or ASTTransformer.get_decorator(ctx, node.iter) == "static":
+        if not threads or transformer.get_decorator(ctx, node.iter) == "static":
             return build_for(ctx, node)         # a static loop unrolls: what it holds is at its level
         if _loops.depth == 0:                   # a ti.func's loops are traced inside its caller's
-            from taichi.lang import impl
             builder = impl.get_runtime().compiling_callable.ast_builder()
             builder.parallelize(threads)
             if threads == 1:
@@ -132,8 +130,10 @@ def _hook_loops() -> None:
     with _lock:
         if _loops_hooked:
             return
+        from taichi.lang import impl
         from taichi.lang.ast.ast_transformer import ASTTransformer
-        ASTTransformer.build_For = staticmethod(_with_loop_threads(ASTTransformer.build_For))
+        ASTTransformer.build_For = staticmethod(
+            _with_loop_threads(ASTTransformer.build_For, ASTTransformer, impl))
         _loops_hooked = True
 
 
