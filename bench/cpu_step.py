@@ -5,6 +5,10 @@
 
 MODEL: a .tflite path, a shared model's name (../shared/models), a zoo name, or `one_op` (an
 ADD of two [1, 8] float tensors: the Python cost of a step, issue 29 item 4).
+Runtimes (`--backends`): `litert` (its CPU path, `num_threads=--threads`), `litert_gpu` (its GPU
+path: CompiledModel with the GPU accelerator, fp16 by default as LiteRT's), `torch` (the same
+network in PyTorch eager on CUDA, bench/torch_eager.py: image classifiers only), and any of our
+backends (auto, cpu, reference, cuda, vulkan, ...).
 Every runtime gets its interpreter in this one process (LiteRT with `num_threads=--threads`, ours
 with the same `num_threads`), is warmed up, then the steps are interleaved: one step of each
 runtime in turn, so a busy moment of the machine hits every runtime alike. A step is what a
@@ -76,6 +80,14 @@ class Step:
 
     def __init__(self, name: str, path: str, threads: int, inputs: list):
         self.name = name
+        self.label = name
+        self.times = []
+        if name == "litert_gpu":
+            self.step = _litert_gpu_step(path, inputs)
+            return
+        if name == "torch":
+            self.step = _torch_step(path, inputs)
+            return
         if name == "litert":
             from ai_edge_litert.interpreter import Interpreter as LiteRT
             self.it = LiteRT(model_path=path, num_threads=threads)
@@ -85,7 +97,6 @@ class Step:
         self.it.allocate_tensors()
         self.inputs = [(d["index"], x) for d, x in zip(self.it.get_input_details(), inputs)]
         self.outputs = [d["index"] for d in self.it.get_output_details()]
-        self.times = []
         self.label = name if name != "auto" else f"auto -> {self.it.backend}"
 
     def step(self) -> list:
@@ -99,6 +110,38 @@ class Step:
         start = time.perf_counter()
         self.step()
         self.times.append(time.perf_counter() - start)
+
+
+def _litert_gpu_step(path: str, inputs: list):
+    """LiteRT's GPU path (as ../shared/tools/gpu_anchors.py runs it): write every input buffer,
+    run, read every output; inputs matched to the signature's order by shape."""
+    from ai_edge_litert.compiled_model import CompiledModel
+    from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+    from ai_edge_litert.options import Options
+    cm = CompiledModel.from_file(path, options=Options(hardware_accelerators=HardwareAccelerator.GPU))
+    if not cm.is_fully_accelerated():
+        raise RuntimeError("LiteRT's GPU path does not take the whole model")
+    sig = list(cm.get_signature_list())[0]
+    names = cm.get_signature_list()[sig]
+    idet, odet = cm.get_input_tensor_details(sig), cm.get_output_tensor_details(sig)
+    xs = [next(x for x in inputs if tuple(x.shape) == tuple(idet[n]["shape"])) for n in names["inputs"]]
+    outs = [(tuple(odet[n]["shape"]), np.dtype(odet[n]["dtype"])) for n in names["outputs"]]
+    ib, ob = cm.create_input_buffers(0), cm.create_output_buffers(0)
+
+    def step():
+        for b, x in zip(ib, xs):
+            b.write(x)
+        cm.run_by_index(0, ib, ob)
+        return [b.read(int(np.prod(s)), dt).reshape(s) for b, (s, dt) in zip(ob, outs)]
+    return step
+
+
+def _torch_step(path: str, inputs: list):
+    """PyTorch eager on CUDA, the network rebuilt from the model's weights (bench/torch_eager.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_eager import TorchModel
+    net = TorchModel(path, batch=1, device="cuda")
+    return lambda: [net(inputs[0])]
 
 
 def run_model(label: str, path: str, backends: list, threads: int, steps: int, warmup: int) -> list:

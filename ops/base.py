@@ -164,6 +164,13 @@ class OpDef:
                                              # interpreter prepares it with the model
     writes_resource_handle: bool = False     # its outputs may be resource tensors (VAR_HANDLE),
                                              # which have no numpy form
+    variable_access: Optional[str] = None    # "read" (output 0 is the value) or "write" (input
+                                             # 1 is): a stateful op on the resource variable its
+                                             # input 0's handle names. The delegate takes it, with
+                                             # its Taichi part, where the handle is known at
+                                             # prepare: the variable then lives in a slot of the
+                                             # program's io buffer (partition.VariableSlot), which
+                                             # the Taichi part reads or writes as input 0
     min_inputs: int = 1
     max_inputs: Optional[int] = None
 
@@ -274,8 +281,11 @@ class Runtime(Protocol):
     ops never reach past it. `prepared` values are opaque to ops beyond `.subgraph` and `.specs`
     (graph.PreparedGraph, which ops may not import: the pipeline sits above them)."""
 
-    resources: dict                     # resource handle -> its value, in the model's dtype;
-                                        # as long-lived as the interpreter, shared by subgraphs
+    resources: Any                      # resource handle -> its value, in the model's dtype
+                                        # (`get(handle)`, `[handle] = value`: a
+                                        # tflite_taichi.variables.Variables, which fetches a
+                                        # value the delegate holds on the device); as
+                                        # long-lived as the interpreter, shared by subgraphs
 
     def subgraph(self, index: int, node: Node, role: str = "called") -> Any:
         """The model's subgraph `index`, as named by `node` (ModelError if out of range)."""

@@ -12,9 +12,14 @@ As in LiteRT:
 - Variables live as long as the interpreter: `reset_all_variables()` does not touch them
   (measured on LiteRT with okay_nabu) and neither does `allocate_tensors()`.
 
-READ_VARIABLE, ASSIGN_VARIABLE and CALL_ONCE are `stateful`: never folded, never delegated,
-kept in their graph order by the partitioner, and their reference receives the interpreter's
-runtime (the variables and a way to run a subgraph) as a third argument.
+READ_VARIABLE, ASSIGN_VARIABLE and CALL_ONCE are `stateful`: never folded, kept in their graph
+order by the partitioner, and their reference receives the interpreter's runtime (the variables
+and a way to run a subgraph) as a third argument. CALL_ONCE stays on the CPU. READ_VARIABLE and
+ASSIGN_VARIABLE declare `variable_access`: the delegate takes them where the handle is folded,
+keeping the variable in a slot of its io buffer that their Taichi parts copy from and to (an
+8/16-bit variable's slot holds its integer codes, as the host's array does; each op reads or
+writes them under its own tensor's quantization, as the references below do), so a streaming
+model's state stays on the device between invokes (tflite_taichi/variables.py).
 """
 from __future__ import annotations
 
@@ -22,9 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tflite_taichi.quant import dequantize, is_float_view, quantize
+from tflite_taichi.quant import dequantize, is_float_view, quantize, quantized_range
 
 from .base import OpDef, Runtime, register_op
+from .kit import IO_OUT, ElementwiseStep, TensorRef, ti
 
 
 @dataclass(frozen=True)
@@ -135,15 +141,47 @@ def _call_once_reference(node, inputs, runtime: Runtime):
     return []
 
 
+# -- Taichi: copies between the variable's slot (input 0's ref: io, the variable's shape) and
+# the op's tensor, the slot read or written as codes under that tensor's grid ------------------
+def _slot_for(slot: TensorRef, spec) -> TensorRef:
+    """The variable's slot seen through `spec`'s quantization: integer codes meaning what that
+    tensor's scale and zero point say (a float variable's slot holds its values)."""
+    if not is_float_view(spec.dtype, spec.quantization):
+        return slot
+    q = spec.quantization
+    lo, hi = quantized_range(spec.dtype)
+    return TensorRef(IO_OUT, slot.offset, slot.shape,
+                     (float(q.scale[0]), float(q.zero_point[0]), lo, hi), codes=True)
+
+
+@ti.data_oriented
+class SlotCopyStep(ElementwiseStep):
+    """out[i] = x[i] through the out's store (its grid, or its codes)."""
+
+    @ti.func
+    def formula(self, v):
+        return v
+
+
+def _read_variable_taichi(node, io):
+    return SlotCopyStep(_slot_for(io.inputs[0], node.outputs[0]), io.outputs[0])
+
+
+def _assign_variable_taichi(node, io):
+    return SlotCopyStep(io.inputs[1], _slot_for(io.inputs[0], node.inputs[1]))
+
+
 VAR_HANDLE = register_op(OpDef(name="VAR_HANDLE", infer=_infer_var_handle,
                                reference=_var_handle_reference, parse=_parse_var_handle,
                                options_class="VarHandleOptions", writes_resource_handle=True,
                                min_inputs=0, max_inputs=0))
 READ_VARIABLE = register_op(OpDef(name="READ_VARIABLE", infer=_infer_read_variable,
                                   reference=_read_variable_reference, stateful=True,
+                                  variable_access="read", taichi=_read_variable_taichi,
                                   min_inputs=1, max_inputs=1))
 ASSIGN_VARIABLE = register_op(OpDef(name="ASSIGN_VARIABLE", infer=_infer_assign_variable,
                                     reference=_assign_variable_reference, stateful=True,
+                                    variable_access="write", taichi=_assign_variable_taichi,
                                     min_inputs=2, max_inputs=2))
 CALL_ONCE = register_op(OpDef(name="CALL_ONCE", infer=_infer_call_once,
                               reference=_call_once_reference, parse=_parse_call_once,

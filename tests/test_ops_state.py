@@ -1,7 +1,10 @@
 """State across invokes: VAR_HANDLE, READ_VARIABLE, ASSIGN_VARIABLE and CALL_ONCE with an init
 subgraph, against LiteRT over sequences of invokes (reference path and the delegate, which
-runs the compute between the state ops in one partition and leaves the state ops on the CPU),
-and the okay_nabu wake-word model over ten steps."""
+keeps the variables in slots of its io buffer and runs their reads and writes in the partition
+with the compute; CALL_ONCE and the init subgraph's assignments run on the host), the value
+crossing between the device and the host (an IF branch on the reference path reading and
+writing the variable the partition writes, a reallocation), and the okay_nabu wake-word model
+over ten steps."""
 import os
 
 import numpy as np
@@ -32,7 +35,8 @@ def _init_subgraph(b, name, value, quantization=None):
 
 def accumulator_model(shape, initial, scale_out=2.0):
     """state <- state + x each invoke (state starts at `initial`); outputs (state + x) * 2.
-    float32; ADD and MUL are delegated, the state ops stay on the CPU."""
+    float32; READ_VARIABLE, ADD, ASSIGN_VARIABLE and MUL are delegated, CALL_ONCE (and the init
+    subgraph's ASSIGN_VARIABLE) stay on the CPU."""
     b = ModelBuilder()
     g = b.subgraph("main")
     x = g.input("x", shape)
@@ -133,9 +137,12 @@ def test_int8_ring_buffer_matches_litert(case):
 
 
 def test_variables_survive_reset_and_reallocation_as_in_litert():
+    """On the delegate the value lives on the device: the reallocation's new program gets it
+    back from the old one's slot as that closes."""
     model = accumulator_model((3,), np.zeros(3, np.float32), scale_out=1.0)
     one = [np.ones(3, np.float32)]
-    for it in (_litert(model), Interpreter(model_content=model, backend="reference")):
+    for it in (_litert(model), Interpreter(model_content=model, backend="reference"),
+               Interpreter(model_content=model, backend="cpu")):
         run_sequence(it, [one, one])
         it.reset_all_variables()        # resource variables are not variable tensors: kept
         it.allocate_tensors()
@@ -165,11 +172,14 @@ def _read_without_init():
     return b.finish()
 
 
-def test_reading_a_variable_never_assigned_names_it():
-    it = Interpreter(model_content=_read_without_init(), backend="reference")
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_reading_a_variable_never_assigned_names_it(backend):
+    it = Interpreter(model_content=_read_without_init(), backend=backend)
     it.allocate_tensors()
     with pytest.raises(ModelError, match=r"op #1 \(READ_VARIABLE\).*'never_assigned' before any ASSIGN_VARIABLE"):
         it.invoke()
+    if backend == "cpu":            # the read was the delegate's (the message is the same)
+        assert it.summary()["ops_delegated"] == 2
 
 
 def test_call_once_to_a_missing_subgraph_is_a_model_error():
@@ -194,6 +204,72 @@ def test_reading_a_resource_handle_is_a_clear_error():
         it.get_tensor(handle)
 
 
+def crossing_model(shape, initial):
+    """The variable crosses between the device and the host every invoke: main's partition
+    reads it, adds x and assigns the sum (the device holds the newest value); then an IF on
+    the host (its branches run on the reference path): `then` reads the variable (the host
+    needs the device's value) and outputs it doubled; `else` assigns 100 + x (the host writes:
+    the next invoke's partition must take that value to the device) and outputs x."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    c = g.input("c", (), np.bool_)
+    x = g.input("x", shape)
+    g.op("CALL_ONCE", [], [], init_subgraph_index=3)
+    h = g.tensor("h", (), RESOURCE)
+    g.op("VAR_HANDLE", [], [h], shared_name="acc")
+    state = g.tensor("state", shape)
+    g.op("READ_VARIABLE", [h], [state])
+    total = g.tensor("total", shape)
+    g.op("ADD", [state, x], [total])
+    g.op("ASSIGN_VARIABLE", [h, total], [])
+    out = g.tensor("out", shape)
+    g.op("IF", [c, x], [out], then_subgraph_index=1, else_subgraph_index=2)
+    g.output(total, out)
+
+    then = b.subgraph("then")
+    tx = then.input("x", shape)
+    th = then.tensor("h", (), RESOURCE)
+    then.op("VAR_HANDLE", [], [th], shared_name="acc")
+    tv = then.tensor("v", shape)
+    then.op("READ_VARIABLE", [th], [tv])
+    ty = then.tensor("y", shape)
+    then.op("MUL", [tv, then.const("two", np.float32(2))], [ty])
+    then.output(ty)
+    del tx
+
+    other = b.subgraph("else")
+    ex = other.input("x", shape)
+    eh = other.tensor("h", (), RESOURCE)
+    other.op("VAR_HANDLE", [], [eh], shared_name="acc")
+    ev = other.tensor("v", shape)
+    other.op("ADD", [ex, other.const("hundred", np.float32(100))], [ev])
+    other.op("ASSIGN_VARIABLE", [eh, ev], [])
+    ey = other.tensor("y", shape)
+    other.op("MUL", [ex, other.const("one", np.float32(1))], [ey])
+    other.output(ey)
+    _init_subgraph(b, "acc", initial)
+    return b.finish()
+
+
+@settings(max_examples=examples(10))
+@given(shape=S.shapes(1, 2, 1, 4), conds=st.lists(st.booleans(), min_size=3, max_size=8),
+       seed=S.seeds())
+def test_a_variable_crossing_between_device_and_host_matches_litert(shape, conds, seed):
+    """Every order of device writes, host reads and host writes (the IF's branches) over a
+    sequence: LiteRT's outputs, on the reference path and on the delegate (cpu backend here;
+    the delegate's backends below)."""
+    rng = np.random.default_rng(seed)
+    model = crossing_model(shape, rng.uniform(-1, 1, shape).astype(np.float32))
+    sequence = [[np.array(c), rng.uniform(-1, 1, shape).astype(np.float32)] for c in conds]
+    expected = run_sequence(_litert(model), sequence)
+    for backend in ("reference", "cpu"):
+        it = Interpreter(model_content=model, backend=backend)
+        ours = run_sequence(it, sequence)
+        _compare_sequences(ours, expected, backend)
+        if backend == "cpu":        # the variable's ops ran on the delegate
+            assert {f["op"] for f in it.summary()["fallback"]} == {"CALL_ONCE", "IF"}
+
+
 # -- on the delegate ------------------------------------------------------------------------
 def _delegate_sequence(worker, model, sequence, **kwargs):
     worker.submit(model, [], "fp32", sequence=sequence, **kwargs)
@@ -213,9 +289,18 @@ def test_state_models_on_the_delegate_match_the_reference(taichi_workers, case):
         expected = run_sequence(Interpreter(model_content=model, backend="reference"), sequence)
         for w in taichi_workers:
             outputs, summary = _delegate_sequence(w, model, sequence)
-            assert [len(p["ops"]) for p in summary["partitions"]] == [n_compute], summary
-            assert {f["op"] for f in summary["fallback"]} == {"CALL_ONCE", "READ_VARIABLE", "ASSIGN_VARIABLE"}
+            # the variable's read and write run in the partition, with the compute
+            assert [len(p["ops"]) for p in summary["partitions"]] == [n_compute + 2], summary
+            assert {f["op"] for f in summary["fallback"]} == {"CALL_ONCE"}
             _compare_sequences(outputs, expected, f"{w.backend}")
+        crossing = crossing_model((rows, cols), rng.uniform(-1, 1, (rows, cols)).astype(np.float32))
+        conds = [[np.array(bool(c)), rng.uniform(-1, 1, (rows, cols)).astype(np.float32)]
+                 for c in rng.integers(0, 2, steps + 2)]
+        expected = run_sequence(Interpreter(model_content=crossing, backend="reference"), conds)
+        for w in taichi_workers:
+            outputs, summary = _delegate_sequence(w, crossing, conds)
+            assert {f["op"] for f in summary["fallback"]} == {"CALL_ONCE", "IF"}, summary
+            _compare_sequences(outputs, expected, f"{w.backend}, crossing")
 
 
 # -- okay_nabu: a streaming int8 wake-word model with 6 variables ----------------------------
@@ -236,13 +321,14 @@ def test_okay_nabu_reference_ten_steps_every_int8_tensor_within_3_units(shared_m
 
 @pytest.mark.models
 def test_okay_nabu_delegated_ten_steps_every_int8_tensor_within_3_units(shared_models, taichi_workers):
-    """The integer ops in one partition, the 25 state ops (and subgraph 1's) on the CPU."""
+    """One partition: the integer ops and the 12 variable reads and writes; CALL_ONCE (and
+    subgraph 1's assignments) on the CPU."""
     path = os.path.join(shared_models, "okay_nabu.tflite")
     sequence = nabu_sequence()
     expected = litert_nabu_tensors(path, sequence)
     model = open(path, "rb").read()
     for w in taichi_workers:
         outputs, summary = _delegate_sequence(w, model, sequence, experimental_preserve_all_tensors=True)
-        assert len(summary["partitions"]) == 1 and summary["ops_delegated"] == 42, summary["partitions"]
-        assert {f["op"] for f in summary["fallback"]} == {"CALL_ONCE", "READ_VARIABLE", "ASSIGN_VARIABLE"}
+        assert len(summary["partitions"]) == 1 and summary["ops_delegated"] == 54, summary["partitions"]
+        assert {f["op"] for f in summary["fallback"]} == {"CALL_ONCE"}
         check_nabu_steps(summary["tensors"], expected, w.backend)

@@ -12,6 +12,9 @@ What `allocate_tensors()` builds for a Taichi backend, and what `invoke()` runs:
   modules in the cache (cache.py), loaded through Taichi's C API; modules that are not cached
   are compiled by worker processes, saved, then loaded the same way (runtime/kernels.py, which
   can also do it in the background while the reference path answers);
+- **variables on the device**: a resource variable a partition reads or assigns lives in a slot
+  of io (partition.VariableSlot); the host puts its value there only when the host's is newer
+  (versions: variables.Variables) and takes it back only when something on the host reads it;
 - **one wait per invoke**: every launch and copy of an invoke is enqueued, and the host waits
   once, before it reads the outputs, plus once before each CPU op that reads a partition's
   result (not more: everything pending is read back at that wait). `profile=True` waits after
@@ -52,6 +55,9 @@ class IoLayout:
     # the model's quantized inputs and outputs held as integer codes (TensorRef.codes): the host
     # puts and takes them in the model's dtype, with a cast instead of numpy's (de)quantize
     codes: set = field(default_factory=set)
+    # resource variables kept on the device (partition.VariableSlot): resource -> (offset, slot);
+    # every handle tensor naming one has the slot's offset in `offsets`
+    slots: dict = field(default_factory=dict)
     size: int = 1
 
     def range(self, t) -> tuple:
@@ -81,6 +87,12 @@ def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = Fal
         n = int(np.prod(graph.specs[t].shape, dtype=np.int64))
         layout.offsets[t], layout.counts[t] = at, n
         at += max(n, 1)
+    for p in partitions:                # the variables' slots, written only by their ops
+        for t, slot in p.variables.items():
+            if slot.resource not in layout.slots:
+                layout.slots[slot.resource] = (at, slot)
+                at += max(slot.count, 1)
+            layout.offsets[t] = layout.slots[slot.resource][0]
     layout.size = max(at, 1)
     return layout
 
@@ -119,11 +131,15 @@ class Program:
 
     def __init__(self, graph: PreparedGraph, schedule: Schedule, backend: str, fp16: bool,
                  model_cache=None, preserve_all: bool = False, background: bool = False,
-                 cpu_threads: int = 0):
+                 cpu_threads: int = 0, variables=None):
         """background: kernels that are not cached are compiled (and, except on OpenGL/GLES,
         loaded) by a thread while the constructor returns at once; `adopt()` says when the
-        program can run (the executor answers on the reference path until then)."""
+        program can run (the executor answers on the reference path until then).
+        variables: the interpreter's resource variables (variables.Variables), for partitions
+        that keep some in their io slots."""
         self.graph, self.schedule, self.backend, self.fp16 = graph, schedule, backend, fp16
+        self._variables = variables
+        self._slot_version = {}                 # resource -> the version its slot holds
         self.layout = io_layout(schedule, graph, preserve_all)
         # what the host takes each tensor back as: its codes in the model's dtype, else its
         # float view (float32, float16 or bool), and the shape it has
@@ -355,10 +371,14 @@ class Program:
             start = time.perf_counter() if timings is not None else 0.0
             launches = self._launch_of.get(id(item))
             if launches is not None:
+                if item.reads_first:
+                    link.put(self._stale_slots(item))
                 with TAICHI_LOCK:
                     for launch in launches:
                         launch()
                 launched = True
+                for resource in item.assigns:   # the device holds the newest value now
+                    self._slot_version[resource] = self._variables.written_on_device(resource, self)
                 pending.extend(t for t in item.outputs if t in host_forms)
                 if timings is not None:         # profiling: wait, so the time is the partition's
                     if pending:
@@ -381,12 +401,55 @@ class Program:
             self.waits += 1
         return values
 
+    # -- resource variables in io slots (partition.VariableSlot) ------------------------------
+    def _stale_slots(self, partition: Partition) -> list:
+        """(offset, values) to put before `partition` runs: the variables it reads before
+        writing whose slot is older than their value (the host, or another program, wrote
+        since), as float32 (a quantized variable's codes, as the host stores them)."""
+        store, items = self._variables, []
+        for resource, step in partition.reads_first.items():
+            if self._slot_version.get(resource) == store.version(resource):
+                continue
+            value = store.get(resource)        # another program's newer value comes back first
+            offset, slot = self.layout.slots[resource]
+            if value is None:
+                raise step.node.fail(f"reads variable {resource} before any ASSIGN_VARIABLE gave "
+                                     "it a value")
+            if value.shape != slot.shape or value.dtype != slot.dtype:
+                raise step.node.fail(f"variable {resource} holds {value.dtype} {list(value.shape)}; "
+                                     f"this subgraph reads and writes it as {np.dtype(slot.dtype).name} "
+                                     f"{list(slot.shape)}")
+            items.append((offset, np.asarray(value, np.float32).reshape(-1)))
+            self._slot_version[resource] = store.version(resource)
+        return items
+
+    def take_variable(self, resource) -> np.ndarray:
+        """The value this program's slot holds, in the model's dtype (for the host: a CPU op or
+        another program reads the variable). Waits for the launches enqueued so far."""
+        offset, slot = self.layout.slots[resource]
+        ranges = [(offset, slot.count)]
+        with TAICHI_LOCK:
+            self._link.request(ranges)
+            self.device.wait()
+        flat = self._link.take(ranges)[0]
+        if np.dtype(slot.dtype).kind in "iub":      # codes (or 0/1): exact in float32
+            flat = np.rint(flat)
+        return flat.astype(slot.dtype).reshape(slot.shape)
+
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
         """Free the device buffers and the module now (also done when the program is collected).
         A background build still running finishes its compile (the cache keeps it) and loads
-        nothing more."""
+        nothing more. Variables only its slots hold come to the host first."""
         if not self._closed:
+            if self._variables is not None and self._link is not None:
+                try:
+                    self._variables.release(self)
+                except Exception as e:      # the device is gone: the host keeps what it had
+                    warnings.warn(f"tflite_taichi: resource variables kept on the device could "
+                                  f"not be read back when the delegate closed ({type(e).__name__}: "
+                                  f"{e}); they keep their last value on the host",
+                                  RuntimeWarning, stacklevel=2)
             self._closed = True
             if self.kernels is not None:
                 self.kernels.abandon()

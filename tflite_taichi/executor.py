@@ -18,6 +18,7 @@ from tflite_taichi import graph as graph_mod
 from tflite_taichi.errors import (InputError, InterpreterStateError, ModelError, NotReadyError,
                                   TensorTooLargeError)
 from tflite_taichi.quant import dequantize, is_float_view, quantize
+from tflite_taichi.variables import Variables
 
 
 @contextlib.contextmanager
@@ -47,7 +48,7 @@ class ModelRuntime:
         self._model = model             # model.Model: its subgraphs
         self._resolved = resolved       # graph.resolve_ops(model)
         self._state_of = state_of       # subgraph index -> its SubgraphState (made on demand)
-        self.resources = {}             # ResourceHandle -> array in the model's dtype
+        self.resources = Variables()    # ResourceHandle -> array in the model's dtype
         self._called = set()            # subgraphs CALL_ONCE has run (or is running)
         self._calls = {}                # (subgraph index, input shapes) -> PreparedGraph
         # one memory budget for the model: every subgraph state's tensors and those of the
@@ -244,7 +245,8 @@ class SubgraphState:
                 self.program = Program(self.prepared, self.schedule, self.options["backend"], fp16,
                                        self.options["cache"], self.options["preserve_all"],
                                        background=self.options.get("background", False),
-                                       cpu_threads=self.options.get("threads", 0))
+                                       cpu_threads=self.options.get("threads", 0),
+                                       variables=getattr(self.runtime, "resources", None))
         old = self.io
         self.io = {}
         for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):

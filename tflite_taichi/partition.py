@@ -7,7 +7,9 @@ reads, OpDef.index_inputs), and its own `supports(node)` has no objection. Deleg
 are grouped by their dependencies, as TFLite's partitioner does: a delegated op joins the
 current partition unless it needs the result of a CPU op not yet run, so an op the delegate
 refuses on a side branch does not split the graph; stateful ops (variables) keep their order
-per variable. As in TFLite, only the `max_delegated_partitions` largest partitions are kept
+per variable. Resource variables an op reads or assigns in a partition (OpDef.variable_access)
+live in slots of the program's io buffer (`VariableSlot`); the official delegate refuses those
+ops, which cut a streaming model into pieces. As in TFLite, only the `max_delegated_partitions` largest partitions are kept
 (default 1) and everything else runs on the reference path, in an order that respects every
 dependency.
 """
@@ -18,7 +20,7 @@ import re
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -33,12 +35,30 @@ class DelegateWarning(UserWarning):
     """An op the delegate cannot take, or how the model was split between GPU and CPU."""
 
 
+@dataclass(frozen=True)
+class VariableSlot:
+    """A resource variable the delegate keeps on the device, in a slot of the program's io
+    buffer: its value's shape and dtype in the model, as every delegated READ/ASSIGN_VARIABLE
+    of it in the subgraph declares them (an 8/16-bit variable's slot holds integer codes)."""
+    resource: Any                     # ops.state.ResourceHandle
+    shape: tuple
+    dtype: Any                        # numpy dtype of the host's array
+
+    @property
+    def count(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
 @dataclass
 class Partition:
     steps: list                       # graph-order Steps, all delegated
     inputs: list = field(default_factory=list)     # non-constant tensors read from outside
     outputs: list = field(default_factory=list)    # tensors written here and needed after it
     constants: list = field(default_factory=list)  # float constants its ops read
+    variables: dict = field(default_factory=dict)  # handle tensor -> VariableSlot its ops address
+    reads_first: dict = field(default_factory=dict)  # resource -> the step reading it before any
+                                                     # write here: its slot must be current
+    assigns: list = field(default_factory=list)    # resources it writes
 
 
 @dataclass
@@ -72,7 +92,10 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
                 "cpu kernel for this op at this size (BLAS, vectorised taps: "
                 "bench/results/cpu_2core.md)")
     if opdef.stateful:
-        return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
+        variable = variable_of(step)
+        if variable is None:
+            return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
+        return _variable_reason(step, variable[1], fp16)
     if step.updates_state:
         return ("it overwrites variable tensors (its state across invokes, e.g. an LSTM's): "
                 "that stays on the CPU")
@@ -92,6 +115,60 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
     if opdef.taichi is None:
         return "no Taichi implementation of this op yet"
     return opdef.supports(node)
+
+
+def variable_of(step: Step) -> Optional[tuple]:
+    """(resource, spec of the tensor holding its value in this op) of an op declaring
+    OpDef.variable_access whose handle was folded at prepare, else None."""
+    access, node = step.opdef.variable_access, step.node
+    if access is None or not node.inputs or node.inputs[0] is None:
+        return None
+    handle = node.inputs[0].value
+    if not (isinstance(handle, np.ndarray) and handle.dtype == object):
+        return None
+    spec = node.outputs[0] if access == "read" else node.inputs[1] if len(node.inputs) > 1 else None
+    return (handle.item(), spec) if spec is not None else None
+
+
+def _variable_reason(step: Step, spec, fp16: bool) -> Optional[str]:
+    """Why the delegate cannot keep this variable access on the device, or None."""
+    if step.dynamic:
+        return "its output shape depends on values known only at invoke (a data-dependent shape)"
+    reason = _tensor_reason([spec], fp16)
+    if reason is not None:
+        return reason
+    if step.opdef.taichi is None:
+        return "no Taichi implementation of this op yet"
+    return step.opdef.supports(step.node)
+
+
+def _variable_slots(graph: PreparedGraph, reasons: dict) -> dict:
+    """resource -> VariableSlot for the variables whose delegated accesses agree on the value's
+    shape and dtype; the accesses of a variable that is read or assigned as different tensors
+    in one subgraph (LiteRT resizes it at run time) stay on the CPU, with the reason."""
+    seen = {}
+    for s in graph.steps:
+        variable = variable_of(s) if reasons[s.op.index] is None else None
+        if variable is not None:
+            resource, spec = variable
+            seen.setdefault(resource, []).append((s, tuple(spec.shape), np.dtype(spec.dtype)))
+    slots = {}
+    for resource, accesses in seen.items():
+        forms = {(shape, dtype) for _, shape, dtype in accesses}
+        if len(forms) == 1:
+            (shape, dtype), = forms
+            slots[resource] = VariableSlot(resource, shape, dtype)
+            continue
+        listed = ", ".join(sorted(f"{d.name} {list(sh)}" for sh, d in forms))
+        for s, _, _ in accesses:
+            reasons[s.op.index] = (f"variable {resource} is read or assigned as different tensors "
+                                   f"in this subgraph ({listed}): the delegate keeps a variable "
+                                   "in one slot of a fixed shape and type")
+    return slots
+
+
+def _only_variables(steps: list) -> bool:
+    return all(s.opdef.variable_access is not None for s in steps)
 
 
 def carried_index_inputs(step: Step) -> dict:
@@ -139,7 +216,17 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
     cost_backend: backend='auto' on this GPU backend: a partition that numpy runs faster by
     costs.py's estimate stays on the CPU."""
     reasons = {s.op.index: delegate_reason(s, fp16, reference_ops) for s in graph.steps}
+    slots = _variable_slots(graph, reasons)
     groups = _group_by_dependencies(graph, {i for i, r in reasons.items() if r is None})
+    # a run of variable reads and writes alone (an init subgraph's assignments) computes nothing
+    # on the device: a program for it would cost a compile and a launch more than the host's copy
+    idle = [g for delegated, g in groups if delegated and _only_variables(g)]
+    for run in idle:
+        for step in run:
+            reasons[step.op.index] = ("a partition of variable reads and writes alone computes "
+                                      "nothing on the device: the host copies the values")
+    if idle:
+        groups = _group_by_dependencies(graph, {i for i, r in reasons.items() if r is None})
     runs = [g for delegated, g in groups if delegated]
     keep = sorted(runs, key=len, reverse=True)[:max(max_partitions, 0)]
     if cost_backend is not None:
@@ -165,7 +252,7 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
     items = []
     for delegated, group in groups:
         if delegated and id(group) in kept_ids:
-            items.append(_partition(group, graph, preserve_all))
+            items.append(_partition(group, graph, preserve_all, slots))
         else:
             items.extend(group)
     schedule = Schedule(items=items, refused={i: r for i, r in reasons.items() if r is not None})
@@ -229,10 +316,12 @@ def _group_by_dependencies(graph: PreparedGraph, delegated: set) -> list:
     return groups
 
 
-def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False) -> Partition:
+def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False,
+               slots: Optional[dict] = None) -> Partition:
     inside = {t for s in steps for t in s.op.outputs}
     members = {s.op.index for s in steps}
     p = Partition(steps=steps)
+    _address_variables(p, slots or {})
     for s in steps:
         for t in s.op.inputs:
             if t == -1 or t in inside:
@@ -249,6 +338,24 @@ def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False) ->
             needed_outside.update(t for t in s.op.inputs if t != -1)
     p.outputs = [t for s in steps for t in s.op.outputs if preserve_all or t in needed_outside]
     return p
+
+
+def _address_variables(p: Partition, slots: dict) -> None:
+    """The variable slots the partition's ops address (through their handle tensors), which of
+    them it reads before writing (the host makes those current first) and which it writes
+    (the device then holds their newest value)."""
+    touched = set()
+    for s in p.steps:
+        variable = variable_of(s)
+        if variable is None:
+            continue
+        resource = variable[0]
+        p.variables[s.op.inputs[0]] = slots[resource]
+        if resource not in touched and s.opdef.variable_access == "read":
+            p.reads_first[resource] = s
+        touched.add(resource)
+        if s.opdef.variable_access == "write" and resource not in p.assigns:
+            p.assigns.append(resource)
 
 
 def _warn(schedule: Schedule, graph: PreparedGraph):

@@ -5,7 +5,9 @@
   float16), at offsets the program fixes for the whole subgraph (delegate.io_layout): a tensor
   one partition writes and another reads stays there, on the device, and the host reaches it
   through the program's host link. Every kernel of a chunked partition sees the whole io
-  buffer (buffers are bound once, not copied with each launch);
+  buffer (buffers are bound once, not copied with each launch). The resource variables its
+  ops read or assign live in io too, each in a slot of its own that nothing else writes
+  (partition.VariableSlot), addressed through the ops' handle tensors;
 - intermediates live in the `arena`, at offsets reused once a tensor's last reader has run
   (first-fit over lifetime intervals, in steps); partial sums of split reductions in a float32
   `scratch` buffer (OpDef.scratch). Partitions run one after another, so the program gives them
@@ -116,6 +118,12 @@ def local_io_layout(p: Partition, graph: PreparedGraph) -> dict:
     for t in list(p.inputs) + [t for t in p.outputs if t not in p.inputs]:
         offsets[t] = at
         at += _numel(graph.specs[t].shape)
+    slots = {}
+    for t, slot in p.variables.items():
+        if slot.resource not in slots:
+            slots[slot.resource] = at
+            at += slot.count
+        offsets[t] = slots[slot.resource]
     return offsets
 
 
@@ -162,6 +170,9 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_of
                    if t in io_codes else TensorRef(IO_IN, io_offsets[t], shape))
         used[t] = io_offsets[t]
         io_end = max(io_end, io_offsets[t] + _numel(shape))
+    for t, slot in p.variables.items():        # a variable's slot: its ops' Taichi parts copy
+        refs[t] = TensorRef(IO_OUT, io_offsets[t], slot.shape)   # from and to it (ops/state.py)
+        io_end = max(io_end, io_offsets[t] + slot.count)
     outputs = set(p.outputs)
     for t in p.outputs:
         shape = specs[t].shape
