@@ -11,9 +11,13 @@ network in PyTorch eager on CUDA, bench/torch_eager.py: image classifiers only),
 backends (auto, cpu, reference, cuda, vulkan, ...).
 Every runtime gets its interpreter in this one process (LiteRT with `num_threads=--threads`, ours
 with the same `num_threads`), is warmed up, then the steps are interleaved: one step of each
-runtime in turn, so a busy moment of the machine hits every runtime alike. A step is what a
+runtime in turn, so a busy moment of the machine hits every runtime alike (each round starting
+with the next runtime: the one after LiteRT finds its thread pool still spinning). A step is what a
 user's loop does: set every input, invoke, get every output. Reported per runtime: median, p10-p90
 and the median's ratio to LiteRT's.
+
+Taichi runs one arch per process: `cpu` and a GPU backend (or `auto` where it picks a GPU) cannot
+share a run; measure them in two invocations, each with LiteRT beside it.
 
 Thread settings cannot be compared in one process: OpenBLAS's workers are the process's, and
 the spinning that one runtime's BLAS calls leave behind slows every runtime after it (LiteRT
@@ -155,12 +159,16 @@ def run_model(label: str, path: str, backends: list, threads: int, steps: int, w
                 runtimes.append(Step(name, path, threads, inputs))
             except Exception as e:            # a runtime that cannot run the model is a row
                 print(f"{label:28} {name:10} error: {type(e).__name__}: {e}"[:200], flush=True)
-    for r in runtimes:
-        for _ in range(warmup):
-            r.step()
-    for _ in range(steps):
-        for r in runtimes:
-            r.timed()
+    for r in list(runtimes):
+        try:
+            for _ in range(warmup):
+                r.step()
+        except Exception as e:               # e.g. torch's form refusing an int8 input
+            print(f"{label:28} {r.name:10} error: {type(e).__name__}: {e}"[:200], flush=True)
+            runtimes.remove(r)
+    for i in range(steps):          # each round starts with the next runtime: none always runs
+        for r in runtimes[i % len(runtimes):] + runtimes[:i % len(runtimes)]:   # right after
+            r.timed()                                       # LiteRT's spinning thread pool
     base = next((r for r in runtimes if r.name == "litert"), None)
     rows = []
     for r in runtimes:

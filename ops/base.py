@@ -131,6 +131,10 @@ class OpDef:
                                              # state): its reference returns their new values
                                              # after its outputs
     # fusion, declared by the op (codegen links the chains; it never names an op):
+    moves_values: bool = False               # every output element is an input element as it
+                                             # is (slices, concatenations, transposes): where
+                                             # its data inputs share the output's grid, the
+                                             # delegate stores without snapping to it (planner)
     stores_once: bool = False                # its Taichi step writes each output element once,
                                              # with its final value, through out.store(): an
                                              # element-wise reader can run inside that store

@@ -260,7 +260,7 @@ def _gather_taichi(node, io):
 GATHER = register_op(OpDef(name="GATHER", infer=_infer_gather, reference=_gather,
                            parse=_parse_gather, options_class="GatherOptions",
                            taichi=_gather_taichi, supports=_gather_supports,
-                           min_inputs=2, max_inputs=2))
+                           moves_values=True, min_inputs=2, max_inputs=2))
 
 
 # -- GATHER_ND --------------------------------------------------------------------------------

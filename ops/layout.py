@@ -123,7 +123,7 @@ def _tile_taichi(node, io):
 
 
 TILE = register_op(OpDef(name="TILE", infer=_infer_tile, reference=_tile, taichi=_tile_taichi,
-                         min_inputs=2, max_inputs=2))
+                         moves_values=True, min_inputs=2, max_inputs=2))
 
 
 # -- BROADCAST_TO -----------------------------------------------------------------------------

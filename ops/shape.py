@@ -281,7 +281,8 @@ def _pack_taichi(node, io):
 
 
 PACK = register_op(OpDef(name="PACK", infer=_infer_pack, reference=_pack, parse=_parse_pack,
-                         options_class="PackOptions", taichi=_pack_taichi, min_inputs=1))
+                         options_class="PackOptions", taichi=_pack_taichi, moves_values=True,
+                         min_inputs=1))
 
 
 @dataclass(frozen=True)
@@ -325,7 +326,8 @@ def _unpack_taichi(node, io):
 
 UNPACK = register_op(OpDef(name="UNPACK", infer=_infer_unpack, reference=_unpack,
                            parse=_parse_unpack, options_class="UnpackOptions",
-                           taichi=_unpack_taichi, min_inputs=1, max_inputs=1))
+                           taichi=_unpack_taichi, moves_values=True, min_inputs=1,
+                           max_inputs=1))
 
 
 # -- EXPAND_DIMS / SQUEEZE ----------------------------------------------------------------------
@@ -412,7 +414,8 @@ def _transpose_taichi(node, io):
 
 
 TRANSPOSE = register_op(OpDef(name="TRANSPOSE", infer=_infer_transpose, reference=_transpose,
-                              taichi=_transpose_taichi, min_inputs=2, max_inputs=2))
+                              taichi=_transpose_taichi, moves_values=True, min_inputs=2,
+                              max_inputs=2))
 
 
 # -- CONCATENATION ----------------------------------------------------------------------------
@@ -465,7 +468,8 @@ def _concatenation_taichi(node, io):
 CONCATENATION = register_op(OpDef(name="CONCATENATION", infer=_infer_concatenation,
                                   reference=_concatenation, parse=_parse_concatenation,
                                   options_class="ConcatenationOptions",
-                                  taichi=_concatenation_taichi, min_inputs=1))
+                                  taichi=_concatenation_taichi, moves_values=True,
+                                  min_inputs=1))
 
 
 # -- DEPTH_TO_SPACE / SPACE_TO_DEPTH ----------------------------------------------------------

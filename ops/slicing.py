@@ -193,7 +193,8 @@ def _slice_taichi(node, io):
 
 
 SLICE = register_op(OpDef(name="SLICE", infer=_infer_slice, reference=_slice,
-                          taichi=_slice_taichi, min_inputs=3, max_inputs=3))
+                          taichi=_slice_taichi, moves_values=True, min_inputs=3,
+                          max_inputs=3))
 
 
 # -- STRIDED_SLICE ----------------------------------------------------------------------------
@@ -359,7 +360,7 @@ STRIDED_SLICE = register_op(OpDef(name="STRIDED_SLICE", infer=_infer_strided_sli
                                   reference=_strided_slice, parse=_parse_strided_slice,
                                   options_class="StridedSliceOptions",
                                   supports=_strided_slice_supports, taichi=_strided_slice_taichi,
-                                  min_inputs=4, max_inputs=4))
+                                  moves_values=True, min_inputs=4, max_inputs=4))
 
 
 # -- SPLIT / SPLIT_V --------------------------------------------------------------------------
@@ -454,10 +455,12 @@ def _split_taichi(node, io):
 
 SPLIT = register_op(OpDef(name="SPLIT", infer=_infer_split, reference=_split,
                           parse=_parse_split, options_class="SplitOptions",
-                          taichi=_split_taichi, min_inputs=2, max_inputs=2))
+                          taichi=_split_taichi, moves_values=True, min_inputs=2,
+                          max_inputs=2))
 SPLIT_V = register_op(OpDef(name="SPLIT_V", infer=_infer_split, reference=_split,
                             parse=_parse_split, options_class="SplitVOptions",
-                            taichi=_split_taichi, min_inputs=3, max_inputs=3))
+                            taichi=_split_taichi, moves_values=True, min_inputs=3,
+                            max_inputs=3))
 
 
 # -- DYNAMIC_UPDATE_SLICE ---------------------------------------------------------------------

@@ -164,7 +164,12 @@ class SlotCopyStep(ElementwiseStep):
 
 
 def _read_variable_taichi(node, io):
-    return SlotCopyStep(_slot_for(io.inputs[0], node.outputs[0]), io.outputs[0])
+    out = io.outputs[0]
+    if type(out) is TensorRef and out.quantized and not out.codes:
+        # (q - zp) * scale under the output's own grid is a point of it: stored as it is,
+        # without the snap's round trip (exact: the snap would give the same value)
+        out = TensorRef(out.buffer, out.offset, out.shape, None, out.storage)
+    return SlotCopyStep(_slot_for(io.inputs[0], node.outputs[0]), out)
 
 
 def _assign_variable_taichi(node, io):

@@ -401,6 +401,54 @@ class Program:
             self.waits += 1
         return values
 
+    def lean_step(self, inputs: dict, outputs: dict):
+        """A callable running an invoke with the least Python, where the schedule's one
+        partition is all there is to run (the executor checks that its CPU steps have nothing
+        left to do): put the model's inputs from `inputs` (tensor -> the interpreter's array,
+        float or integer codes, as they are), make the variables current, launch, wait once,
+        and take every output into `outputs`' arrays. None where an invoke needs the general
+        path: inputs the host dequantizes or checks (ids), outputs in another form than the
+        interpreter's arrays, more than one partition."""
+        partitions, layout = self.schedule.partitions, self.layout
+        if len(partitions) != 1 or self._index_checks:
+            return None
+        p, specs = partitions[0], self.graph.specs
+        puts = []
+        for t in layout.host_written:
+            spec = specs[t]
+            if t not in inputs or (t not in layout.codes and is_float_view(spec.dtype, spec.quantization)):
+                return None
+            puts.append((layout.offsets[t], inputs[t]))
+        takes = [t for t in layout.host_read if t in outputs]
+        if len(takes) != len(layout.host_read) or set(takes) != set(outputs):
+            return None
+        for t in takes:
+            dtype, shape = self._host_forms[t]
+            dest = outputs[t]
+            if dest.dtype != dtype or dtype == np.bool_ or dest.shape != shape:
+                return None
+        ranges = [layout.range(t) for t in takes]
+        dests = [outputs[t] for t in takes]
+        launches, link, device, check = self._launch_of[id(p)], self._link, self.device, \
+            self.device.affinity.check_thread
+
+        def step():
+            check("invoke()")
+            items = [(offset, np.asarray(a, np.float32).reshape(-1)) for offset, a in puts]
+            if p.reads_first:
+                items += self._stale_slots(p)
+            link.put(items)
+            with TAICHI_LOCK:
+                for launch in launches:
+                    launch()
+                link.request(ranges)
+                device.wait()
+            for resource in p.assigns:
+                self._slot_version[resource] = self._variables.written_on_device(resource, self)
+            link.take(ranges, dests)
+            self.waits = 1
+        return step
+
     # -- resource variables in io slots (partition.VariableSlot) ------------------------------
     def _stale_slots(self, partition: Partition) -> list:
         """(offset, values) to put before `partition` runs: the variables it reads before

@@ -133,6 +133,10 @@ class ModelRuntime:
         with self._calling(prepared.subgraph.index):
             return graph_mod.run_reference(prepared, feeds, self)
 
+    def has_run_init(self, subgraph_index: int) -> bool:
+        """Whether CALL_ONCE has run (or is running) init subgraph `subgraph_index`."""
+        return subgraph_index in self._called
+
     def call_once(self, subgraph_index: int, node) -> None:
         if subgraph_index in self._called:
             return
@@ -179,6 +183,7 @@ class SubgraphState:
         self.closed = False             # close() freed the device memory
         self._answering = None          # the program that ran the last invoke (None: reference)
         self.answered_by = None         # 'delegate' or 'reference': which path ran the last invoke
+        self._lean = (None, None)       # (program, its lean_step or None): see _lean_step
 
     # what allocate() puts back when a resize does not fit (the last invoke's values, which a
     # failed _allocate never reaches, stay as they are)
@@ -260,6 +265,7 @@ class SubgraphState:
         self.values = {}
         self.invoked = False
         self._answering, self.answered_by = None, None
+        self._lean = (None, None)
         self.timings = {}
 
     def reset_variables(self):
@@ -309,6 +315,12 @@ class SubgraphState:
         self.require_allocated("invoke()")
         self.failed = None
         try:
+            lean = self.lean_step()
+            if lean is not None:        # no numpy arithmetic: no floating-point warnings to mute
+                self.values, self.invoked = {}, False
+                lean()
+                self.answered_by, self.invoked = "delegate", True
+                return
             # NaN and Inf in the data are values, not errors (LiteRT neither warns nor stops):
             # numpy's floating-point warnings are off while the graph runs
             with np.errstate(all="ignore"):
@@ -324,6 +336,29 @@ class SubgraphState:
         path answers then, with the same state (variables live on the host between invokes)."""
         program = self.program
         return program if program is not None and program.adopt() else None
+
+    def lean_step(self):
+        """The delegate's lean step (Program.lean_step) where the next invoke can take it: the
+        program answers, runs its one partition with nothing on the host between (its CPU steps
+        are CALL_ONCEs that have run: OpDef.init_subgraph_of), no variable tensors, no
+        profiling; else None (the general path)."""
+        program = self.program
+        if program is None or self.options["profile"] or self.variables or not program.adopt():
+            return None
+        if self._lean[0] is not program:
+            if not all(hasattr(item, "steps") or self._init_done(item) for item in self.schedule.items):
+                return None             # e.g. CALL_ONCE before the first invoke: asked again
+            inputs = {t: self.io[t] for t in self.subgraph.inputs}
+            outputs = {t: self.io[t] for t in self.subgraph.outputs}
+            self._lean = (program, program.lean_step(inputs, outputs))
+        self._answering = program
+        return self._lean[1]
+
+    def _init_done(self, item) -> bool:
+        """A CPU step that has nothing left to do: an init op whose subgraph has run."""
+        init = item.opdef.init_subgraph_of
+        return (init is not None and self.runtime is not None
+                and self.runtime.has_run_init(init(item.node.options)))
 
     def _invoke(self):
         feeds = {}

@@ -59,6 +59,29 @@ def _quant_of(spec):
     return (float(q.scale[0]), float(q.zero_point[0]), lo, hi)
 
 
+def _keeps_grid(step) -> bool:
+    """An op moving values (OpDef.moves_values) whose data inputs (those of its outputs'
+    dtype) are quantized exactly as every output, per tensor: each stored value is a point of
+    the output's grid already, so its store need not snap it (4-10 float operations an element:
+    most of a streaming model's slices and concatenations on the CPU)."""
+    if getattr(step.node.options, "fused_activation_function", 0):   # a clamp: RELU6's 6 may
+        return False                                                  # fall between grid points
+    outs = [s for s in step.node.outputs if s is not None]
+    if not outs or any(s.quantization is None or s.quantization.per_channel for s in outs):
+        return False
+    grid = (outs[0].dtype, float(outs[0].quantization.scale[0]), float(outs[0].quantization.zero_point[0]))
+
+    def grid_of(s):
+        q = s.quantization
+        if q is None or q.per_channel:
+            return None
+        return (s.dtype, float(q.scale[0]), float(q.zero_point[0]))
+    if any(grid_of(s) != grid for s in outs):
+        return False
+    data = [s for s in step.node.inputs if s is not None and s.dtype == outs[0].dtype]
+    return bool(data) and all(grid_of(s) == grid for s in data)
+
+
 def _numel(shape) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
@@ -190,6 +213,12 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_of
         end = max(readers.get(t, [born]))           # an unread output still needs its slot while written
         at = arena.place(born, end, _numel(specs[t].shape))
         refs[t] = TensorRef(ARENA, at, specs[t].shape, _quant_of(specs[t]), storage)
+    for step in p.steps:                            # values already on the output's grid
+        if step.opdef.moves_values and _keeps_grid(step):
+            for t in step.op.outputs:
+                ref = refs.get(t)
+                if ref is not None and ref.quant is not None and not ref.codes:
+                    refs[t] = TensorRef(ref.buffer, ref.offset, ref.shape, None, ref.storage)
     for t in aliases:                               # the source's place, the alias's shape
         src = refs[root(t)]
         refs[t] = TensorRef(src.buffer, src.offset, specs[t].shape, src.quant, src.storage,
