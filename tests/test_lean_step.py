@@ -98,7 +98,7 @@ def test_the_lean_step_waits_for_call_once_and_carries_state():
     state = it._main
     assert state.lean_step() is None                        # CALL_ONCE has not run
     rng = np.random.default_rng(0)
-    for step in range(5):
+    for _ in range(5):
         x = [rng.integers(-128, 128, (1, 1, 4)).astype(np.int8)]
         np.testing.assert_array_equal(_step(it, x)[0], _step(reference, x)[0])
         assert state.lean_step() is not None
