@@ -130,6 +130,10 @@ class OpDef:
                                              # runs when they are variable tensors (an LSTM's
                                              # state): its reference returns their new values
                                              # after its outputs
+    taichi_writes_state: bool = False        # its Taichi part writes those new values too
+                                             # (into StepIO.state): the delegate takes it with
+                                             # float variable tensors, which then live in slots
+                                             # of its io buffer between invokes
     # fusion, declared by the op (codegen links the chains; it never names an op):
     moves_values: bool = False               # every output element is an input element as it
                                              # is (slices, concatenations, transposes): where

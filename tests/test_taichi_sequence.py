@@ -2,15 +2,20 @@
 opengl workers; fp16 on vulkan; gles) vs the reference path, over the attribute space of
 tests/test_ops_sequence.py (layer norm, projection, CIFG, peepholes, every activation, clips,
 time_major, diagonal recurrent weights, 1 to 8 time steps). The op is drawn inside each test,
-so one compile per example covers all three. The models feed output_state and cell_state as
-inputs (random, non-zero) or as zero constants (a first invoke's), since the runtime does not
-keep variable tensors yet (ops/sequence.py). Tolerances: tflite_taichi.testing.TAICHI_RTOL;
-int8 within one quantization step."""
+so one compile per example covers all three. Most models feed output_state and cell_state as
+inputs (random, non-zero) or as zero constants (a first invoke's); as variable tensors (what
+LiteRT requires), the delegate keeps them in slots of its io buffer across invokes and the op's
+Taichi part writes the last h and c there: sequences of invokes on every backend, and a reset
+and a read of the state in between on the cpu backend. Tolerances:
+tflite_taichi.testing.TAICHI_RTOL; int8 within one quantization step."""
+import warnings
+
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from tflite_taichi.testing import (TAICHI_EXAMPLES, TAICHI_RTOL, check_delegate, check_op,
-                                   strategies)
+from tflite_taichi import Interpreter
+from tflite_taichi.testing import (TAICHI_EXAMPLES, TAICHI_RTOL, assert_float_close,
+                                   check_delegate, check_op, run_sequence, strategies)
 from cases.sequence import (BASE_SEQUENCE, _zero_state, basic_inputs, basic_model,
                             layer_norm_gain, lstm_case, lstm_model, sequence_case, x_shape)
 
@@ -118,3 +123,53 @@ def test_a_fresh_process_partitions_an_lstm_before_taichi_starts():
         check_delegate(model, [worker], _inputs(BASE_SEQUENCE, 1))
     finally:
         worker.close()
+
+
+# -- the state as variable tensors, kept on the delegate ----------------------------------------
+@settings(max_examples=TAICHI_EXAMPLES)
+@given(case=full_case(layer_norm=False), steps=st.integers(2, 4), seed=S.seeds())
+def test_variable_state_stays_on_the_delegate_across_invokes(taichi_workers, case, steps, seed):
+    """Each invoke starts from the last one's h and c, which never leave the device: the
+    sequence's outputs within the tolerance of the reference's (no layer norm: its
+    amplification depends on the state, which changes along the sequence)."""
+    model = lstm_model(case, "variable")
+    rng = np.random.default_rng(seed)
+    sequence = [[rng.uniform(-2, 2, x_shape(case)).astype(np.float32)] for _ in range(steps)]
+    expected = run_sequence(Interpreter(model_content=model, backend="reference"), sequence)
+    for w in taichi_workers:
+        w.submit(model, [], "fp32", sequence=sequence)
+        outputs, summary = w.result()
+        assert summary["ops_delegated"] == 1, summary["fallback"]
+        for step, (ours, theirs) in enumerate(zip(outputs, expected)):
+            assert_float_close(ours[0], theirs[0], TAICHI_RTOL["fp32"], what=f"{w.backend} step {step}")
+
+
+def test_variable_state_is_reset_and_read_from_the_device():
+    """reset_all_variables() puts the model's state back (the host's write wins over the
+    device's copy); get_tensor of a state tensor fetches it from its slot."""
+    case = dict(BASE_SEQUENCE, n_time=3)
+    model = lstm_model(case, "variable")
+    rng = np.random.default_rng(5)
+    xs = [rng.uniform(-2, 2, x_shape(case)).astype(np.float32) for _ in range(4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, ref = (Interpreter(model_content=model, backend=b) for b in ("cpu", "reference"))
+    state_tensors = None
+    for it in (ours, ref):
+        it.allocate_tensors()
+    assert ours.summary()["ops_delegated"] == 1
+    for k, x in enumerate(xs):
+        if k == 2:
+            ours.reset_all_variables()
+            ref.reset_all_variables()
+        outs = []
+        for it in (ours, ref):
+            it.set_tensor(it.get_input_details()[0]["index"], x)
+            it.invoke()
+            state_tensors = [d["index"] for d in it.get_tensor_details()
+                             if d["name"] in ("output_state", "cell_state")]
+            outs.append([it.get_tensor(it.get_output_details()[0]["index"])]
+                        + [it.get_tensor(t) for t in state_tensors])
+        assert len(state_tensors) == 2
+        for a, e in zip(*outs):
+            assert_float_close(a, e, TAICHI_RTOL["fp32"], what=f"invoke {k}")

@@ -349,6 +349,16 @@ def _make_kernel(steps: list, fp16: bool):
     return partition_kernel
 
 
+def _state_refs(step, partition: Partition, refs: dict) -> tuple:
+    """StepIO.state of a step overwriting variable tensors the partition keeps in slots: per
+    state input position, that slot's ref (None for an input that is not such a variable)."""
+    if not (step.updates_state and step.opdef.taichi_writes_state):
+        return ()
+    inputs = step.op.inputs
+    return tuple(refs[inputs[pos]] if pos < len(inputs) and inputs[pos] in partition.variables
+                 else None for pos in step.opdef.state_inputs(step.node))
+
+
 def build_kernels(code: PartitionCode) -> list:
     """The partition's Taichi kernels, one per chunk (not yet compiled: Taichi compiles at the
     first launch, or when an AOT module adds them). Needs Taichi's Python runtime started.
@@ -376,7 +386,7 @@ def build_kernels(code: PartitionCode) -> list:
             else:
                 outputs.append(refs[t])
         io = StepIO(inputs=inputs, outputs=tuple(outputs),
-                    scratch=plan_.scratch.get(step.op.index))
+                    scratch=plan_.scratch.get(step.op.index), state=_state_refs(step, partition, refs))
         steps[position] = step.opdef.taichi(step.node, io)
     for j in code.at_load:
         at_load[partition.steps[j].op.outputs[0]].step = steps[j]

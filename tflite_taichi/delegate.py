@@ -89,10 +89,10 @@ def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = Fal
         at += max(n, 1)
     for p in partitions:                # the variables' slots, written only by their ops
         for t, slot in p.variables.items():
-            if slot.resource not in layout.slots:
-                layout.slots[slot.resource] = (at, slot)
+            if slot.key not in layout.slots:
+                layout.slots[slot.key] = (at, slot)
                 at += max(slot.count, 1)
-            layout.offsets[t] = layout.slots[slot.resource][0]
+            layout.offsets[t] = layout.slots[slot.key][0]
     layout.size = max(at, 1)
     return layout
 
@@ -131,14 +131,15 @@ class Program:
 
     def __init__(self, graph: PreparedGraph, schedule: Schedule, backend: str, fp16: bool,
                  model_cache=None, preserve_all: bool = False, background: bool = False,
-                 cpu_threads: int = 0, variables=None):
+                 cpu_threads: int = 0, variables=None, state=None):
         """background: kernels that are not cached are compiled (and, except on OpenGL/GLES,
         loaded) by a thread while the constructor returns at once; `adopt()` says when the
         program can run (the executor answers on the reference path until then).
-        variables: the interpreter's resource variables (variables.Variables), for partitions
-        that keep some in their io slots."""
+        variables: the interpreter's resource variables, state: the subgraph's variable tensors
+        (each a variables.Variables), for partitions that keep some in their io slots."""
         self.graph, self.schedule, self.backend, self.fp16 = graph, schedule, backend, fp16
         self._variables = variables
+        self._state = state
         self._slot_version = {}                 # resource -> the version its slot holds
         self.layout = io_layout(schedule, graph, preserve_all)
         # what the host takes each tensor back as: its codes in the model's dtype, else its
@@ -378,7 +379,7 @@ class Program:
                         launch()
                 launched = True
                 for resource in item.assigns:   # the device holds the newest value now
-                    self._slot_version[resource] = self._variables.written_on_device(resource, self)
+                    self._slot_version[resource] = self._store(resource).written_on_device(resource, self)
                 pending.extend(t for t in item.outputs if t in host_forms)
                 if timings is not None:         # profiling: wait, so the time is the partition's
                     if pending:
@@ -444,7 +445,7 @@ class Program:
                 link.request(ranges)
                 device.wait()
             for resource in p.assigns:
-                self._slot_version[resource] = self._variables.written_on_device(resource, self)
+                self._slot_version[resource] = self._store(resource).written_on_device(resource, self)
             link.take(ranges, dests)
             self.waits = 1
         return step
@@ -454,8 +455,9 @@ class Program:
         """(offset, values) to put before `partition` runs: the variables it reads before
         writing whose slot is older than their value (the host, or another program, wrote
         since), as float32 (a quantized variable's codes, as the host stores them)."""
-        store, items = self._variables, []
+        items = []
         for resource, step in partition.reads_first.items():
+            store = self._store(resource)
             if self._slot_version.get(resource) == store.version(resource):
                 continue
             value = store.get(resource)        # another program's newer value comes back first
@@ -470,6 +472,11 @@ class Program:
             items.append((offset, np.asarray(value, np.float32).reshape(-1)))
             self._slot_version[resource] = store.version(resource)
         return items
+
+    def _store(self, key):
+        """The store a slot's value belongs to: the interpreter's resource variables, or the
+        subgraph's variable tensors."""
+        return self._state if self.layout.slots[key][1].kind == "tensor" else self._variables
 
     def take_variable(self, resource) -> np.ndarray:
         """The value this program's slot holds, in the model's dtype (for the host: a CPU op or
@@ -490,9 +497,11 @@ class Program:
         A background build still running finishes its compile (the cache keeps it) and loads
         nothing more. Variables only its slots hold come to the host first."""
         if not self._closed:
-            if self._variables is not None and self._link is not None:
+            if self._link is not None:
                 try:
-                    self._variables.release(self)
+                    for store in (self._variables, self._state):
+                        if store is not None:
+                            store.release(self)
                 except Exception as e:      # the device is gone: the host keeps what it had
                     warnings.warn(f"tflite_taichi: resource variables kept on the device could "
                                   f"not be read back when the delegate closed ({type(e).__name__}: "

@@ -175,7 +175,9 @@ class SubgraphState:
         self.program = None             # delegate.Program: the partitions on the device
         self.io = {}                    # input/output tensor index -> array in the model's dtype
         self.values = {}                # float views from the last invoke
-        self.variables = {}             # variable tensor index -> float view, kept across invokes
+        # variable tensor index -> float view, kept across invokes (on the device where the
+        # delegate keeps them: Program's state slots)
+        self.variables = Variables()
         self.invoked = False
         self.timings = {}               # schedule position -> list of seconds (profile=True)
         self._good = None               # the _KEPT fields after the last successful allocate
@@ -238,6 +240,7 @@ class SubgraphState:
         else:
             self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
         self.schedule, self.program = None, None
+        variables = Variables()         # this allocation's variable tensors (reset below)
         if self.options["backend"] != "reference":
             from tflite_taichi.delegate import Program
             from tflite_taichi.partition import build_schedule
@@ -251,7 +254,8 @@ class SubgraphState:
                                        self.options["cache"], self.options["preserve_all"],
                                        background=self.options.get("background", False),
                                        cpu_threads=self.options.get("threads", 0),
-                                       variables=getattr(self.runtime, "resources", None))
+                                       variables=getattr(self.runtime, "resources", None),
+                                       state=variables)
         old = self.io
         self.io = {}
         for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):
@@ -261,6 +265,7 @@ class SubgraphState:
                 self.io[t] = keep       # allocate_tensors keeps inputs already set, as LiteRT does
             else:
                 self.io[t] = np.zeros(spec.shape, dtype=spec.dtype)
+        self.variables = variables
         self.reset_variables()          # as LiteRT's AllocateTensors
         self.values = {}
         self.invoked = False
@@ -270,7 +275,8 @@ class SubgraphState:
 
     def reset_variables(self):
         """Variable tensors (an LSTM's state) back to their values in the model (or zeros)."""
-        self.variables = {t: np.array(v) for t, v in (self.prepared.variables or {}).items()}
+        for t, v in (self.prepared.variables or {}).items():
+            self.variables[t] = np.array(v)     # a host write: the device's copies are stale
 
     def _run_schedule(self, feeds: dict, program) -> dict:
         values = {**self.prepared.constants, **feeds}
@@ -343,7 +349,7 @@ class SubgraphState:
         are CALL_ONCEs that have run: OpDef.init_subgraph_of), no variable tensors, no
         profiling; else None (the general path)."""
         program = self.program
-        if program is None or self.options["profile"] or self.variables or not program.adopt():
+        if program is None or self.options["profile"] or not program.adopt():
             return None
         if self._lean[0] is not program:
             if not all(hasattr(item, "steps") or self._init_done(item) for item in self.schedule.items):
@@ -371,7 +377,9 @@ class SubgraphState:
             feeds[t] = (dequantize(data, tensor.quantization)
                         if is_float_view(tensor.dtype, tensor.quantization) and t not in codes
                         else data)
-        feeds.update(self.variables)    # the state the last invoke left (steps overwrite it)
+        # the state the last invoke left (steps overwrite it), but what the delegate keeps in
+        # its slots: that stays on the device
+        feeds.update(self.variables.snapshot(exclude=program.layout.slots if program is not None else ()))
         self.values = {}
         self.invoked = False
         if self.schedule is None or (self.program is not None and program is None):

@@ -37,12 +37,15 @@ class DelegateWarning(UserWarning):
 
 @dataclass(frozen=True)
 class VariableSlot:
-    """A resource variable the delegate keeps on the device, in a slot of the program's io
-    buffer: its value's shape and dtype in the model, as every delegated READ/ASSIGN_VARIABLE
-    of it in the subgraph declares them (an 8/16-bit variable's slot holds integer codes)."""
-    resource: Any                     # ops.state.ResourceHandle
+    """State the delegate keeps on the device between invokes, in a slot of the program's io
+    buffer: a resource variable (kind "resource", key its ops.state.ResourceHandle: its value's
+    shape and dtype in the model, as every delegated READ/ASSIGN_VARIABLE of it in the subgraph
+    declares them; an 8/16-bit variable's slot holds integer codes), or a variable tensor
+    (kind "tensor", key its tensor index: an LSTM's state, as its float view)."""
+    key: Any
     shape: tuple
     dtype: Any                        # numpy dtype of the host's array
+    kind: str = "resource"
 
     @property
     def count(self) -> int:
@@ -97,8 +100,9 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
             return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
         return _variable_reason(step, variable[1], fp16)
     if step.updates_state:
-        return ("it overwrites variable tensors (its state across invokes, e.g. an LSTM's): "
-                "that stays on the CPU")
+        reason = _state_reason(step)
+        if reason is not None:
+            return reason
     if step.dynamic:
         return "its output shape depends on values known only at invoke (a data-dependent shape)"
     index_inputs = carried_index_inputs(step)
@@ -128,6 +132,23 @@ def variable_of(step: Step) -> Optional[tuple]:
         return None
     spec = node.outputs[0] if access == "read" else node.inputs[1] if len(node.inputs) > 1 else None
     return (handle.item(), spec) if spec is not None else None
+
+
+def _state_reason(step: Step) -> Optional[str]:
+    """Why the delegate cannot keep the variable tensors this op overwrites (its state across
+    invokes, e.g. an LSTM's) in its io slots, or None: its Taichi part must write them
+    (OpDef.taichi_writes_state) and they must be plain float tensors (a quantized state would
+    need the reference's snapping of the new values)."""
+    if not step.opdef.taichi_writes_state:
+        return ("it overwrites variable tensors (its state across invokes, e.g. an LSTM's): "
+                "that stays on the CPU")
+    for pos in step.opdef.state_inputs(step.node):
+        spec = step.node.inputs[pos] if pos < len(step.node.inputs) else None
+        if spec is not None and (spec.dtype is None or np.dtype(spec.dtype).kind != "f"
+                                 or spec.quantization is not None):
+            return (f"its state tensor '{spec.name}' is not a float tensor: the delegate keeps "
+                    "float state only (the rest stays on the CPU)")
+    return None
 
 
 def _variable_reason(step: Step, spec, fp16: bool) -> Optional[str]:
@@ -321,7 +342,7 @@ def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False,
     inside = {t for s in steps for t in s.op.outputs}
     members = {s.op.index for s in steps}
     p = Partition(steps=steps)
-    _address_variables(p, slots or {})
+    _address_variables(p, slots or {}, graph)
     for s in steps:
         for t in s.op.inputs:
             if t == -1 or t in inside:
@@ -329,7 +350,7 @@ def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False,
             if graph.specs[t].value is not None:
                 if t not in p.constants and carried_by_arena(graph.specs[t], runtime=False):
                     p.constants.append(t)
-            elif t not in p.inputs:
+            elif t not in p.inputs and t not in p.variables:
                 p.inputs.append(t)
     # every reader outside the partition runs after it (it depends on it)
     needed_outside = set(graph.subgraph.outputs)
@@ -340,22 +361,36 @@ def _partition(steps: list, graph: PreparedGraph, preserve_all: bool = False,
     return p
 
 
-def _address_variables(p: Partition, slots: dict) -> None:
-    """The variable slots the partition's ops address (through their handle tensors), which of
-    them it reads before writing (the host makes those current first) and which it writes
-    (the device then holds their newest value)."""
+def _address_variables(p: Partition, slots: dict, graph: PreparedGraph) -> None:
+    """The state slots the partition's ops address: resource variables (through their handle
+    tensors) and variable tensors (read as inputs; overwritten by an op declaring
+    taichi_writes_state); which of them it reads before writing (the host makes those current
+    first) and which it writes (the device then holds their newest value)."""
     touched = set()
+
+    def access(tensor, slot, step, writes):
+        p.variables[tensor] = slot
+        if slot.key not in touched:
+            touched.add(slot.key)
+            if not writes or step.opdef.variable_access is None:   # an LSTM reads its state first
+                p.reads_first[slot.key] = step
+        if writes and slot.key not in p.assigns:
+            p.assigns.append(slot.key)
+
+    state_tensors = graph.variables or {}
     for s in p.steps:
         variable = variable_of(s)
-        if variable is None:
+        if variable is not None:
+            access(s.op.inputs[0], slots[variable[0]], s, s.opdef.variable_access == "write")
             continue
-        resource = variable[0]
-        p.variables[s.op.inputs[0]] = slots[resource]
-        if resource not in touched and s.opdef.variable_access == "read":
-            p.reads_first[resource] = s
-        touched.add(resource)
-        if s.opdef.variable_access == "write" and resource not in p.assigns:
-            p.assigns.append(resource)
+        written = set()
+        if s.updates_state:
+            written = {s.op.inputs[pos] for pos in s.opdef.state_inputs(s.node)
+                       if pos < len(s.op.inputs)}
+        for t in s.op.inputs:
+            if t != -1 and t in state_tensors:
+                value = state_tensors[t]
+                access(t, VariableSlot(t, tuple(value.shape), value.dtype, "tensor"), s, t in written)
 
 
 def _warn(schedule: Schedule, graph: PreparedGraph):

@@ -143,10 +143,10 @@ def local_io_layout(p: Partition, graph: PreparedGraph) -> dict:
         at += _numel(graph.specs[t].shape)
     slots = {}
     for t, slot in p.variables.items():
-        if slot.resource not in slots:
-            slots[slot.resource] = at
+        if slot.key not in slots:
+            slots[slot.key] = at
             at += slot.count
-        offsets[t] = slots[slot.resource]
+        offsets[t] = slots[slot.key]
     return offsets
 
 

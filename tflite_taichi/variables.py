@@ -1,5 +1,6 @@
-"""The interpreter's resource variables (VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE), wherever
-their newest value lives.
+"""State kept across invokes, wherever its newest value lives: the interpreter's resource
+variables (VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE), and each subgraph's variable tensors
+(an LSTM's h and c, as float views), one `Variables` store each.
 
 A variable's value is an array in the model's dtype (an int8 state holds its integer codes, as
 LiteRT stores it). The host keeps one; a delegated partition that assigns the variable keeps
@@ -51,6 +52,11 @@ class Variables:
 
     def __len__(self) -> int:
         return len(set(self._host) | set(self._holder))
+
+    def snapshot(self, exclude=()) -> dict:
+        """Every current value (fetched where a program holds a newer one), but `exclude`'s."""
+        return {k: self.get(k) for k in list(self._host) + list(self._holder)
+                if k not in exclude}
 
     def version(self, handle) -> int:
         return self._version.get(handle, 0)

@@ -148,7 +148,7 @@ def lstm_model(case, state="variable", x_q=None, out_q=None, state_q=(None, None
     for name, shape, q in (("output_state", (B, O), state_q[0]),
                            ("cell_state", (B, C), state_q[1])):
         if state == "variable":
-            ins.append(g.tensor(name, shape, is_variable=True))
+            ins.append(g.tensor(name, shape, dtype(q), q, is_variable=True))
         elif state == "zero":
             ins.append(g.const(name, np.zeros(shape, np.float32)))
         else:

@@ -95,6 +95,7 @@ class ShippedStep:
     """A graph.Step as a worker needs it: the op is found by name among the built-in ops."""
     op: ShippedOp
     node: object
+    updates_state: bool = False     # graph.Step's: overwrites variable tensors (StepIO.state)
 
     @property
     def opdef(self):
@@ -105,6 +106,7 @@ class ShippedStep:
 @dataclass
 class ShippedPartition:
     steps: list
+    variables: dict = dataclasses.field(default_factory=dict)   # partition.Partition's slots
 
 
 @dataclass
@@ -133,9 +135,11 @@ def shipped(code):
     """A codegen.PartitionCode as it travels: steps reduced to what build_kernels reads, the
     plan without its weights."""
     steps = [ShippedStep(ShippedOp(s.op.index, s.opdef.name, tuple(s.op.inputs),
-                                   tuple(s.op.outputs)), s.node) for s in code.partition.steps]
+                                   tuple(s.op.outputs)), s.node, s.updates_state)
+             for s in code.partition.steps]
     plan = dataclasses.replace(code.plan, weights=np.zeros(0, np.float32))
-    return dataclasses.replace(code, partition=ShippedPartition(steps), plan=plan, kernels=[])
+    return dataclasses.replace(code, partition=ShippedPartition(steps, dict(code.partition.variables)),
+                               plan=plan, kernels=[])
 
 
 # -- compiling: here or in workers ----------------------------------------------------------------
