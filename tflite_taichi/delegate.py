@@ -497,11 +497,10 @@ class Program:
         A background build still running finishes its compile (the cache keeps it) and loads
         nothing more. Variables only its slots hold come to the host first."""
         if not self._closed:
-            if self._link is not None:
+            # (variable tensors need no such care: the next allocation resets them)
+            if self._link is not None and self._variables is not None:
                 try:
-                    for store in (self._variables, self._state):
-                        if store is not None:
-                            store.release(self)
+                    self._variables.release(self)
                 except Exception as e:      # the device is gone: the host keeps what it had
                     warnings.warn(f"tflite_taichi: resource variables kept on the device could "
                                   f"not be read back when the delegate closed ({type(e).__name__}: "

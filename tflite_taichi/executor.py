@@ -185,7 +185,7 @@ class SubgraphState:
         self.closed = False             # close() freed the device memory
         self._answering = None          # the program that ran the last invoke (None: reference)
         self.answered_by = None         # 'delegate' or 'reference': which path ran the last invoke
-        self._lean = (None, None)       # (program, its lean_step or None): see _lean_step
+        self._lean = (None, None)       # (program, its lean_step or None): see lean_step
 
     # what allocate() puts back when a resize does not fit (the last invoke's values, which a
     # failed _allocate never reaches, stay as they are)
@@ -346,8 +346,8 @@ class SubgraphState:
     def lean_step(self):
         """The delegate's lean step (Program.lean_step) where the next invoke can take it: the
         program answers, runs its one partition with nothing on the host between (its CPU steps
-        are CALL_ONCEs that have run: OpDef.init_subgraph_of), no variable tensors, no
-        profiling; else None (the general path)."""
+        are CALL_ONCEs that have run: OpDef.init_subgraph_of; state stays in the program's
+        slots), no profiling; else None (the general path)."""
         program = self.program
         if program is None or self.options["profile"] or not program.adopt():
             return None

@@ -7,9 +7,11 @@ reads, OpDef.index_inputs), and its own `supports(node)` has no objection. Deleg
 are grouped by their dependencies, as TFLite's partitioner does: a delegated op joins the
 current partition unless it needs the result of a CPU op not yet run, so an op the delegate
 refuses on a side branch does not split the graph; stateful ops (variables) keep their order
-per variable. Resource variables an op reads or assigns in a partition (OpDef.variable_access)
-live in slots of the program's io buffer (`VariableSlot`); the official delegate refuses those
-ops, which cut a streaming model into pieces. As in TFLite, only the `max_delegated_partitions` largest partitions are kept
+per variable. State a partition's ops read or write lives in slots of the program's io buffer
+(`VariableSlot`): resource variables (READ/ASSIGN_VARIABLE: OpDef.variable_access) and variable
+tensors an op overwrites with its Taichi part (an LSTM's: OpDef.taichi_writes_state). The
+official delegate refuses those ops, which cut a streaming model into pieces. As in TFLite,
+only the `max_delegated_partitions` largest partitions are kept
 (default 1) and everything else runs on the reference path, in an order that respects every
 dependency.
 """
@@ -58,10 +60,11 @@ class Partition:
     inputs: list = field(default_factory=list)     # non-constant tensors read from outside
     outputs: list = field(default_factory=list)    # tensors written here and needed after it
     constants: list = field(default_factory=list)  # float constants its ops read
-    variables: dict = field(default_factory=dict)  # handle tensor -> VariableSlot its ops address
-    reads_first: dict = field(default_factory=dict)  # resource -> the step reading it before any
+    variables: dict = field(default_factory=dict)  # handle or variable tensor -> the VariableSlot
+                                                   # its ops address through it
+    reads_first: dict = field(default_factory=dict)  # slot key -> the step reading it before any
                                                      # write here: its slot must be current
-    assigns: list = field(default_factory=list)    # resources it writes
+    assigns: list = field(default_factory=list)    # slot keys it writes
 
 
 @dataclass
