@@ -211,6 +211,10 @@ print("RESULT", json.dumps(seen))
 
 def test_a_worker_takes_the_callers_switches_exactly(monkeypatch):
     from tflite_taichi.runtime.compile_worker import _take_switches
+    # set through monkeypatch first, which records its value before the test (unset) and puts
+    # that back last: a delenv after _take_switches alone recorded "0" and restored it, and
+    # every later test of the session ran without io codes
+    monkeypatch.setenv("TFLITE_TAICHI_IO_CODES", "1")
     monkeypatch.setenv("TFLITE_TAICHI_FUSION", "none")
     monkeypatch.setenv("TFLITE_TAICHI_GEMM_TILES", "8x8")
     _take_switches({"TFLITE_TAICHI_GEMM_TILES": "4x4", "TFLITE_TAICHI_IO_CODES": "0"})

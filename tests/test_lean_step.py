@@ -17,7 +17,7 @@ import pytest
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import ModelBuilder
 
-from test_ops_state import ring_buffer_model
+from cases.state import ring_buffer_model
 
 Q_A, Q_B = (0.05, -3), (0.07, 5)
 
@@ -39,6 +39,13 @@ def int8_slice_concat(q_second=Q_A, activation="NONE") -> bytes:
     g.op("ADD", [both, both], [out])
     g.output(out)
     return b.finish()
+
+
+@pytest.fixture(autouse=True)
+def _io_codes(monkeypatch):
+    """The model's int8 IO as codes (the default): the lean step's precondition for int8 models
+    (with TFLITE_TAICHI_IO_CODES=0 the host dequantizes, and the general path runs)."""
+    monkeypatch.delenv("TFLITE_TAICHI_IO_CODES", raising=False)
 
 
 def _interpreter(model: bytes, **kwargs) -> Interpreter:

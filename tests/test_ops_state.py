@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cases.state import check_nabu_steps, litert_nabu_tensors, nabu_sequence
+from cases.state import (accumulator_model, check_nabu_steps, crossing_model, litert_nabu_tensors,
+                         nabu_sequence, ring_buffer_model)
 
 from tflite_taichi import Interpreter
 from tflite_taichi.builder import RESOURCE, ModelBuilder
@@ -22,67 +23,6 @@ from tflite_taichi.testing import (TAICHI_EXAMPLES, examples, assert_float_close
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 S = strategies()
-
-
-def _init_subgraph(b, name, value, quantization=None):
-    """Subgraph 1: VAR_HANDLE(name) <- ASSIGN_VARIABLE(const value)."""
-    init = b.subgraph("init")
-    h = init.tensor("h", (), RESOURCE)
-    init.op("VAR_HANDLE", [], [h], shared_name=name)
-    v = init.const("initial", value, quantization=quantization)
-    init.op("ASSIGN_VARIABLE", [h, v], [])
-
-
-def accumulator_model(shape, initial, scale_out=2.0):
-    """state <- state + x each invoke (state starts at `initial`); outputs (state + x) * 2.
-    float32; READ_VARIABLE, ADD, ASSIGN_VARIABLE and MUL are delegated, CALL_ONCE (and the init
-    subgraph's ASSIGN_VARIABLE) stay on the CPU."""
-    b = ModelBuilder()
-    g = b.subgraph("main")
-    x = g.input("x", shape)
-    g.op("CALL_ONCE", [], [], init_subgraph_index=1)
-    h = g.tensor("h", (), RESOURCE)
-    g.op("VAR_HANDLE", [], [h], shared_name="acc")
-    state = g.tensor("state", shape)
-    g.op("READ_VARIABLE", [h], [state])
-    total = g.tensor("total", shape)
-    g.op("ADD", [state, x], [total])
-    g.op("ASSIGN_VARIABLE", [h, total], [])
-    out = g.tensor("out", shape)
-    g.op("MUL", [total, g.const("k", np.float32(scale_out))], [out])
-    g.output(out)
-    _init_subgraph(b, "acc", initial)
-    return b.finish()
-
-
-def ring_buffer_model(rows, cols, q_in, q_init, q_read):
-    """okay_nabu's streaming pattern, int8: window = concat(state, x) along rows; the state
-    keeps the last `rows` rows; outputs the window. The variable is first written by the init
-    subgraph under q_init, then by main under q_in, and read under q_read, so the test pins
-    LiteRT's semantics: a variable holds integers, READ_VARIABLE reinterprets them under its
-    output's scale (a QUANTIZE then requantizes them to the window's scale, as CONCATENATION
-    needs equal scales)."""
-    b = ModelBuilder()
-    g = b.subgraph("main")
-    x = g.input("x", (1, 1, cols), np.int8, q_in)
-    g.op("CALL_ONCE", [], [], init_subgraph_index=1)
-    h = g.tensor("h", (), RESOURCE)
-    g.op("VAR_HANDLE", [], [h], shared_name="ring")
-    state = g.tensor("state", (1, rows, cols), np.int8, q_read)
-    g.op("READ_VARIABLE", [h], [state])
-    state_in = g.tensor("state_in", (1, rows, cols), np.int8, q_in)
-    g.op("QUANTIZE", [state], [state_in])
-    window = g.tensor("window", (1, rows + 1, cols), np.int8, q_in)
-    g.op("CONCATENATION", [state_in, x], [window], axis=1)
-    keep = g.tensor("keep", (1, rows, cols), np.int8, q_in)
-    g.op("STRIDED_SLICE", [window, g.const("begin", np.array([0, 1, 0], np.int32)),
-                           g.const("end", np.array([1, rows + 1, cols], np.int32)),
-                           g.const("strides", np.array([1, 1, 1], np.int32))], [keep])
-    g.op("ASSIGN_VARIABLE", [h, keep], [])
-    g.output(window)
-    initial = np.arange(rows * cols).reshape(1, rows, cols) % 200 - 100
-    _init_subgraph(b, "ring", initial.astype(np.int8), q_init)
-    return b.finish()
 
 
 def _litert(model):
@@ -202,53 +142,6 @@ def test_reading_a_resource_handle_is_a_clear_error():
     handle = [d["index"] for d in it.get_tensor_details() if d["name"] == "h"][0]
     with pytest.raises(Exception, match="resource handle"):
         it.get_tensor(handle)
-
-
-def crossing_model(shape, initial):
-    """The variable crosses between the device and the host every invoke: main's partition
-    reads it, adds x and assigns the sum (the device holds the newest value); then an IF on
-    the host (its branches run on the reference path): `then` reads the variable (the host
-    needs the device's value) and outputs it doubled; `else` assigns 100 + x (the host writes:
-    the next invoke's partition must take that value to the device) and outputs x."""
-    b = ModelBuilder()
-    g = b.subgraph("main")
-    c = g.input("c", (), np.bool_)
-    x = g.input("x", shape)
-    g.op("CALL_ONCE", [], [], init_subgraph_index=3)
-    h = g.tensor("h", (), RESOURCE)
-    g.op("VAR_HANDLE", [], [h], shared_name="acc")
-    state = g.tensor("state", shape)
-    g.op("READ_VARIABLE", [h], [state])
-    total = g.tensor("total", shape)
-    g.op("ADD", [state, x], [total])
-    g.op("ASSIGN_VARIABLE", [h, total], [])
-    out = g.tensor("out", shape)
-    g.op("IF", [c, x], [out], then_subgraph_index=1, else_subgraph_index=2)
-    g.output(total, out)
-
-    then = b.subgraph("then")
-    tx = then.input("x", shape)
-    th = then.tensor("h", (), RESOURCE)
-    then.op("VAR_HANDLE", [], [th], shared_name="acc")
-    tv = then.tensor("v", shape)
-    then.op("READ_VARIABLE", [th], [tv])
-    ty = then.tensor("y", shape)
-    then.op("MUL", [tv, then.const("two", np.float32(2))], [ty])
-    then.output(ty)
-    del tx
-
-    other = b.subgraph("else")
-    ex = other.input("x", shape)
-    eh = other.tensor("h", (), RESOURCE)
-    other.op("VAR_HANDLE", [], [eh], shared_name="acc")
-    ev = other.tensor("v", shape)
-    other.op("ADD", [ex, other.const("hundred", np.float32(100))], [ev])
-    other.op("ASSIGN_VARIABLE", [eh, ev], [])
-    ey = other.tensor("y", shape)
-    other.op("MUL", [ex, other.const("one", np.float32(1))], [ey])
-    other.output(ey)
-    _init_subgraph(b, "acc", initial)
-    return b.finish()
 
 
 @settings(max_examples=examples(10))
