@@ -6,7 +6,7 @@ The public names (`__all__`) are what an op registered with `tflite_taichi.regis
 `ti` (Taichi, imported when something compiles), `TensorRef` (what `StepIO` hands the op's
 factory, one per input and output: `load`, `store`, `snap`, `shape`, `size`, `strides`), `StepIO`,
 the two element-wise step templates (`ElementwiseStep`, `BroadcastBinaryStep`: a subclass gives
-the formula, the template the loop and the fused variants), `activation`, `keep_nan`, `nan_max`, `nan_min`, `broadcast_flat`, `load_broadcast`, `unravel`,
+the formula, the template the loop and the fused variants) and `CopyStep` (the identity), `activation`, `keep_nan`, `nan_max`, `nan_min`, `broadcast_flat`, `load_broadcast`, `unravel`,
 `split_count` with `SPLIT_THREADS`, and `has_shared_memory`. The rest (the buffer numbers, the
 stand-ins fusion puts in a TensorRef's place) is the delegate's.
 
@@ -37,7 +37,7 @@ ti = LazyTaichi()
 
 ARENA, WEIGHTS, IO_IN, IO_OUT, SCRATCH = 0, 1, 2, 3, 4
 
-__all__ = ["SPLIT_THREADS", "BroadcastBinaryStep", "ElementwiseStep", "StepIO", "TensorRef",
+__all__ = ["SPLIT_THREADS", "BroadcastBinaryStep", "CopyStep", "ElementwiseStep", "StepIO", "TensorRef",
            "activation", "broadcast_flat", "has_shared_memory", "keep_nan", "load_broadcast",
            "nan_max", "nan_min", "split_count", "ti", "unravel"]
 
@@ -331,6 +331,16 @@ class ElementwiseStep:
     def fused_store(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat,
                     value, position: ti.template()):
         self.out.store(arena, io, flat, self.formula(value))
+
+
+@ti.data_oriented
+class CopyStep(ElementwiseStep):
+    """out[i] = x[i] through the output's store (its grid, or its codes): QUANTIZE, DEQUANTIZE,
+    and a variable's copies to and from its slot."""
+
+    @ti.func
+    def formula(self, v):
+        return v
 
 
 @ti.data_oriented

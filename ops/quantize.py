@@ -17,7 +17,7 @@ a QUANTIZE/DEQUANTIZE at the model boundary still runs here, as a snap or an ide
 import numpy as np
 
 from .base import OpDef, register_op
-from .kit import ElementwiseStep, ti
+from .kit import CopyStep
 
 _QUANTIZED_INTS = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
 
@@ -76,15 +76,6 @@ def _quantize_reference(node, inputs):
 
 
 # -- Taichi ------------------------------------------------------------------------------------
-@ti.data_oriented
-class CopyStep(ElementwiseStep):
-    """out[i] = x[i] through the output's store (its grid, if any): the kit's template."""
-
-    @ti.func
-    def formula(self, v):
-        return v
-
-
 def _copy_taichi(node, io):
     return CopyStep(io.inputs[0], io.outputs[0])
 

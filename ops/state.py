@@ -30,7 +30,7 @@ import numpy as np
 from tflite_taichi.quant import dequantize, is_float_view, quantize, quantized_range
 
 from .base import OpDef, Runtime, register_op
-from .kit import IO_OUT, ElementwiseStep, TensorRef, ti
+from .kit import IO_OUT, CopyStep, TensorRef
 
 
 @dataclass(frozen=True)
@@ -154,26 +154,17 @@ def _slot_for(slot: TensorRef, spec) -> TensorRef:
                      (float(q.scale[0]), float(q.zero_point[0]), lo, hi), codes=True)
 
 
-@ti.data_oriented
-class SlotCopyStep(ElementwiseStep):
-    """out[i] = x[i] through the out's store (its grid, or its codes)."""
-
-    @ti.func
-    def formula(self, v):
-        return v
-
-
 def _read_variable_taichi(node, io):
     out = io.outputs[0]
     if type(out) is TensorRef and out.quantized and not out.codes:
         # (q - zp) * scale under the output's own grid is a point of it: stored as it is,
         # without the snap's round trip (exact: the snap would give the same value)
         out = TensorRef(out.buffer, out.offset, out.shape, None, out.storage)
-    return SlotCopyStep(_slot_for(io.inputs[0], node.outputs[0]), out)
+    return CopyStep(_slot_for(io.inputs[0], node.outputs[0]), out)
 
 
 def _assign_variable_taichi(node, io):
-    return SlotCopyStep(io.inputs[1], _slot_for(io.inputs[0], node.inputs[1]))
+    return CopyStep(io.inputs[1], _slot_for(io.inputs[0], node.inputs[1]))
 
 
 VAR_HANDLE = register_op(OpDef(name="VAR_HANDLE", infer=_infer_var_handle,

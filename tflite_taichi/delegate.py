@@ -378,8 +378,7 @@ class Program:
                     for launch in launches:
                         launch()
                 launched = True
-                for resource in item.assigns:   # the device holds the newest value now
-                    self._slot_version[resource] = self._store(resource).written_on_device(resource, self)
+                self._hold_assigned(item)
                 pending.extend(t for t in item.outputs if t in host_forms)
                 if timings is not None:         # profiling: wait, so the time is the partition's
                     if pending:
@@ -444,8 +443,7 @@ class Program:
                     launch()
                 link.request(ranges)
                 device.wait()
-            for resource in p.assigns:
-                self._slot_version[resource] = self._store(resource).written_on_device(resource, self)
+            self._hold_assigned(p)
             link.take(ranges, dests)
             self.waits = 1
         return step
@@ -472,6 +470,11 @@ class Program:
             items.append((offset, np.asarray(value, np.float32).reshape(-1)))
             self._slot_version[resource] = store.version(resource)
         return items
+
+    def _hold_assigned(self, partition: Partition) -> None:
+        """After `partition`'s launches: the device holds the newest value of what it assigns."""
+        for key in partition.assigns:
+            self._slot_version[key] = self._store(key).written_on_device(key, self)
 
     def _store(self, key):
         """The store a slot's value belongs to: the interpreter's resource variables, or the

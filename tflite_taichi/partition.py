@@ -294,7 +294,8 @@ def _dependencies(graph: PreparedGraph) -> dict:
     for s in graph.steps:
         d = {producer[t] for t in s.op.inputs if t in producer}
         if s.opdef.stateful:
-            resource = _resource_of(s, graph)
+            variable = variable_of(s)
+            resource = variable[0] if variable is not None else None
             if resource is None:                       # orders against all state
                 d.update(stateful_so_far)
                 barrier = s.op.index
@@ -307,15 +308,6 @@ def _dependencies(graph: PreparedGraph) -> dict:
             stateful_so_far.append(s.op.index)
         deps[s.op.index] = d
     return deps
-
-
-def _resource_of(step: Step, graph: PreparedGraph):
-    """The variable a READ/ASSIGN_VARIABLE touches (its handle is folded at prepare), else None."""
-    if step.op.inputs and step.op.inputs[0] != -1:
-        value = graph.specs[step.op.inputs[0]].value
-        if isinstance(value, np.ndarray) and value.dtype == object:
-            return value.item()
-    return None
 
 
 def _group_by_dependencies(graph: PreparedGraph, delegated: set) -> list:

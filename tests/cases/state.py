@@ -21,14 +21,10 @@ def _init_subgraph(b, name, value, quantization=None):
     init.op("ASSIGN_VARIABLE", [h, v], [])
 
 
-def accumulator_model(shape, initial, scale_out=2.0):
-    """state <- state + x each invoke (state starts at `initial`); outputs (state + x) * 2.
-    float32; READ_VARIABLE, ADD, ASSIGN_VARIABLE and MUL are delegated, CALL_ONCE (and the init
-    subgraph's ASSIGN_VARIABLE) stay on the CPU."""
-    b = ModelBuilder()
-    g = b.subgraph("main")
-    x = g.input("x", shape)
-    g.op("CALL_ONCE", [], [], init_subgraph_index=1)
+def _accumulate(g, x, shape, init_subgraph_index: int) -> int:
+    """Main's state ops: CALL_ONCE of the init subgraph, then variable 'acc' <- acc + x; the
+    sum's tensor."""
+    g.op("CALL_ONCE", [], [], init_subgraph_index=init_subgraph_index)
     h = g.tensor("h", (), RESOURCE)
     g.op("VAR_HANDLE", [], [h], shared_name="acc")
     state = g.tensor("state", shape)
@@ -36,6 +32,17 @@ def accumulator_model(shape, initial, scale_out=2.0):
     total = g.tensor("total", shape)
     g.op("ADD", [state, x], [total])
     g.op("ASSIGN_VARIABLE", [h, total], [])
+    return total
+
+
+def accumulator_model(shape, initial, scale_out=2.0):
+    """state <- state + x each invoke (state starts at `initial`); outputs (state + x) * 2.
+    float32; READ_VARIABLE, ADD, ASSIGN_VARIABLE and MUL are delegated, CALL_ONCE (and the init
+    subgraph's ASSIGN_VARIABLE) stay on the CPU."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    x = g.input("x", shape)
+    total = _accumulate(g, x, shape, init_subgraph_index=1)
     out = g.tensor("out", shape)
     g.op("MUL", [total, g.const("k", np.float32(scale_out))], [out])
     g.output(out)
@@ -83,14 +90,7 @@ def crossing_model(shape, initial):
     g = b.subgraph("main")
     c = g.input("c", (), np.bool_)
     x = g.input("x", shape)
-    g.op("CALL_ONCE", [], [], init_subgraph_index=3)
-    h = g.tensor("h", (), RESOURCE)
-    g.op("VAR_HANDLE", [], [h], shared_name="acc")
-    state = g.tensor("state", shape)
-    g.op("READ_VARIABLE", [h], [state])
-    total = g.tensor("total", shape)
-    g.op("ADD", [state, x], [total])
-    g.op("ASSIGN_VARIABLE", [h, total], [])
+    total = _accumulate(g, x, shape, init_subgraph_index=3)
     out = g.tensor("out", shape)
     g.op("IF", [c, x], [out], then_subgraph_index=1, else_subgraph_index=2)
     g.output(total, out)
