@@ -30,13 +30,14 @@ As in LiteRT (kernels/if.cc, while.cc):
 - A subgraph that calls itself, directly or through others, is a ModelError at prepare
   (LiteRT overflows its stack and crashes on such a model).
 
-All three are `stateful`: never folded, never delegated (a called subgraph may touch
+All three are `stateful`: never folded, and they run on the host (a called subgraph may touch
 variables). Their infer and reference take the interpreter's runtime, which prepares a
-called subgraph for given input shapes (`prepare_subgraph`) and runs it on the reference path
-(`run_subgraph`): on a Taichi backend the ops of called subgraphs run on numpy, while the
-calling graph's other ops are delegated as usual. So a composite's decomposition (the
-attention's BATCH_MATMUL, MUL, SOFTMAX, BATCH_MATMUL) runs on numpy, called from the CPU
-between the calling graph's partitions.
+called subgraph for given input shapes (`prepare_subgraph`) and runs it (`run_subgraph`): on a
+Taichi backend the called subgraph is delegated on its own (executor.DelegatedCall: its own
+partitions and program, built in allocate_tensors), else on the reference path. So a
+composite's decomposition (the attention's BATCH_MATMUL, MUL, SOFTMAX, BATCH_MATMUL) runs as
+its own program, called from the host between the calling graph's partitions, and a WHILE's
+body is one program run per iteration, the host reading the condition.
 """
 from __future__ import annotations
 

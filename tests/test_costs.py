@@ -29,7 +29,20 @@ def big_conv():
     return b.finish()
 
 
-def _schedule(model, backend):
+def small_chain(n=16):
+    """n ADDs of [1, 8] in a chain: a converted loop body's size (16 delegated ops a call)."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 8))
+    for i in range(n):
+        y = g.tensor(f"y{i}", (1, 8))
+        g.op("ADD", [x, g.const(f"c{i}", np.full((1, 8), i, np.float32))], [y])
+        x = y
+    g.output(x)
+    return b.finish()
+
+
+def _schedule(model, backend, called=False):
     from tflite_taichi import graph as graph_mod
     from tflite_taichi.model import read_model
     m = read_model(model)
@@ -37,7 +50,7 @@ def _schedule(model, backend):
     prepared = prepare(sg, graph_mod.resolve_ops(m), {t: tuple(sg.tensors[t].shape) for t in sg.inputs})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return build_schedule(prepared, cost_backend=backend)
+        return build_schedule(prepared, cost_backend=backend, called=called)
 
 
 def test_a_tiny_mlp_stays_on_the_cpu_on_every_gpu_backend():
@@ -54,6 +67,16 @@ def test_a_large_convolution_goes_to_the_gpu():
         assert len(s.partitions) == 1 and not s.refused, (backend, s.refused)
     steps = _schedule(big_conv(), None).partitions[0].steps
     assert costs.numpy_us(steps) > 5 * costs.gpu_us(steps, "vulkan")       # ~6 ms against 0.8
+
+
+def test_a_called_subgraph_pays_its_round_trips_in_the_estimate():
+    """16 small ops go to cuda as a main graph (84 + 15 x 5.9 us against 16 x 15 on numpy) but
+    stay on numpy as a subgraph a WHILE calls at every iteration (costs.CALL_EXTRA_US more a
+    call: measured, bench/results/issue29_h200.md run 6); a large convolution goes either way."""
+    assert len(_schedule(small_chain(), "cuda").partitions) == 1
+    s = _schedule(small_chain(), "cuda", called=True)
+    assert not s.partitions and len(s.refused) == 16, s.refused
+    assert len(_schedule(big_conv(), "cuda", called=True).partitions) == 1
 
 
 def test_without_auto_nothing_moves():

@@ -72,6 +72,14 @@ def test_a_converted_keras_rnn_around_the_delegate(taichi_workers, name):
     for backend, s in summaries.items():   # the loops on the CPU, the dense head delegated
         assert "WHILE" in {f["op"] for f in s["fallback"]}, (backend, s["fallback"])
         assert s["ops_delegated"] >= 1, backend
+        # each loop's body delegated but for its int32 counter steps and the GATHER of step i
+        # by the counter (the delegate carries no int32 data); every step ran on the delegate
+        bodies = [c for c in s["calls"] if c["ops_total"] == 19]
+        assert len(bodies) == (2 if name == "keras_bilstm" else 1), s["calls"]
+        for body in bodies:
+            assert body["ops_delegated"] == 16, (backend, body)
+            assert sorted(f["op"] for f in body["fallback"]) == ["ADD", "ADD", "GATHER"], body
+            assert body["runs_on_delegate"] == (6 if name == "keras_lstm" else 5), (backend, body)
 
 
 def _growing_loop() -> bytes:

@@ -3,7 +3,8 @@ through multi-subgraph models written by tflite_taichi.builder: IF with various 
 WHILE counting loops, IF inside WHILE inside IF, resource variables written in loops, int8
 values crossing subgraphs under other scales; the errors LiteRT has no answer for (it
 crashes on recursion); and on the delegate: the calling graph delegated around IF/WHILE,
-which run with their subgraphs on the CPU."""
+which run on the host, and the subgraphs they call delegated on their own
+(executor.DelegatedCall: summary()["calls"]), float and int8, held to the reference."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -573,7 +574,76 @@ def test_delegate_runs_around_if_and_while_like_the_reference(taichi_workers, sh
             assert [len(p["ops"]) for p in summary["partitions"]] == [1, 1], (backend, summary)
             (fallback,) = summary["fallback"]
             assert fallback["op"] == "IF" and "subgraph calls" in fallback["reason"], fallback
+            # the then branch's RELU and the loop body's step are delegated in their own calls;
+            # the else branch is its WHILE alone, the cond and the counter int32 (on the host)
+            calls = {c["subgraph"]: c for c in summary["calls"]}
+            assert set(calls) == {1, 2, 3, 4}, (backend, summary["calls"])
+            assert [calls[i]["ops_delegated"] for i in (1, 2, 3, 4)] == [1, 0, 0, 1], (backend, calls)
+            taken = 1 if cond else 4
+            assert calls[taken]["runs_on_delegate"] >= (1 if cond else n), (backend, calls[taken])
         assert expected[0].shape == shape
+
+
+def _delegated_calls(summaries: dict, subgraphs: dict) -> None:
+    """Each called subgraph in `subgraphs` (index -> how many of its ops the delegate takes)
+    delegated so on every backend, and its program answered at least once."""
+    for backend, summary in summaries.items():
+        calls = {c["subgraph"]: c for c in summary["calls"]}
+        for index, delegated in subgraphs.items():
+            call = calls[index]
+            assert call["ops_delegated"] == delegated, (backend, call)
+            assert call["runs_on_delegate"] >= 1, (backend, call)
+
+
+@settings(max_examples=max(TAICHI_EXAMPLES // 4, 3))
+@given(shape=S.shapes(1, 3, 1, 4), then_ops=st.lists(st.sampled_from(["relu", "tanh", "add", "mul"]),
+                                                    min_size=2, max_size=2),
+       cond=st.booleans(), seed=S.seeds())
+def test_if_branches_run_delegated_like_the_reference(taichi_workers, shape, then_ops, cond, seed):
+    """Both branches are prepared (and delegated) at allocate; the one taken answers."""
+    rng = np.random.default_rng(seed)
+    model = if_model(shape, (), then_ops, ["scale", "pass_y"])
+    inputs = [np.array(cond), rng.uniform(-3, 3, shape).astype(np.float32),
+              rng.uniform(-3, 3, shape).astype(np.float32)]
+    check_against_litert(model, inputs)
+    summaries = check_delegate(model, taichi_workers, inputs, expect_all_delegated=False)
+    _delegated_calls(summaries, {1 if cond else 2: 2 if cond else 1})
+
+
+@settings(max_examples=max(TAICHI_EXAMPLES // 4, 3))
+@given(shape=S.shapes(1, 3, 1, 4), q_in=S.quant_params(), q_body=S.quant_params(),
+       q_next=S.quant_params(), q_out=S.quant_params(), n=st.integers(1, 4), seed=S.seeds())
+def test_an_int8_loop_body_runs_delegated_like_the_reference(taichi_workers, shape, q_in, q_body,
+                                                            q_next, q_out, n, seed):
+    """The body's int8 ADD on the delegate (the float view, real values across the call: no
+    integer codes), its values re-read under each boundary's scale as on the reference path;
+    within check_delegate's one unit of the reference."""
+    rng = np.random.default_rng(seed)
+    model = int8_while_model(shape, q_in, q_body, q_next, q_out)
+    inputs = [I32(0), I32(n), rng.integers(-128, 128, shape).astype(np.int8)]
+    check_against_litert(model, inputs)
+    summaries = check_delegate(model, taichi_workers, inputs, expect_all_delegated=False)
+    _delegated_calls(summaries, {2: 1})
+
+
+def test_delegated_calls_close_and_come_back_with_allocate():
+    """Interpreter.close() frees the calls' programs; the next allocate_tensors builds them
+    again and they answer as before (cpu, in this process)."""
+    shape = (2, 3)
+    model = while_model(shape, "tanh")
+    x, y = (np.linspace(-1, 1, 6, dtype=np.float32).reshape(shape) for _ in range(2))
+    inputs = [I32(0), I32(3), x, y]
+    it = Interpreter(model_content=model, backend="cpu")
+    first = run_sequence(it, [inputs])[0]
+    it.close()
+    it.allocate_tensors()
+    again = run_sequence(it, [inputs])[0]
+    (body,) = [c for c in it.summary()["calls"] if c["subgraph"] == 2]
+    assert body["ops_delegated"] == 1 and body["runs_on_delegate"] == 3, body
+    ref = run_sequence(Interpreter(model_content=model, backend="reference"), [inputs])[0]
+    for a, b, r in zip(first, again, ref):
+        np.testing.assert_array_equal(a, b)
+        assert_float_close(a, r, what="a delegated loop against the reference")
 
 
 # -- a converted recurrent loop: the body slices its step by the loop counter ------------------

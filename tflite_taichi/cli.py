@@ -203,6 +203,10 @@ def cmd_run(args) -> int:
     print(f"{os.path.basename(args.model)} on backend={it.backend} ({it._precision}): "
           f"{s['ops_delegated']} of {s['ops_total']} ops delegated in {len(s['partitions'])} "
           f"partition(s), {len(s['fallback'])} on the CPU, {s['ops_folded']} folded")
+    if s["calls"]:      # the subgraphs IF/WHILE call, each delegated on its own
+        print(f"  called subgraphs: {sum(c['ops_delegated'] for c in s['calls'])} of "
+              f"{sum(c['ops_total'] for c in s['calls'])} ops delegated, over "
+              f"{len(s['calls'])} call preparation(s)")
     for d in it.get_output_details():
         y = it.get_tensor(d["index"])
         outputs.append((d["name"], y))

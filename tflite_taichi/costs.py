@@ -75,14 +75,22 @@ def numpy_wins_on_cpu(step) -> bool:
     return work_us([step]) >= NUMPY_CPU_ABOVE_US
 
 
-def gpu_us(steps, backend: str) -> float:
+# A subgraph that IF/WHILE call (executor.DelegatedCall) pays more per call than a main graph's
+# invoke: the general schedule walk, a put after each CPU step feeding the partition, a take of
+# every output, on every call. Measured on the H200 with the converted Keras loops
+# (bench/results/issue29_h200.md, run 6): a WHILE condition's one-op partition cost ~240 us a
+# call on cuda (explicit cuda minus auto, over 7 calls), against GPU["cuda"]'s 84 for an invoke.
+CALL_EXTRA_US = 156.0
+
+
+def gpu_us(steps, backend: str, called: bool = False) -> float:
     """Estimated microseconds of an invoke running these steps as one partition on `backend`
-    (one task per step: fusion only lowers it)."""
+    (one task per step: fusion only lowers it); `called`: as a called subgraph, per call."""
     fixed, per_task = GPU.get(backend, GPU["vulkan"])
-    return fixed + per_task * max(len(steps) - 1, 0)
+    return fixed + per_task * max(len(steps) - 1, 0) + (CALL_EXTRA_US if called else 0.0)
 
 
-def cpu_is_faster(steps, backend: str):
+def cpu_is_faster(steps, backend: str, called: bool = False):
     """(numpy us, backend us) when numpy's estimate is below the backend's, else None."""
-    cpu, gpu = numpy_us(steps), gpu_us(steps, backend)
+    cpu, gpu = numpy_us(steps), gpu_us(steps, backend, called)
     return (cpu, gpu) if cpu < gpu else None

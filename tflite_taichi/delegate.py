@@ -64,9 +64,12 @@ class IoLayout:
         return self.offsets[t], self.counts[t]
 
 
-def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = False) -> IoLayout:
+def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = False,
+              io_codes: bool = True) -> IoLayout:
     """Host-written tensors first, then partition outputs the host reads, then those only
-    partitions read, each at its own offset (a tensor is written once per invoke)."""
+    partitions read, each at its own offset (a tensor is written once per invoke).
+    io_codes=False: every tensor crosses as its real value (a called subgraph's: its caller
+    hands float views)."""
     partitions = schedule.partitions
     on_device = {t for p in partitions for t in p.outputs}
     read_by_cpu = {t for item in schedule.items if not isinstance(item, Partition)
@@ -81,8 +84,9 @@ def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = Fal
             (read if (t in read_by_host or preserve_all) else device_only).append(t)
     layout, at = IoLayout(host_written=written, host_read=read), 0
     sg = graph.subgraph
-    layout.codes = _io_codes(graph, cpu_read=read_by_cpu,
-                             candidates=(set(sg.inputs) & set(written)) | (set(sg.outputs) & on_device))
+    if io_codes:
+        layout.codes = _io_codes(graph, cpu_read=read_by_cpu,
+                                 candidates=(set(sg.inputs) & set(written)) | (set(sg.outputs) & on_device))
     for t in written + read + device_only:
         n = int(np.prod(graph.specs[t].shape, dtype=np.int64))
         layout.offsets[t], layout.counts[t] = at, n
@@ -131,17 +135,19 @@ class Program:
 
     def __init__(self, graph: PreparedGraph, schedule: Schedule, backend: str, fp16: bool,
                  model_cache=None, preserve_all: bool = False, background: bool = False,
-                 cpu_threads: int = 0, variables=None, state=None):
+                 cpu_threads: int = 0, variables=None, state=None, io_codes: bool = True):
         """background: kernels that are not cached are compiled (and, except on OpenGL/GLES,
         loaded) by a thread while the constructor returns at once; `adopt()` says when the
         program can run (the executor answers on the reference path until then).
         variables: the interpreter's resource variables, state: the subgraph's variable tensors
-        (each a variables.Variables), for partitions that keep some in their io slots."""
+        (each a variables.Variables), for partitions that keep some in their io slots.
+        io_codes: the subgraph's quantized inputs and outputs may cross as integer codes
+        (IoLayout.codes); False for a called subgraph (executor.DelegatedCall)."""
         self.graph, self.schedule, self.backend, self.fp16 = graph, schedule, backend, fp16
         self._variables = variables
         self._state = state
         self._slot_version = {}                 # resource -> the version its slot holds
-        self.layout = io_layout(schedule, graph, preserve_all)
+        self.layout = io_layout(schedule, graph, preserve_all, io_codes)
         # what the host takes each tensor back as: its codes in the model's dtype, else its
         # float view (float32, float16 or bool), and the shape it has
         self._host_forms = {t: (np.dtype(graph.specs[t].dtype if t in self.layout.codes

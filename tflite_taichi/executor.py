@@ -4,7 +4,8 @@
   arrays and state; allocate (prepare, partition, compile), invoke (feed the float views, run
   the schedule: partitions on the device, the rest on numpy), read back;
 - `ModelRuntime`: what stateful ops may ask of the model they run in (`ops.base.Runtime`): the
-  resource variables, CALL_ONCE's init subgraphs, IF/WHILE's subgraphs prepared per call shapes;
+  resource variables, CALL_ONCE's init subgraphs, IF/WHILE's subgraphs prepared per call shapes
+  and, on a Taichi backend, delegated (`DelegatedCall`);
 - `init_subgraphs`: the subgraphs a model's init ops name, prepared with the main graph.
 """
 from __future__ import annotations
@@ -31,11 +32,101 @@ def _pushed(stack: list, item):
         stack.pop()
 
 
+class DelegatedCall:
+    """A subgraph that IF, WHILE or a composite calls (ops/control.py), delegated as the main
+    graph is: its own schedule and Program, built when the call is prepared for its input
+    shapes (in allocate_tensors, where the shapes are known then), with the interpreter's
+    options. The calling op stays on the host and hands values across (a WHILE reads one
+    condition per iteration); inside the call, the delegated ops run as one launch sequence and
+    one wait, the rest on numpy as in any schedule. Values cross as float views (no integer
+    codes: the calling op hands real values), and the call's outputs come back in the dtypes
+    the reference path gives (int32 counters as int32, not the io buffer's float32).
+    A subgraph with variable tensors of its own (an LSTM's state inside a loop body) stays on
+    the reference path: its state is not kept per call."""
+
+    def __init__(self, prepared, options: dict, runtime: "ModelRuntime"):
+        from tflite_taichi.delegate import Program
+        from tflite_taichi.partition import build_schedule
+        self.prepared, self._runtime = prepared, runtime
+        self.schedule, self.program = None, None
+        self.runs = 0                   # calls its program answered (the others: the reference path)
+        if prepared.variables:
+            return
+        fp16 = options["precision"] == "fp16"
+        # warn=False: a call's refusals name op indices of another subgraph; summary()["calls"]
+        # reports them with the subgraph they belong to
+        self.schedule = build_schedule(prepared, options["max_partitions"], fp16=fp16, warn=False,
+                                       reference_ops=options["reference_ops"],
+                                       cost_backend=options.get("cost_backend"), called=True)
+        if self.schedule.partitions:
+            self.program = Program(prepared, self.schedule, options["backend"], fp16,
+                                   options["cache"], background=options.get("background", False),
+                                   cpu_threads=options.get("threads", 0),
+                                   variables=runtime.resources, io_codes=False)
+
+    def run(self, feeds: dict):
+        """The call's tensors' values (float views) for `feeds` (float views of its inputs), or
+        None where the program cannot answer (none, or its kernels still compiling: the caller
+        runs the reference path)."""
+        program = self.program
+        if program is None or not program.adopt():
+            return None
+        values = program.run({**self.prepared.constants, **feeds}, self._run_cpu_step)
+        self.runs += 1
+        specs = self.prepared.specs
+        for t in self.prepared.subgraph.outputs:
+            values[t] = _reference_form(specs[t], values[t])
+        return values
+
+    def _run_cpu_step(self, item, values: dict) -> None:
+        inputs = [values[t] if t != -1 else None for t in item.op.inputs]
+        for t, v in zip(item.op.outputs, graph_mod.run_step(item, inputs, self._runtime)):
+            values[t] = v
+
+    def info(self) -> dict:
+        """What summary()["calls"] says of it."""
+        sg = self.prepared.subgraph
+        names = {op.index: op.name for op in sg.operators}
+        if self.schedule is None:
+            fallback = [{"index": s.op.index, "op": s.op.name,
+                         "reason": "a called subgraph with variable tensors of its own runs on "
+                                   "the numpy path"} for s in self.prepared.steps]
+        else:
+            fallback = [{"index": i, "op": names[i], "reason": r}
+                        for i, r in sorted(self.schedule.refused.items())]
+        partitions = [] if self.schedule is None else [
+            {"ops": [s.op.index for s in p.steps],
+             "kernels": self.program.code(p).launches} for p in self.schedule.partitions]
+        return {"subgraph": sg.index, "name": sg.name,
+                "input_shapes": [list(self.prepared.specs[t].shape) for t in sg.inputs],
+                "ops_total": len(sg.operators),
+                "ops_delegated": sum(len(p["ops"]) for p in partitions),
+                "partitions": partitions, "fallback": fallback, "runs_on_delegate": self.runs}
+
+    def close(self) -> None:
+        if self.program is not None:
+            self.program.close()
+
+
+def _reference_form(spec, value):
+    """A partition's output as the reference path holds it: float views as they come, other
+    tensors in their own dtype (the io buffer carries integers and bools as float32)."""
+    if spec.dtype is None or is_float_view(spec.dtype, spec.quantization):
+        return value
+    dtype = np.dtype(spec.dtype)
+    if value.dtype == dtype:
+        return value
+    if dtype.kind in "iu":
+        value = np.rint(value)
+    return value.astype(dtype)
+
+
 class ModelRuntime:
     """What stateful ops see of their interpreter: the resource variables (as long-lived as
     the interpreter, shared by its subgraphs), CALL_ONCE's subgraph runner, and for IF/WHILE
-    (ops/control.py) subgraphs prepared for the shapes they are called with and run on the
-    reference path."""
+    (ops/control.py) subgraphs prepared for the shapes they are called with, run delegated on a
+    Taichi backend (DelegatedCall, where the call's program can answer) and on the reference
+    path otherwise."""
 
     MAX_CALL_PREPARATIONS = 256         # cached (subgraph, input shapes) preparations
     # Subgraph calls (IF, WHILE, STABLEHLO_COMPOSITE, CALL_ONCE) nested in one another, the
@@ -44,10 +135,13 @@ class ModelRuntime:
     # RecursionError; LiteRT overflows its native stack). Converted models nest a handful deep.
     MAX_CALL_DEPTH = 64
 
-    def __init__(self, model, resolved, state_of):
+    def __init__(self, model, resolved, state_of, delegate_options=None):
         self._model = model             # model.Model: its subgraphs
         self._resolved = resolved       # graph.resolve_ops(model)
         self._state_of = state_of       # subgraph index -> its SubgraphState (made on demand)
+        # the interpreter's options on a Taichi backend (None: reference): calls are delegated
+        self._delegate_options = delegate_options
+        self._delegated = {}            # id(PreparedGraph) -> its DelegatedCall
         self.resources = Variables()    # ResourceHandle -> array in the model's dtype
         self._called = set()            # subgraphs CALL_ONCE has run (or is running)
         self._calls = {}                # (subgraph index, input shapes) -> PreparedGraph
@@ -98,6 +192,7 @@ class ModelRuntime:
         if prepared is not None:        # its tensors count in this allocation too
             self.budget.call(("call", key), prepared.charges, f"subgraph {index} called by op "
                              f"#{node.index} ({node.op}) for inputs of shapes {list(key[1])}")
+            self._delegate(prepared, node)
             return prepared
         if index in self._preparing:
             chain = " -> ".join(str(i) for i in self._preparing[self._preparing.index(index):])
@@ -118,9 +213,35 @@ class ModelRuntime:
             self.budget.current.calls.add(("call", key))
         if len(self._calls) >= self.MAX_CALL_PREPARATIONS:
             self._calls.clear()
+            self._close_delegated()
             self.budget.release(keep=lambda owner: owner[0] != "call")
         self._calls[key] = prepared
+        self._delegate(prepared, node)
         return prepared
+
+    def _delegate(self, prepared, node) -> None:
+        """On a Taichi backend, the call's DelegatedCall (built once per preparation, and again
+        after close())."""
+        if self._delegate_options is None or id(prepared) in self._delegated:
+            return
+        try:
+            self._delegated[id(prepared)] = DelegatedCall(prepared, self._delegate_options, self)
+        except ModelError as e:
+            raise node.fail(f"delegating subgraph {prepared.subgraph.index}: {e}") from None
+
+    def delegated_calls(self) -> list:
+        """The delegated calls prepared so far (summary()["calls"])."""
+        return list(self._delegated.values())
+
+    def _close_delegated(self) -> None:
+        for call in self._delegated.values():
+            call.close()
+        self._delegated.clear()
+
+    def close(self) -> None:
+        """Free the delegated calls' device memory (Interpreter.close); the next
+        allocate_tensors builds them again."""
+        self._close_delegated()
 
     def _charging(self, owner):
         """Inside an allocation (allocate_tensors), a call preparation's tensors are the
@@ -128,10 +249,15 @@ class ModelRuntime:
         return contextlib.nullcontext() if self.budget.busy else self.budget.allocating(owner)
 
     def run_subgraph(self, prepared, feeds: dict) -> dict:
-        """Run a subgraph from prepare_subgraph on the reference path: `feeds` are the float
-        views of its inputs; returns every tensor's value."""
+        """Run a subgraph from prepare_subgraph, delegated where it is (DelegatedCall), else on
+        the reference path: `feeds` are the float views of its inputs; returns the values of
+        its outputs (and, on the reference path, of every other tensor)."""
         with self._calling(prepared.subgraph.index):
-            return graph_mod.run_reference(prepared, feeds, self)
+            call = self._delegated.get(id(prepared))
+            values = call.run(feeds) if call is not None else None
+            if values is None:
+                values = graph_mod.run_reference(prepared, feeds, self)
+            return values
 
     def has_run_init(self, subgraph_index: int) -> bool:
         """Whether CALL_ONCE has run (or is running) init subgraph `subgraph_index`."""

@@ -246,7 +246,8 @@ class Interpreter:
             ensure_runtime(self._backend, self._cache.root)
         self._options["cache"] = self._cache
         self._lock = threading.RLock()   # see _serialised
-        self._runtime = ModelRuntime(self._model, self._resolved, self._state)
+        self._runtime = ModelRuntime(self._model, self._resolved, self._state,
+                                     self._options if self._backend != "reference" else None)
         self._states = {}
         self._main = self._state(0)
         for index in init_subgraphs(self._model, self._resolved):
@@ -539,6 +540,8 @@ class Interpreter:
             "quantization": model_kind(self._model),
             "cache": self._cache.info() if self._cache is not None else None,
             "runtime": self._runtime_info(state),
+            # subgraphs IF/WHILE/composites call, each delegated on its own (executor.DelegatedCall)
+            "calls": [call.info() for call in self._runtime.delegated_calls()],
         }
 
     def _runtime_info(self, state) -> Optional[dict]:
@@ -601,6 +604,7 @@ class Interpreter:
         allocate_tensors() is called again."""
         for state in self._states.values():
             state.close()
+        self._runtime.close()
 
     def __enter__(self):
         return self

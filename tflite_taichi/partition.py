@@ -99,6 +99,10 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
                 "bench/results/cpu_2core.md)")
     if opdef.stateful:
         variable = variable_of(step)
+        if variable is None and opdef.infer_takes_runtime:      # IF, WHILE, composites
+            return ("it runs other subgraphs (subgraph calls): the host hands them their values "
+                    "and reads a WHILE's condition; the subgraphs it calls are delegated on "
+                    "their own (summary()['calls'])")
         if variable is None:
             return "it keeps state across invokes (variables, subgraph calls): that stays on the CPU"
         return _variable_reason(step, variable[1], fp16)
@@ -234,11 +238,12 @@ def _tensor_reason(specs, fp16: bool) -> Optional[str]:
 
 def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = False,
                    warn: bool = True, preserve_all: bool = False,
-                   reference_ops=frozenset(), cost_backend=None) -> Schedule:
+                   reference_ops=frozenset(), cost_backend=None, called: bool = False) -> Schedule:
     """preserve_all: every tensor a partition writes is copied back to the host (LiteRT's
     experimental_preserve_all_tensors), so get_tensor reads intermediates; costs transfers.
     cost_backend: backend='auto' on this GPU backend: a partition that numpy runs faster by
-    costs.py's estimate stays on the CPU."""
+    costs.py's estimate stays on the CPU. called: the subgraph is one that IF/WHILE call
+    (executor.DelegatedCall), whose every call pays the host's round trips too."""
     reasons = {s.op.index: delegate_reason(s, fp16, reference_ops) for s in graph.steps}
     slots = _variable_slots(graph, reasons)
     groups = _group_by_dependencies(graph, {i for i, r in reasons.items() if r is None})
@@ -255,7 +260,7 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
     keep = sorted(runs, key=len, reverse=True)[:max(max_partitions, 0)]
     if cost_backend is not None:
         for run in list(keep):
-            faster = costs.cpu_is_faster(run, cost_backend)
+            faster = costs.cpu_is_faster(run, cost_backend, called)
             if faster is not None:
                 keep.remove(run)
                 for step in run:
