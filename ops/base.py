@@ -162,6 +162,11 @@ class OpDef:
                                              # supports() refuses larger ranges) and calls
                                              # check(value) first, which raises InputError for
                                              # values the op refuses (an id out of range)
+    input_ranges: Optional[Callable] = None  # node -> {input position: (low, high)}: the
+                                             # integers it accepts there (ids within a table,
+                                             # indices within an axis: low <= v < high), so that
+                                             # made-up inputs are valid (testing.model_random_inputs:
+                                             # `tflite-taichi run` and `bench` without --input)
     # what the runtime needs to know about the op, declared by the op (no op names elsewhere):
     numpy_faster_on_cpu: bool = False        # backend='auto' without a hardware GPU keeps it on
                                              # numpy rather than Taichi's cpu backend where its

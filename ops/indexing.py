@@ -244,6 +244,12 @@ class GatherStep:
             self.out.store(arena, io, f, self.x.load(arena, weights, io, src))
 
 
+def _gather_ranges(node) -> dict:
+    """Indices within the gathered axis (LiteRT also takes -dim..-1 there; made-up inputs keep
+    to the non-negative ones)."""
+    return {1: (0, node.inputs[0].shape[_gather_dims(node)[0]])}
+
+
 def _gather_supports(node):
     if node.inputs[1].value is None:
         return "the indices are known only at run time"
@@ -260,7 +266,8 @@ def _gather_taichi(node, io):
 GATHER = register_op(OpDef(name="GATHER", infer=_infer_gather, reference=_gather,
                            parse=_parse_gather, options_class="GatherOptions",
                            taichi=_gather_taichi, supports=_gather_supports,
-                           moves_values=True, min_inputs=2, max_inputs=2))
+                           input_ranges=_gather_ranges, moves_values=True, min_inputs=2,
+                           max_inputs=2))
 
 
 # -- GATHER_ND --------------------------------------------------------------------------------

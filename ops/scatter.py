@@ -268,7 +268,8 @@ def _embedding_taichi(node, io):
 EMBEDDING_LOOKUP = register_op(OpDef(
     name="EMBEDDING_LOOKUP", infer=_infer_embedding, reference=_reference_embedding,
     taichi=_embedding_taichi, supports=_embedding_supports, stores_once=True,
-    index_inputs=lambda node: {0: _check_ids(node)}, min_inputs=2, max_inputs=2))
+    index_inputs=lambda node: {0: _check_ids(node)},
+    input_ranges=lambda node: {0: (0, node.inputs[1].shape[0])}, min_inputs=2, max_inputs=2))
 
 
 # -- SCATTER_ND -------------------------------------------------------------------------------

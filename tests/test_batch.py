@@ -533,7 +533,7 @@ def test_cli_batch(tmp_path):
     proc = subprocess.run(command, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "10 of 10 inputs written" in proc.stdout and "4 item(s) per invoke" in proc.stdout
-    assert "local pool, 1 worker(s)" in proc.stdout       # 10 inputs are one task of 32
+    assert "local pool, 2 worker(s)" in proc.stdout       # 10 inputs: two tasks of 5, one each
     assert len(batch.read_outputs(str(out))) == 10
     (folder / "bad.npy").write_bytes(b"junk")
     proc = subprocess.run(command + ["--overwrite"], capture_output=True, text=True)

@@ -56,7 +56,7 @@ def test_run_reports_model_errors_without_a_traceback(tmp_path, capsys):
 
 
 def test_inspect_lists_io_ops_and_support(demo_path, capsys):
-    assert main(["inspect", demo_path, "--tensors"]) == 0
+    assert main(["inspect", demo_path, "--ops", "--tensors"]) == 0
     out = capsys.readouterr().out
     assert "input  image [1, 96, 96, 3] float32" in out
     assert "CONV_2D x2" in out and "delegate yes" in out
@@ -89,13 +89,14 @@ def test_run_on_every_shared_model(shared_models, name, capsys):
 
 @pytest.mark.models
 def test_inspect_shows_each_tensors_quantization_and_the_float_view(shared_models, capsys):
-    assert main(["inspect", os.path.join(shared_models, "mobilenet_v1_int8.tflite")]) == 0
+    assert main(["inspect", os.path.join(shared_models, "mobilenet_v1_int8.tflite"), "--tensors"]) == 0
     out = capsys.readouterr().out
     assert "kind: full-integer int8; runs as a float view" in out
     assert "serving_default_keras_tensor:0 [1, 224, 224, 3] int8 scale=0.00784313 zero_point=-1  [runtime]" in out
     assert "int8 per-channel along dim 0: 1000 scales" in out          # the classifier's weights
     lines = [l for l in out.splitlines() if l.endswith("[runtime]") or l.endswith("[constant]")]
-    assert len(lines) >= 28 * 2 and all("scale" in l for l in lines)    # every quantized tensor
+    int8 = [l for l in lines if "] int8 " in l]
+    assert len(int8) >= 28 * 2 and all("scale" in l for l in int8)     # every quantized tensor
 
 
 def test_readme_op_table_lists_every_registered_op():
@@ -257,7 +258,7 @@ print(json.dumps({{"code": code, "terminal": terminal.getvalue(), "kernels": ker
 """
 
 
-def test_run_draws_a_bar_of_kernels_compiled_on_a_terminal_and_nothing_in_a_pipe(demo_path, tmp_path):
+def test_run_draws_a_bar_of_kernels_compiled_on_a_terminal_and_two_lines_in_a_pipe(demo_path, tmp_path):
     import json
     out = _python(["-c", _TERMINAL_SCRIPT.format(path=demo_path)], tmp_path / "tty")
     shown = json.loads(out.stdout.strip().splitlines()[-1])
@@ -266,9 +267,12 @@ def test_run_draws_a_bar_of_kernels_compiled_on_a_terminal_and_nothing_in_a_pipe
     bars = [line for line in shown["terminal"].replace("\r", "\n").splitlines()
             if line.startswith("compiling kernels")]
     assert bars and bars[-1].split("|")[-1].split()[0] == f"{n}/{n}", (bars, n)
-    # stderr a pipe (a cold cache too): no bar
+    # stderr a pipe (a cold cache too): no bar, a line when compiling starts and one at its end
     piped = _python(["-m", "tflite_taichi", "run", demo_path, "--backend", "cpu"], tmp_path / "pipe")
-    assert "compiling" not in piped.stderr and "\r" not in piped.stderr, piped.stderr
+    assert "\r" not in piped.stderr and "compiling kernels" not in piped.stderr, piped.stderr
+    lines = [line for line in piped.stderr.splitlines() if "compil" in line]
+    assert len(lines) == 2 and lines[0].startswith("tflite-taichi: compiling ") \
+        and lines[1].startswith("tflite-taichi: compiled "), piped.stderr
 
 
 # -- Taichi's warnings about our unrolling (item 9) ----------------------------------------------

@@ -91,8 +91,7 @@ def test_set_tensor_checks_dtype_and_shape_with_the_tensor_name():
         it.set_tensor(0, np.zeros((1, 4, 3)))
     with pytest.raises(InputError, match=r"tensor 1 \('b'\).*shape \[4, 3\].*expected \[1, 4, 3\]"):
         it.set_tensor(1, np.zeros((4, 3), np.float32))
-    with pytest.raises(InputError, match=r"tensor 2 \('sum'\) is not an input"):
-        it.set_tensor(2, np.zeros((1, 4, 3), np.float32))
+    it.set_tensor(2, np.zeros((1, 4, 3), np.float32))     # an output: LiteRT allows it too
     with pytest.raises(InputError, match="out of range"):
         it.set_tensor(17, np.zeros((1, 4, 3), np.float32))
     # still usable after the errors

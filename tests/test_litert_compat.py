@@ -236,3 +236,97 @@ def test_a_shape_folded_at_allocate_is_known_before_invoke_unlike_litert():
         it.invoke()
     _assert_same_value(ours.get_tensor_details(), theirs.get_tensor_details(), "after invoke")
     np.testing.assert_array_equal(ours.get_tensor(4), theirs.get_tensor(4))
+
+
+# -- issue 30, items 8-10: LiteRT's argument order, set_tensor on outputs, its op details --------
+def _positional(model: bytes, *args):
+    """LiteRT's and ours, made with the same positional arguments."""
+    return litert.Interpreter(None, model, *args), Interpreter(None, model, *args)
+
+
+def test_litert_positional_arguments_in_litert_order():
+    """Interpreter(path, content, experimental_delegates, num_threads, ...) as LiteRT takes
+    them: an empty delegate list and a thread count run; backend is keyword-only."""
+    model = _float_add()
+    for it in _positional(model, [], 2):
+        it.allocate_tensors()
+    ours = Interpreter(None, model, None, 1, None, False, backend="reference")
+    assert ours.backend == "reference"
+
+
+def test_a_non_empty_delegate_list_is_refused_saying_what_to_do():
+    with pytest.raises(TfliteTaichiError, match=r"experimental_delegates=\['gpu'\].*pass None "
+                                                r"or \[\] and choose it with backend="):
+        Interpreter(None, _float_add(), ["gpu"])
+
+
+def test_a_backend_that_is_not_a_name_is_refused():
+    with pytest.raises(TfliteTaichiError, match=r"backend must be a name .*got \[\]"):
+        Interpreter(None, _float_add(), backend=[])
+
+
+def test_an_output_can_be_set_as_in_litert_until_invoke_overwrites_it():
+    model = _float_add()
+    a = np.arange(12, dtype=np.float32).reshape(1, 4, 3)
+    for it in _positional(model):
+        it.allocate_tensors()
+        out = it.get_output_details()[0]["index"]
+        it.set_tensor(out, np.full((1, 4, 3), 7, np.float32))
+        np.testing.assert_array_equal(it.get_tensor(out), np.full((1, 4, 3), 7, np.float32))
+        for d in it.get_input_details():
+            it.set_tensor(d["index"], a)
+        it.invoke()
+        np.testing.assert_array_equal(it.get_tensor(out), a + a)
+
+
+def test_an_intermediate_still_cannot_be_set():
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (2,))
+    y = g.tensor("y", (2,))
+    g.op("RELU", [x], [y])
+    z = g.tensor("z", (2,))
+    g.op("TANH", [y], [z])
+    g.output(z)
+    it = Interpreter(model_content=b.finish(), backend="reference")
+    it.allocate_tensors()
+    with pytest.raises(TfliteTaichiError, match=r"tensor 1 \('y'\) is neither an input nor an output"):
+        it.set_tensor(1, np.zeros(2, np.float32))
+
+
+def _fc_without_bias_then_tanh() -> bytes:
+    """x [1, 4] -> FULLY_CONNECTED (no bias: input -1) -> int8 QUANTIZE -> DEQUANTIZE -> TANH."""
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 4))
+    w = g.const("w", np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    y = g.tensor("y", (1, 3))
+    g.op("FULLY_CONNECTED", [x, w, -1], [y])
+    q = g.tensor("q", (1, 3), np.int8, (0.02, 3))
+    g.op("QUANTIZE", [y], [q])
+    d = g.tensor("d", (1, 3))
+    g.op("DEQUANTIZE", [q], [d])
+    z = g.tensor("z", (1, 3))
+    g.op("TANH", [d], [z])
+    g.output(z)
+    return b.finish()
+
+
+def test_num_subgraphs_and_ops_details_match_litert():
+    """Key by key and value by value; LiteRT appends its XNNPACK delegate's node (op_name
+    DELEGATE) after the model's ops, which ours lists alone."""
+    from cases.control import _while_with_body
+    theirs, ours = _positional(_while_with_body(lambda sg, v: [v[0]]))
+    assert ours.num_subgraphs() == theirs.num_subgraphs() == 3
+    theirs, ours = _positional(_fc_without_bias_then_tanh())
+    theirs.allocate_tensors()
+    ours.allocate_tensors()
+    expected, actual = theirs._get_ops_details(), ours._get_ops_details()
+    assert len(actual) == 4 and all(e["op_name"] == "DELEGATE" for e in expected[4:]), expected
+    for e, a in zip(expected, actual):
+        assert set(a) == set(e), (a, e)
+        assert a["index"] == e["index"] and a["op_name"] == e["op_name"], (a, e)
+        for key in ("inputs", "outputs"):
+            assert a[key].dtype == e[key].dtype and np.array_equal(a[key], e[key]), (key, a, e)
+        assert a["operand_types"] == e["operand_types"] and a["result_types"] == e["result_types"]
+    assert list(actual[0]["inputs"]) == [0, 1, -1]

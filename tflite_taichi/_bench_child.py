@@ -91,6 +91,11 @@ class InterpreterRuntime:
 
     def allocate(self):
         it, io = self.it, self.spec["io"]
+        wanted = {d["name"]: d["shape"] for d in io["inputs"]}
+        for d in it.get_input_details():        # inputs sized by --shape (model_io)
+            shape = wanted.get(d["name"])
+            if shape is not None and list(shape) != [int(n) for n in d["shape"]]:
+                it.resize_tensor_input(d["index"], shape)
         it.allocate_tensors()
         ins = [{"name": d["name"], "shape": list(d["shape"])} for d in it.get_input_details()]
         outs = [{"name": d["name"], "shape": list(d["shape"])} for d in it.get_output_details()]

@@ -11,6 +11,8 @@ Facts this module is built on (DESIGN.md, "Backends"):
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -85,9 +87,14 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
 
 
 def _device_name(log: str) -> str:
+    """The device of Taichi's `Found Vulkan Device 0 (NVIDIA H200)` line: what is inside the
+    brackets (stripping the characters " 0()" from both ends cut "NVIDIA H200" to "NVIDIA H2")."""
+    import re
     for line in log.splitlines():
         if "Found Vulkan Device" in line:
-            return line.split("Found Vulkan Device", 1)[1].strip(" 0()")
+            rest = line.split("Found Vulkan Device", 1)[1].strip()
+            match = re.match(r"\d+\s*\((.*)\)$", rest)
+            return match.group(1).strip() if match else re.sub(r"^\d+\s*", "", rest)
     return ""
 
 
@@ -127,6 +134,24 @@ def choose_auto(cache_root: Optional[str] = None) -> str:
     return "cpu"
 
 
+def check_driver(name: str) -> None:
+    """BackendUnavailable in one sentence, before Taichi is touched, where the backend's driver
+    library is missing: Taichi would print its own warnings from C++ ("libcuda.so lib not
+    found", "Falling back to x64") and then refuse the arch in its own words. Only CUDA's
+    driver has one library to look for (Vulkan's and OpenGL's loaders may exist without a
+    device: probe() and the device's start tell those)."""
+    if name != "cuda" or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        raise BackendUnavailable("backend 'cuda' cannot start here: there is no NVIDIA driver "
+                                 "(libcuda.so.1 is not installed or not loadable); use 'auto' "
+                                 "(the best GPU this machine has, else the CPU), 'vulkan' or "
+                                 "'cpu'") from None
+
+
 def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
     """Claim Taichi backend `name` for this process and start its device (device.py: Taichi's
     C API runtime, or Taichi's Python runtime where the C API is missing), or raise
@@ -137,6 +162,7 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
     global _current, _cache_root
     if name not in TAICHI_BACKENDS:
         raise BackendUnavailable(f"unknown Taichi backend {name!r}")
+    check_driver(name)
     from tflite_taichi.runtime import flavour
     flavour.check()                 # TFLITE_TAICHI_TAICHI=forge where forge cannot run
     with _lock:
@@ -195,7 +221,10 @@ def ensure_python_taichi(name: str, cache_root: Optional[str] = None) -> None:
         cache.remove_stale_taichi_lock(offline_dir)
         where = {"offline_cache_file_path": offline_dir} if offline_dir else {}
         try:
-            with TAICHI_LOCK, cache.driver_env(_cache_root):
+            # ti.init prints "[Taichi] Starting on arch=..." on stdout, which is the user's
+            # (a pipe of outputs): said by summary() and the command line instead
+            with TAICHI_LOCK, cache.driver_env(_cache_root), \
+                    contextlib.redirect_stdout(io.StringIO()):
                 ti.init(arch=arch, enable_fallback=False, offline_cache=False,
                         advanced_optimization=False, cfg_optimization=False, log_level=ti.WARN,
                         **where)

@@ -7,18 +7,17 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from collections import Counter
 
 import numpy as np
 
-from tflite_taichi.errors import TfliteTaichiError
+from tflite_taichi.cli_inputs import (UsageError, apply_shapes, check_declared_shape, match_inputs,
+                                      needs_shapes, parse_input_args, parse_shape_args,
+                                      read_npy, signature_text)
+from tflite_taichi.errors import ModelError, TfliteTaichiError
 from tflite_taichi.interpreter import BACKENDS, Interpreter
-from tflite_taichi.testing import random_input
-
-
-class UsageError(Exception):
-    """A mistake in the command line (a file --input names, an input name): main() prints it as
-    one line, `tflite-taichi <command>: error: ...`, and exits with 2, as argparse does."""
+from tflite_taichi.testing import model_random_inputs, random_input
 
 
 def at_least_one(text: str) -> int:
@@ -48,88 +47,45 @@ def _fmt_tensor(d) -> str:
     return f"{d['name']} {d['shape'].tolist()} {np.dtype(d['dtype']).name}{_fmt_quant(d)}"
 
 
-def _parse_input_args(pairs) -> dict:
-    """--input NAME=file.npy arguments -> {NAME: path}, before any file is read."""
-    given = {}
-    for pair in pairs or []:
-        name, sep, path = pair.partition("=")
-        if not sep or not name or not path:
-            raise UsageError(f"--input takes NAME=file.npy, got {pair!r}")
-        if name in given:
-            raise UsageError(f"--input {name} is given twice")
-        given[name] = path
-    return given
-
-
-def _read_npy(name: str, path: str) -> np.ndarray:
-    """The array numpy.save wrote to `path` (for input `name`); a UsageError naming both if not."""
-    magic = np.lib.format.MAGIC_PREFIX
-    try:
-        with open(path, "rb") as f:
-            head = f.read(len(magic))
-            if head != magic:
-                # np.load would try the file as a pickle (refused) and say "pickled data"
-                kind = "a .npz archive" if head.startswith(b"PK") else "not a .npy file"
-                raise UsageError(f"--input {name}: {path} is {kind}; give one array saved with "
-                                 "numpy.save")
-            f.seek(0)
-            return np.load(f, allow_pickle=False)
-    except FileNotFoundError:
-        raise UsageError(f"--input {name}: no such file: {path}") from None
-    except OSError as e:
-        raise UsageError(f"--input {name}: cannot read {path}: {e.strerror or e}") from None
-    except (ValueError, EOFError) as e:     # a truncated file, an array of Python objects
-        raise UsageError(f"--input {name}: {path} is not a readable .npy file ({e})") from None
-
-
-def _inputs_by_name(it) -> dict:
-    """{every name --input accepts: the input's detail}: each model input's tensor name, and
-    its name in the signatures of the main graph (e.g. `keras_tensor`, as
-    get_signature_list() gives it, beside the tensor's `serving_default_keras_tensor:0`)."""
-    details = {d["index"]: d for d in it.get_input_details()}
-    names = {d["name"]: d for d in details.values()}
-    for sig in it.model.signatures:
-        if sig.subgraph_index == it.model.main.index:
-            for name, t in sig.inputs.items():
-                if t in details:
-                    names.setdefault(name, details[t])
-    return names
-
-
-def _match_inputs(it, given: dict) -> dict:
-    """{input tensor index: (NAME, path)} of the --input arguments, by tensor or signature name;
-    a UsageError lists the names there are."""
-    names = _inputs_by_name(it)
-    unknown = [name for name in given if name not in names]
-    if unknown:
-        raise UsageError(f"the model has no input named {', '.join(map(repr, unknown))}; its "
-                         f"inputs: {', '.join(map(repr, names))}")
-    matched = {}
-    for name, path in given.items():
-        index = names[name]["index"]
-        if index in matched:
-            raise UsageError(f"--input {matched[index][0]} and --input {name} name the same "
-                             f"input, '{names[name]['name']}'")
-        matched[index] = (name, path)
-    return matched
-
-
-def _load_inputs(it, pairs, seed):
+def _load_inputs(it, pairs, seed, shape_pairs=None, resize=False):
     """Resize, allocate and set the inputs: the given arrays, seeded random ones for the rest.
-    Every file is read before allocate_tensors(), which may compile for a minute."""
-    given = _match_inputs(it, _parse_input_args(pairs))
-    arrays = {index: _read_npy(name, path) for index, (name, path) in given.items()}
+    An array or --shape must fit the input's declared shape, except where the model leaves a
+    dimension to run time (-1), unless `resize`. Every file is read before allocate_tensors(),
+    which may compile for a minute."""
+    given = match_inputs(it, parse_input_args(pairs))
+    sized = match_inputs(it, parse_shape_args(shape_pairs), "--shape")
+    arrays = {index: read_npy(name, path) for index, (name, path) in given.items()}
     rng = np.random.default_rng(seed)
     for d in it.get_input_details():
-        if d["index"] in arrays and tuple(arrays[d["index"]].shape) != tuple(d["shape"]):
-            it.resize_tensor_input(d["index"], arrays[d["index"]].shape)
-    with _compile_progress_bar():
-        it.allocate_tensors()
+        index = d["index"]
+        if index in arrays and index in sized and tuple(arrays[index].shape) != sized[index][1]:
+            raise UsageError(f"--input {given[index][0]} is {list(arrays[index].shape)} but "
+                             f"--shape {sized[index][0]} says {list(sized[index][1])}")
+        if index in arrays:
+            wanted, what = tuple(arrays[index].shape), f"--input {given[index][0]}"
+        elif index in sized:
+            wanted, what = sized[index][1], f"--shape {sized[index][0]}"
+        else:
+            continue
+        if wanted != tuple(d["shape"]):
+            if not resize:
+                check_declared_shape(d, wanted, what)
+            it.resize_tensor_input(index, wanted)
+    try:
+        with _compile_progress_bar():
+            it.allocate_tensors()
+    except ModelError as e:
+        unsized = [d for d in it.get_input_details()
+                   if -1 in d["shape_signature"] and d["index"] not in arrays and d["index"] not in sized]
+        if not unsized:
+            raise
+        raise UsageError(needs_shapes(unsized, e)) from None
     feeds = {}
-    for d in it.get_input_details():
+    made_up = model_random_inputs(it, rng)      # valid for the model: ids within their table
+    for d, random_value in zip(it.get_input_details(), made_up):
         feeds[d["index"]] = arrays.get(d["index"])
         if feeds[d["index"]] is None:
-            feeds[d["index"]] = random_input(d, rng, 0.0, 1.0)
+            feeds[d["index"]] = random_value
         it.set_tensor(d["index"], feeds[d["index"]])
     return feeds
 
@@ -145,7 +101,8 @@ class _KernelBar:
     def __call__(self, done: int, total: int) -> None:
         if done == 0 and self.bar is None:
             from tqdm import tqdm
-            self.bar = tqdm(total=total, desc="compiling kernels", unit="kernel", file=self.stream)
+            self.bar = tqdm(total=total, desc="compiling kernels (once: cached for the next run)",
+                            unit="kernel", file=self.stream)
         elif done == 0:
             self.bar.total += total
             self.bar.refresh()
@@ -157,16 +114,37 @@ class _KernelBar:
             self.bar.close()
 
 
+class _KernelLog:
+    """delegate.compile_progress's callback for a pipe or a log: a line when kernels start
+    compiling and one when the last is done, with how long it took (a bar's redraws would
+    flood a log)."""
+
+    def __init__(self, stream):
+        self.stream, self.total, self.done, self.start = stream, 0, 0, None
+
+    def __call__(self, done: int, total: int) -> None:
+        if done == 0:
+            if self.start is None:
+                self.start = time.perf_counter()
+                print(f"tflite-taichi: compiling {total} kernel(s): the first run of this model "
+                      "here (they are cached for the next)...", file=self.stream, flush=True)
+            self.total += total
+        else:
+            self.done += 1
+
+    def close(self) -> None:
+        if self.start is not None:
+            print(f"tflite-taichi: compiled {self.done} of {self.total} kernel(s) in "
+                  f"{time.perf_counter() - self.start:.1f} s", file=self.stream, flush=True)
+
+
 @contextlib.contextmanager
 def _compile_progress_bar():
-    """A progress bar of kernel compiles on stderr while the block runs, when stderr is a
-    terminal (a cold cache compiles for seconds to a minute, silently otherwise); nothing in a
-    pipe or a log."""
-    if not sys.stderr.isatty():
-        yield
-        return
+    """While the block runs, kernel compiles said on stderr: a progress bar on a terminal, a
+    line at the start and one at the end in a pipe or a log (a cold cache compiles for seconds
+    to a minute: silence looked like a hang). A warm cache reports nothing, so shows nothing."""
     from tflite_taichi.delegate import compile_progress
-    bar = _KernelBar(sys.stderr)
+    bar = _KernelBar(sys.stderr) if sys.stderr.isatty() else _KernelLog(sys.stderr)
     try:
         with compile_progress(bar):
             yield
@@ -186,27 +164,81 @@ def _print_profile(it) -> None:
         print(f"    {what:<44} {item['launches']:>8} {ms:>10}")
 
 
-def cmd_run(args) -> int:
-    start = time.perf_counter()
-    it = Interpreter(model_path=args.model, backend=args.backend, precision=args.precision,
-                     profile=args.profile)
-    constructed = time.perf_counter()
-    _load_inputs(it, args.input, args.seed)
-    start_s = (constructed - start, time.perf_counter() - constructed)
-    times = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
-        it.invoke()
-        times.append(time.perf_counter() - start)
-    outputs = []
-    s = it.summary()
-    print(f"{os.path.basename(args.model)} on backend={it.backend} ({it._precision}): "
-          f"{s['ops_delegated']} of {s['ops_total']} ops delegated in {len(s['partitions'])} "
-          f"partition(s), {len(s['fallback'])} on the CPU, {s['ops_folded']} folded")
+@contextlib.contextmanager
+def _plain_warnings():
+    """Warnings raised while the block runs, said the command line's way: the delegate's notes
+    (DelegateWarning: each op it refuses and why) kept in the list the block gets, for the
+    command to print with -v (its summary line says what ran where); any other warning as one
+    `tflite-taichi: warning:` line on stderr (Python's form adds the file and source line of
+    our entry point, twice the noise)."""
+    from tflite_taichi.partition import DelegateWarning
+    notes = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield notes
+        finally:
+            for w in caught:
+                if issubclass(w.category, DelegateWarning):
+                    notes.append(str(w.message))
+                elif not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning)):
+                    print(f"tflite-taichi: warning: {w.message}", file=sys.stderr)
+
+
+def _device_text(it, summary: dict) -> str:
+    """Where the delegate ran, in a user's words: the backend, and for a software device (Mesa's
+    lavapipe or llvmpipe: the CPU pretending to be a GPU) that it is one."""
+    from tflite_taichi.backend import SOFTWARE_DEVICE_MARKERS
+    backend = it.backend
+    if backend == "reference":
+        return "the reference path (numpy on the CPU, no delegate)"
+    if backend == "cpu":
+        return "cpu (Taichi on the CPU" + (": no hardware GPU was found)" if it._requested_backend == "auto" else ")")
+    device = (summary.get("runtime") or {}).get("vulkan_device")
+    if device and any(m in device.lower() for m in SOFTWARE_DEVICE_MARKERS):
+        return f"{backend} on {device}, a software device (the CPU emulating a GPU: slower than cpu)"
+    return f"{backend} ({device})" if device else backend
+
+
+def _placement_text(it, s: dict) -> str:
+    """One line: where the ops ran."""
+    text = f"ran on {_device_text(it, s)}"
+    if s["backend"] == "reference":
+        return text
+    ops = s["ops_total"] - s["ops_folded"]
+    text += f": {s['ops_delegated']} of {ops} ops on the delegate"
+    if s["fallback"]:
+        kinds = Counter(f["op"] for f in s["fallback"])
+        text += (f", {len(s['fallback'])} on the CPU ("
+                 + ", ".join(f"{op}" + (f" x{n}" if n > 1 else "") for op, n in kinds.most_common(4))
+                 + (", ..." if len(kinds) > 4 else "") + "; -v says why)")
+    if s["ops_folded"]:
+        text += f"; {s['ops_folded']} computed once at load"
     if s["calls"]:      # the subgraphs IF/WHILE call, each delegated on its own
-        print(f"  called subgraphs: {sum(c['ops_delegated'] for c in s['calls'])} of "
-              f"{sum(c['ops_total'] for c in s['calls'])} ops delegated, over "
-              f"{len(s['calls'])} call preparation(s)")
+        text += (f"; the subgraphs they call: {sum(c['ops_delegated'] for c in s['calls'])} of "
+                 f"{sum(c['ops_total'] for c in s['calls'])} ops on the delegate")
+    return text
+
+
+def cmd_run(args) -> int:
+    with _plain_warnings() as notes:
+        start = time.perf_counter()
+        it = Interpreter(model_path=args.model, backend=args.backend, precision=args.precision,
+                         profile=args.profile)
+        constructed = time.perf_counter()
+        _load_inputs(it, args.input, args.seed, args.shape, args.resize)
+        start_s = (constructed - start, time.perf_counter() - constructed)
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            it.invoke()
+            times.append(time.perf_counter() - start)
+        s = it.summary()
+    outputs = []
+    print(f"{os.path.basename(args.model)} ({it._precision}) {_placement_text(it, s)}")
+    if args.verbose:
+        for note in notes:
+            print(f"  delegate: {note}")
     for d in it.get_output_details():
         y = it.get_tensor(d["index"])
         outputs.append((d["name"], y))
@@ -254,40 +286,83 @@ def _write_outputs(path: str, outputs: list) -> None:
 
 
 def cmd_inspect(args) -> int:
+    """A summary first (what the model is, its IO, its ops by kind, what the delegate would
+    take and why not the rest); --ops lists every op, --tensors every tensor."""
     it = Interpreter(model_path=args.model, backend="reference")
-    it.allocate_tensors()
     m = it.model
     print(f"{args.model}: {m.size} bytes, schema v{m.version}, {len(m.subgraphs)} subgraph(s)")
     if m.description:
         print(f"  description: {m.description}")
+    prepared_error = _prepare_for_inspect(it, args.shape)
     for d in it.get_input_details():
-        print(f"  input  {_fmt_tensor(d)}")
+        print(f"  input  {_fmt_tensor(d)}{_signature_note(d)}")
     for d in it.get_output_details():
-        print(f"  output {_fmt_tensor(d)}")
+        print(f"  output {_fmt_tensor(d)}{_signature_note(d, settable=False)}")
     for key, sig in it.get_signature_list().items():
         print(f"  signature {key}: inputs {sig['inputs']} outputs {sig['outputs']}")
+    for sg in m.subgraphs:
+        counts = Counter(op.name for op in sg.operators)
+        print(f"  subgraph {sg.index} '{sg.name}': {len(sg.operators)} ops: "
+              + ", ".join(f"{n} x{c}" for n, c in counts.most_common()))
+    if prepared_error is not None:
+        print(f"  which ops the delegate takes depends on the shapes: {prepared_error}")
+        return 0
     summary = it.summary()
     print(f"  kind: {summary['quantization']}"
           + ("; runs as a float view (quantized tensors carried as float32 real values, snapped "
              "to their grid after every op; IO (de)quantized on the CPU)" if summary["float_view"] else ""))
-    for sg in m.subgraphs:
-        counts = Counter(op.name for op in sg.operators)
-        print(f"subgraph {sg.index} '{sg.name}': {len(sg.operators)} ops: "
-              + ", ".join(f"{n} x{c}" for n, c in counts.most_common()))
-    print("ops (subgraph 0):")
-    for row in it.op_table():
-        where = "folded at prepare" if row["folded"] else "reference (numpy)"
-        delegate = "yes" if row["delegate"] is None else f"no: {row['delegate']}"
-        print(f"  #{row['index']:<4} {row['op']:<24} v{row['version']}  {row['outputs']}  "
-              f"[{where}; delegate {delegate}]")
-    quantized = [d for d in it.get_tensor_details() if d["quantization_parameters"]["scales"].size]
-    if args.tensors or quantized:
-        listed = it.get_tensor_details() if args.tensors else quantized
-        print(f"tensors (subgraph 0){'' if args.tensors else ', quantized ones (--tensors: all)'}:")
-        for d in listed:
+    rows = it.op_table()
+    _print_delegate_summary(rows)
+    if args.ops:
+        print("ops (subgraph 0):")
+        for row in rows:
+            where = "folded at prepare" if row["folded"] else "reference (numpy)"
+            delegate = "yes" if row["delegate"] is None else f"no: {row['delegate']}"
+            print(f"  #{row['index']:<4} {row['op']:<24} v{row['version']}  {row['outputs']}  "
+                  f"[{where}; delegate {delegate}]")
+    if args.tensors:
+        print("tensors (subgraph 0):")
+        for d in it.get_tensor_details():
             kind = "constant" if it.model.main.tensors[d["index"]].data is not None else "runtime"
             print(f"  {d['index']:<5} {_fmt_tensor(d)}  [{kind}]")
+    if not (args.ops and args.tensors):
+        print("  (--ops: every op and whether the delegate takes it; --tensors: every tensor)")
     return 0
+
+
+def _prepare_for_inspect(it, shape_pairs):
+    """Allocate at the --shape sizes; where the model cannot be prepared at the placeholder
+    size of a run-time-sized input, what to say instead of failing (None when prepared)."""
+    sized = apply_shapes(it, shape_pairs)
+    try:
+        it.allocate_tensors()
+    except ModelError as e:
+        unsized = [d for d in it.get_input_details()
+                   if -1 in d["shape_signature"] and d["index"] not in sized]
+        if not unsized:
+            raise
+        return needs_shapes(unsized, e)
+    return None
+
+
+def _signature_note(d, settable: bool = True) -> str:
+    """Where the model leaves dimensions to run time: the declared form beside the shape."""
+    if -1 not in d["shape_signature"]:
+        return ""
+    return (f" (declared {signature_text(d)}: -1 is sized at run time"
+            + ("; --shape sets it)" if settable else ")"))
+
+
+def _print_delegate_summary(rows) -> None:
+    """How many ops the delegate takes, and the others grouped by op and reason."""
+    runtime = [r for r in rows if not r["folded"]]
+    refused = Counter((r["op"], r["delegate"]) for r in runtime if r["delegate"] is not None)
+    folded = len(rows) - len(runtime)
+    print(f"  the delegate takes {len(runtime) - sum(refused.values())} of {len(runtime)} ops"
+          + (f" ({folded} more are computed once at load)" if folded else "")
+          + (":" if refused else ""))
+    for (op, reason), n in refused.most_common():
+        print(f"    not {op}" + (f" x{n}" if n > 1 else "") + f": {reason}")
 
 
 def cmd_demo(args) -> int:
@@ -368,6 +443,8 @@ def cmd_batch(args) -> int:
     for note in notes:
         if not note.startswith(f"{args.batch} items"):
             print(f"batch: {note}")
+    for note in result.notes:
+        print(f"batch: {note}")
     for w in result.workers:
         if "items" in w:
             gpu = f" on GPU {w['gpu']}" if w.get("gpu") is not None else ""
@@ -387,23 +464,58 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _version_text() -> str:
+    """tflite-taichi's version and the runtimes it stands on (none of them imported for it)."""
+    from importlib import metadata
+    def version(dist):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+    return (f"tflite-taichi {version('tflite-taichi')} (taichi {version('taichi')}, numpy "
+            f"{version('numpy')}, LiteRT {version('ai-edge-litert')}, Python {sys.version.split()[0]})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tflite-taichi")
+    p.add_argument("--version", action="version", version=_version_text())
     sub = p.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a model on random (seeded) or given inputs")
-    run.add_argument("model")
-    run.add_argument("--backend", default="auto", choices=BACKENDS)
-    run.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
-    run.add_argument("--input", action="append", metavar="NAME=file.npy")
-    run.add_argument("--output", metavar="out.npz")
-    run.add_argument("--seed", type=int, default=0)
+    run = sub.add_parser("run", help="run a model on random (seeded) or given inputs",
+                         description="Run MODEL once (or --runs times) and print its outputs' "
+                         "statistics, where its ops ran and how long starting and each invoke took.")
+    run.add_argument("model", help="a .tflite file")
+    run.add_argument("--backend", default="auto", choices=BACKENDS,
+                     help="where the delegate runs: auto (the best hardware GPU, else Taichi on "
+                          "the CPU), a Taichi backend, or reference (numpy, no Taichi); default auto")
+    run.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
+                     help="the delegate's storage: fp16 halves memory on cuda, vulkan and cpu "
+                          "(default fp32)")
+    run.add_argument("--input", action="append", metavar="NAME=file.npy",
+                     help="an input's value, saved with numpy.save (NAME: the tensor's or the "
+                          "signature's name; repeat for several); the rest are seeded random")
+    run.add_argument("--shape", action="append", metavar="NAME=D1,D2",
+                     help="an input's shape where the model sizes it at run time (-1 in its "
+                          "signature, e.g. --shape audio=1,16000); random values of that shape")
+    run.add_argument("--resize", action="store_true",
+                     help="let --input/--shape change dimensions the model declares fixed "
+                          "(resize_tensor_input; the model may not work at that shape)")
+    run.add_argument("--output", metavar="out.npz", help="write every output to this .npz file")
+    run.add_argument("--seed", type=int, default=0, help="of the random inputs (default 0)")
     run.add_argument("--runs", type=at_least_one, default=1, help="invokes to time (default 1)")
     run.add_argument("--profile", action="store_true",
                      help="per-partition and per-CPU-op times and kernel launches")
+    run.add_argument("-v", "--verbose", action="store_true",
+                     help="also print the delegate's warnings (each op it refuses, and why)")
     run.set_defaults(func=cmd_run)
-    ins = sub.add_parser("inspect", help="IO, op counts, and per-op support")
-    ins.add_argument("model")
+    ins = sub.add_parser("inspect", help="IO, op counts, and per-op support",
+                         description="What MODEL is and what the delegate would take: a summary "
+                         "first; --ops and --tensors for the details.")
+    ins.add_argument("model", help="a .tflite file")
+    ins.add_argument("--ops", action="store_true",
+                     help="list every op of the main graph with whether the delegate takes it")
     ins.add_argument("--tensors", action="store_true", help="also list every tensor")
+    ins.add_argument("--shape", action="append", metavar="NAME=D1,D2",
+                     help="an input's shape where the model sizes it at run time")
     ins.set_defaults(func=cmd_inspect)
     demo = sub.add_parser("demo", help="build a small model and run it")
     demo.add_argument("--runs", type=at_least_one, default=5, help="invokes to time (default 5)")
@@ -412,18 +524,24 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time models on LiteRT and each backend of ours, side by side")
     bench.add_argument("model", nargs="+", metavar="model.tflite")
     bench_arguments(bench)
+    bench.add_argument("--wide", action="store_true",
+                       help="the full table (devices, cold and warm starts, cache, launches and "
+                            "waits per invoke): wider than a terminal")
     bench.add_argument("--json", metavar="out.json", help="also write every number as JSON")
     bench.add_argument("--out", metavar="NAME", help="also write the report: NAME.md, NAME.json, NAME.png")
     bench.add_argument("--title", default="", help="the report's title (with --out)")
     bench.set_defaults(func=cmd_bench)
     bat = sub.add_parser("batch", help="run a folder of inputs through a model on every GPU "
                          "(a local pool of processes, or a Ray cluster)")
-    bat.add_argument("model")
+    bat.add_argument("model", help="a .tflite file")
     bat.add_argument("inputs", nargs="+", metavar="INPUTS",
                      help=".npy/.npz files, images, Parquet/Arrow tables, or folders of them")
     bat.add_argument("--out", required=True, metavar="DIR", help="where outputs and errors.jsonl go")
-    bat.add_argument("--backend", default="auto", choices=BACKENDS)
-    bat.add_argument("--precision", default="fp32", choices=("fp32", "fp16"))
+    bat.add_argument("--backend", default="auto", choices=BACKENDS,
+                     help="where each worker's delegate runs (default auto: the best hardware "
+                          "GPU, else Taichi on the CPU)")
+    bat.add_argument("--precision", default="fp32", choices=("fp32", "fp16"),
+                     help="the delegate's storage (default fp32)")
     bat.add_argument("--batch", type=at_least_one, default=16, metavar="N",
                      help="items per invoke where the batch dimension resizes (default 16)")
     bat.add_argument("--workers", type=at_least_one, metavar="N",
@@ -435,7 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="Ray: GPUs per actor (0.25 puts four on one GPU; default 1 on a GPU backend)")
     bat.add_argument("--cpus-per-worker", type=_fraction, default=1.0, metavar="F",
                      help="Ray: CPUs per actor (default 1)")
-    bat.add_argument("--format", default="parquet", choices=("parquet", "npz"))
+    bat.add_argument("--format", default="parquet", choices=("parquet", "npz"),
+                     help="how outputs are written: Parquet parts (default) or one .npz per input")
     bat.add_argument("--preprocess", metavar="P",
                      help="images to a float input: unit, signed, raw, imagenet or "
                           "'mean=M;std=S' (default: the model's metadata)")

@@ -41,6 +41,7 @@ def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = N
     from tflite_taichi import backend as ti_backend
     if backend == "auto":
         backend = ti_backend.current() or ti_backend.choose_auto(cache_root)
+    ti_backend.check_driver(backend)
     if precision == "fp16" and backend not in ti_backend.FP16_BACKENDS:
         raise BackendUnavailable(f"precision='fp16' is not available on {backend}: Taichi's "
                                  "OpenGL/GLES path has no 16-bit storage; use cuda, vulkan or cpu")
@@ -166,24 +167,34 @@ class Interpreter:
     one at a time, each as if alone (a SignatureRunner call, inputs to outputs, is one such
     call). The live views `tensor(i)()` returns are not locked."""
 
-    def __init__(self, model_path=None, model_content=None, backend: str = "auto",
-                 precision: str = "fp32", num_threads: Optional[int] = None, *,
-                 max_delegated_partitions: int = 1, profile: bool = False,
-                 experimental_delegates=None, experimental_op_resolver_type=None,
+    def __init__(self, model_path=None, model_content=None, experimental_delegates=None,
+                 num_threads: Optional[int] = None, experimental_op_resolver_type=None,
                  experimental_preserve_all_tensors: bool = False,
+                 experimental_disable_delegate_clustering: bool = False,
+                 experimental_default_delegate_latest_features: bool = False,
+                 experimental_compress_quantization_zero_points: bool = False,
+                 experimental_disable_delegate_node_fusion: bool = False,
+                 experimental_force_delegate_node_profiling: bool = False, *,
+                 backend: str = "auto", precision: str = "fp32",
+                 max_delegated_partitions: int = 1, profile: bool = False,
                  cache_dir=None, model_token: Optional[str] = None,
                  max_tensor_bytes: Optional[int] = None, answer_while_compiling: bool = False):
-        """backend: 'auto' (the best hardware GPU backend, else Taichi's CPU), 'reference'
+        """The positional arguments are LiteRT's, in LiteRT's order (ai_edge_litert.interpreter.
+        Interpreter), so code written for it runs unchanged; ours are keyword-only.
+        backend: 'auto' (the best hardware GPU backend, else Taichi's CPU), 'reference'
         (numpy), or a Taichi arch: 'cuda', 'vulkan', 'metal', 'opengl', 'gles', 'cpu'.
         precision: 'fp32', or 'fp16' (f16 storage on cuda, vulkan, cpu).
         num_threads: as in LiteRT, the most threads a CPU op may use; None or -1: every core this
         process may run on; 0: one. It bounds numpy's BLAS during each invoke (one thread on the
         'cpu' backend, whose own pool has the cores; the process's setting comes back after the
         invoke: tflite_taichi/threads.py).
-        The experimental_* arguments of LiteRT are accepted for drop-in use: op resolvers do not
-        apply here; experimental_preserve_all_tensors=True copies every tensor a delegated
-        partition writes back to the host, so get_tensor can read intermediates (the reference
-        path always keeps them); delegates are refused.
+        The experimental_* arguments of LiteRT are accepted for drop-in use: op resolvers and
+        LiteRT's delegate tuning (clustering, node fusion, latest features, zero-point
+        compression, node profiling) do not apply here and are ignored;
+        experimental_preserve_all_tensors=True copies every tensor a delegated partition writes
+        back to the host, so get_tensor can read intermediates (the reference path always keeps
+        them); experimental_delegates: None or an empty list (LiteRT's own delegates cannot run
+        here: a non-empty list is refused, choose backend= instead).
         cache_dir: where compiled kernels are kept (AOT modules, see tflite_taichi.runtime.cache):
         None (default) the per-user cache (~/.cache/tflite_taichi, or $TFLITE_TAICHI_CACHE_DIR),
         False none, or a private folder (created 0700), checked before use and shared safely
@@ -203,7 +214,13 @@ class Interpreter:
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
             raise InputError(f"num_threads must be an int >= -1, got {num_threads!r}")
         if experimental_delegates:
-            raise InputError("experimental_delegates is not supported: choose backend= instead")
+            raise InputError(f"experimental_delegates={experimental_delegates!r}: LiteRT's "
+                             "delegates cannot run inside tflite_taichi, whose delegate is built "
+                             "in; pass None or [] and choose it with backend='vulkan', 'cuda', "
+                             "... (or 'auto')")
+        if not isinstance(backend, str):
+            raise InputError(f"backend must be a name such as 'auto', 'vulkan' or 'cpu', got "
+                             f"{backend!r}")
         if not isinstance(max_delegated_partitions, int) or max_delegated_partitions < 0:
             raise InputError(f"max_delegated_partitions must be an int >= 0, got {max_delegated_partitions!r}")
         from tflite_taichi.runtime import cache
@@ -333,16 +350,39 @@ class Interpreter:
         return [self._details(t, self._main) for t in self._main.subgraph.outputs]
 
     @_serialised
-    def get_tensor_details(self):
-        return [self._details(t.index, self._main) for t in self._main.subgraph.tensors]
+    def get_tensor_details(self, subgraph_index=0):
+        state = self._state(subgraph_index)
+        return [self._details(t.index, state) for t in state.subgraph.tensors]
+
+    def num_subgraphs(self) -> int:
+        """The model's subgraphs (LiteRT's num_subgraphs)."""
+        return len(self._model.subgraphs)
+
+    def _get_ops_details(self) -> list:
+        """Every op of the main graph in LiteRT's form (its _get_ops_details, which model viewers
+        and converters' tests use): index, op_name (the builtin name, or a custom op's code),
+        inputs and outputs as int32 arrays of tensor indices (-1: an optional input left out),
+        and operand_types / result_types, the dtypes of those that exist. LiteRT lists its
+        delegate's nodes in place of the ops they took; the model's ops are listed here."""
+        sg = self._main.subgraph
+        tensors = sg.tensors
+
+        def dtypes(indices):
+            return [_details_dtype(tensors[t]) for t in indices if t != -1]
+        return [{"index": int(op.index), "op_name": op.name,
+                 "inputs": np.array(op.inputs, dtype=np.int32),
+                 "outputs": np.array(op.outputs, dtype=np.int32),
+                 "operand_types": dtypes(op.inputs), "result_types": dtypes(op.outputs)}
+                for op in sg.operators]
 
     @_serialised
     def set_tensor(self, tensor_index, value, subgraph_index=0):
         state = self._state(subgraph_index)
         tensor = self._tensor(tensor_index, subgraph_index)
-        if tensor.index not in state.subgraph.inputs:
-            raise InputError(f"tensor {tensor.index} ('{tensor.name}') is not an input of the model; "
-                             "only inputs can be set")
+        # LiteRT lets an output be set too (its data until the next invoke overwrites it)
+        if tensor.index not in state.subgraph.inputs and tensor.index not in state.subgraph.outputs:
+            raise InputError(f"tensor {tensor.index} ('{tensor.name}') is neither an input nor an "
+                             "output of the model; only those can be set")
         state.require_allocated("set_tensor()")
         try:
             value = np.asarray(value)

@@ -95,8 +95,8 @@ def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -
     opdef, node = step.opdef, step.node
     if step.op.name in reference_ops and costs.numpy_wins_on_cpu(step):
         return ("backend='auto' without a GPU runs it on numpy, which is faster than Taichi's "
-                "cpu kernel for this op at this size (BLAS, vectorised taps: "
-                "bench/results/cpu_2core.md)")
+                "cpu kernel for this op at this size (BLAS and vectorised taps; measured per "
+                "op)")
     if opdef.stateful:
         variable = variable_of(step)
         if variable is None and opdef.infer_takes_runtime:      # IF, WHILE, composites
@@ -275,9 +275,10 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
                 reasons.setdefault(step.op.index, None)
                 if reasons[step.op.index] is None:
                     reasons[step.op.index] = (
-                        f"CPU ops cut it off from the delegated partition, and the delegate keeps "
-                        f"only the {max_partitions} largest partition(s) (max_delegated_partitions"
-                        f"={max_partitions}{', the default' if max_partitions == 1 else ''})")
+                        f"ops that run on the CPU separate it from the delegated ones, and the "
+                        f"delegate takes only the {max_partitions} largest group(s) of connected "
+                        f"ops (partitions: max_delegated_partitions={max_partitions}"
+                        f"{', the default' if max_partitions == 1 else ''})")
     items = []
     for delegated, group in groups:
         if delegated and id(group) in kept_ids:

@@ -108,6 +108,57 @@ def random_input(detail: dict, rng: np.random.Generator, low=-3.0, high=3.0) -> 
     return rng.uniform(low, high, shape).astype(dtype)
 
 
+PLAIN_INTEGERS = (0, 100)      # made-up plain integer inputs no op declares a range for
+
+
+def model_random_inputs(it, rng: np.random.Generator, low=0.0, high=1.0) -> list:
+    """Random inputs for an allocated Interpreter, in get_input_details() order, that the model
+    accepts: floats uniform in [low, high), quantized integers over their whole range, plain
+    integers within what every op reading them accepts (OpDef.input_ranges: an embedding's ids
+    within its table, GATHER's indices within the axis, followed through reshapes), other plain
+    integers in PLAIN_INTEGERS (non-negative: counts, lengths and ids more often than not)."""
+    prepared = it._main.prepared
+    ranges = _integer_input_ranges(prepared) if prepared is not None else {}
+    inputs = []
+    for d in it.get_input_details():
+        dtype, shape = np.dtype(d["dtype"]), tuple(d["shape"])
+        if (np.issubdtype(dtype, np.integer) and dtype != np.bool_
+                and not d["quantization_parameters"]["scales"].size):
+            lo, hi = ranges.get(d["index"], PLAIN_INTEGERS)
+            info = np.iinfo(dtype)
+            lo, hi = max(lo, int(info.min)), min(hi, int(info.max) + 1)
+            inputs.append(rng.integers(lo, max(hi, lo + 1), shape).astype(dtype))
+        else:
+            inputs.append(random_input(d, rng, low, high))
+    return inputs
+
+
+def _integer_input_ranges(prepared) -> dict:
+    """{graph input: (low, high)}: the intersection of the ranges its readers declare."""
+    readers = {}
+    for step in prepared.steps:
+        for position, t in enumerate(step.op.inputs):
+            if t != -1:
+                readers.setdefault(t, []).append((step, position))
+    found = {}
+
+    def visit(t, source, seen):
+        for step, position in readers.get(t, ()):
+            if step.opdef.alias_input == position and id(step) not in seen:     # a reshape
+                visit(step.op.outputs[0], source, seen | {id(step)})
+            elif step.opdef.input_ranges is not None:
+                try:
+                    bounds = step.opdef.input_ranges(step.node).get(position)
+                except Exception:       # a malformed op: its own error comes at invoke
+                    bounds = None
+                if bounds is not None:
+                    lo, hi = found.get(source, bounds)
+                    found[source] = (max(lo, int(bounds[0])), min(hi, int(bounds[1])))
+    for t in prepared.subgraph.inputs:
+        visit(t, t, frozenset())
+    return found
+
+
 def run_litert(model: bytes, inputs: Sequence[np.ndarray], kernels: str = "reference") -> list:
     """Outputs of LiteRT on `inputs`. kernels: 'reference' (BUILTIN_REF, the plain kernels the
     semantics are defined by), 'builtin' (optimized, no XNNPACK) or 'xnnpack' (the default)."""

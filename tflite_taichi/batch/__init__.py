@@ -48,6 +48,7 @@ class BatchResult:
     restarts: int = 0            # local pool: workers started again after one died
     ray: Optional[dict] = None   # Ray: actors, GPUs and CPUs per actor, the cluster's resources
     resumed: int = 0             # inputs an interrupted run had written (--resume): not run again
+    notes: list = field(default_factory=list)   # what the run chose that a user should know
 
     @property
     def items_per_second(self) -> float:
@@ -193,25 +194,34 @@ def _run_items(items, problems, config: RunConfig, *, ray, workers, retries, tas
                        mode="local" if ray is None else "ray", workers=report["workers"],
                        out_dir=out_dir, workers_ready_s=report.get("workers_ready_s"),
                        steady_items_per_second=report.get("steady_items_per_s"),
-                       restarts=report.get("restarts", 0), ray=report.get("ray"))
+                       restarts=report.get("restarts", 0), ray=report.get("ray"),
+                       notes=report.get("notes", []))
 
 
 def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,
                task_items: int, progress: bool, task_timeout: Optional[float]) -> dict:
     from tflite_taichi.batch.pool import LocalPool, worker_environments
-    tasks = _tasks(items, task_items)
     devices = gpu_devices() if config.backend in ("cuda", "vulkan") else []
     if workers is None:
         workers = max(len(devices), 1) if config.backend in GPU_BACKENDS else (os.cpu_count() or 1)
+    asked = workers
+    if len(items) < asked * task_items:     # a small run: smaller tasks, so every worker has some
+        task_items = max(1, math.ceil(len(items) / asked))
+    tasks = _tasks(items, task_items)
     workers = max(1, min(workers, len(tasks)))
     bar = _ProgressBar(len(items), workers) if progress else None
     pool = LocalPool(config, worker_environments(config.backend, workers, devices), retries,
                      progress=bar.update if bar else None, task_timeout=task_timeout)
     try:
-        return pool.run(tasks)
+        report = pool.run(tasks)
     finally:
         if bar:
             bar.close()
+    if workers < asked:
+        report.setdefault("notes", []).append(
+            f"{workers} of the {asked} workers started: {len(items)} input(s) give each worker "
+            "one at least")
+    return report
 
 
 class _ProgressBar:

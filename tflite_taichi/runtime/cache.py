@@ -984,8 +984,9 @@ def driver_fingerprint() -> str:
 
 
 # what a probe's answer means: 2 = an unnamed GL/Vulkan device counts as software (answers of
-# earlier versions called llvmpipe a GPU where libGL was missing: not reused)
-PROBE_VERSION = 2
+# earlier versions called llvmpipe a GPU where libGL was missing: not reused); 3 = the Vulkan
+# device's whole name (version 2 cut "NVIDIA H200" to "NVIDIA H2": backend._device_name)
+PROBE_VERSION = 3
 
 
 def stored_probe(root: Optional[str], backend: str) -> Optional[tuple]:
