@@ -46,17 +46,10 @@ def _interpreter(model: bytes, backend: str, **env):
     """An allocated Interpreter of `model`, planned under the TFLITE_TAICHI_* settings `env`
     (read when its kernels are planned)."""
     from tflite_taichi import Interpreter
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update({k: str(v) for k, v in env.items()})
-    try:
+    from tflite_taichi.runtime.cache import environment
+    with environment({k: str(v) for k, v in env.items()}):
         it = Interpreter(model_content=model, backend=backend)
         it.allocate_tensors()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     for d in it.get_input_details():
         it.set_tensor(d["index"], np.ones(d["shape"], d["dtype"]))
     it.invoke()

@@ -25,6 +25,11 @@ from tflite_taichi.ops import kit
 TAICHI_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles", "cpu")
 AUTO_ORDER = ("cuda", "vulkan", "metal", "opengl")   # hardware GPUs, best first
 SOFTWARE_DEVICE_MARKERS = ("llvmpipe", "lavapipe", "softpipe", "swiftshader")
+
+
+def is_software_device(text: str) -> bool:
+    """Whether a device name or a probe's log names a CPU pretending to be a GPU."""
+    return any(m in text.lower() for m in SOFTWARE_DEVICE_MARKERS)
 GFX_PROBED = ("vulkan", "opengl", "gles")   # archs whose device may be software (Metal is not)
 FP16_BACKENDS = ("cuda", "vulkan", "cpu")            # no u16 in Taichi's GL SPIR-V path
 
@@ -73,7 +78,7 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
                 tail = [f"the probe crashed (signal {-proc.returncode})"]
             result = (False, False, tail[0][:300])
         else:
-            software = any(m in out.lower() for m in SOFTWARE_DEVICE_MARKERS)
+            software = is_software_device(out)
             device = (_device_name(out) or ok_line[0].split(" ", 2)[-1]).strip()
             if name in GFX_PROBED and device in ("", name):
                 # a device nobody can name (no renderer string, no Vulkan device line) is

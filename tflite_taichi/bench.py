@@ -173,11 +173,15 @@ def make_inputs(model_path: str, seed: int = SEED, shapes=None) -> list:
     (testing.model_random_inputs: uniform in [0, 1) for floats, the full range for quantized
     integers, ids and indices within what their ops accept), from our reference path: no
     Taichi, no LiteRT."""
+    return inputs_and_io(model_path, seed, shapes)[0]
+
+
+def inputs_and_io(model_path: str, seed: int = SEED, shapes=None) -> tuple:
+    """make_inputs and model_io from one reference Interpreter (one read of the model)."""
     from tflite_taichi.testing import model_random_inputs
-    rng = np.random.default_rng(seed)
     it = _sized(model_path, shapes)
     it.allocate_tensors()       # shapes and readers: ids are drawn within their table
-    return model_random_inputs(it, rng)
+    return model_random_inputs(it, np.random.default_rng(seed)), _io_of(it)
 
 
 def _sized(model_path: str, shapes=None):
@@ -198,6 +202,10 @@ def model_io(model_path: str, shapes=None) -> dict:
     it = _sized(model_path, shapes)
     if shapes:
         it.allocate_tensors()       # outputs at the inputs' sizes
+    return _io_of(it)
+
+
+def _io_of(it) -> dict:
     return {kind: [{"name": d["name"], "shape": [int(n) for n in d["shape"]]} for d in details]
             for kind, details in (("inputs", it.get_input_details()),
                                   ("outputs", it.get_output_details()))}
@@ -471,8 +479,7 @@ def bench_model(model_path: str, backends: Optional[Sequence[str]] = None, *,
     try:
         model_dir = os.path.join(workdir, name)
         os.makedirs(model_dir, exist_ok=True)
-        inputs = make_inputs(model_path, seed, shapes)
-        io = model_io(model_path, shapes)
+        inputs, io = inputs_and_io(model_path, seed, shapes)
         inputs_npz = os.path.join(model_dir, "inputs.npz")
         np.savez(inputs_npz, **{f"input_{i}": x for i, x in enumerate(inputs)})
         rows = []

@@ -188,14 +188,14 @@ def _plain_warnings():
 def _device_text(it, summary: dict) -> str:
     """Where the delegate ran, in a user's words: the backend, and for a software device (Mesa's
     lavapipe or llvmpipe: the CPU pretending to be a GPU) that it is one."""
-    from tflite_taichi.backend import SOFTWARE_DEVICE_MARKERS
+    from tflite_taichi.backend import is_software_device
     backend = it.backend
     if backend == "reference":
         return "the reference path (numpy on the CPU, no delegate)"
     if backend == "cpu":
         return "cpu (Taichi on the CPU" + (": no hardware GPU was found)" if it._requested_backend == "auto" else ")")
     device = (summary.get("runtime") or {}).get("vulkan_device")
-    if device and any(m in device.lower() for m in SOFTWARE_DEVICE_MARKERS):
+    if device and is_software_device(device):
         return f"{backend} on {device}, a software device (the CPU emulating a GPU: slower than cpu)"
     return f"{backend} ({device})" if device else backend
 
