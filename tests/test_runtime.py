@@ -310,24 +310,31 @@ for _ in range(invokes):
     assert_float_close(it.get_tensor(o["index"]), ref.get_tensor(o["index"]))
 runtime = it.summary()["runtime"]
 print("RESULT " + json.dumps({"invokes": invokes, "ti_wait": calls["ti_wait"],
-      **{k: runtime[k] for k in ("vulkan_device", "host_wait", "perf_boost")}}), flush=True)
+      **{k: runtime[k] for k in ("vulkan_device", "host_wait", "submit", "perf_boost")}}), flush=True)
 '''
 
 
 @pytest.mark.skipif("vulkan" not in os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl"),
                     reason="vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
-@pytest.mark.parametrize("wait", ["fence", "taichi"])
-def test_vulkan_waits_on_a_fence_and_lets_taichi_clean_up_periodically(tmp_path, wait):
+@pytest.mark.parametrize("wait,submit", [("fence", "ours"), ("fence", "taichi"), ("taichi", "ours")])
+def test_vulkan_waits_on_a_fence_and_lets_taichi_clean_up_periodically(tmp_path, wait, submit):
     from tflite_taichi.runtime import vulkan_host
-    env = dict(os.environ, TFLITE_TAICHI_VULKAN_WAIT=wait, TFLITE_TAICHI_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, TFLITE_TAICHI_VULKAN_WAIT=wait, TFLITE_TAICHI_VULKAN_SUBMIT=submit,
+               TFLITE_TAICHI_CACHE_DIR=str(tmp_path / "cache"))
     result = _result(VULKAN_WAITS, cwd=tmp_path, env=env)
     assert result["vulkan_device"], result           # the physical device, named
-    if wait == "fence":
-        assert result["host_wait"] == "fence"
+    if wait == "fence" and submit == "ours":
+        # our own command buffers (vulkan_submit.py): Taichi submits nothing, so its wait,
+        # which would flush an empty command list, is never needed
+        assert result["host_wait"] == "fence" and result["submit"] == "ours", result
+        assert result["ti_wait"] == 0, result
+    elif wait == "fence":
+        assert result["host_wait"] == "fence" and result["submit"].startswith("Taichi's"), result
         # Taichi's own wait (which frees its command buffers) once per FULL_WAIT_EVERY invokes
         assert result["ti_wait"] == result["invokes"] // vulkan_host.FULL_WAIT_EVERY, result
-    else:
+    else:                   # no fence of ours: Taichi submits and waits
         assert result["host_wait"] == "ti_wait" and result["ti_wait"] >= result["invokes"], result
+        assert result["submit"] == "Taichi's (no fence of ours)", result
     # NVIDIA devices hold a CUDA context for the clocks; others (lavapipe) say why not
     assert result["perf_boost"].startswith(("on:", "off:", "starting")), result
     if "llvmpipe" in result["vulkan_device"]:

@@ -140,6 +140,7 @@ def _vulkan_info(device) -> dict:
         return {}
     return {"vulkan_device": repr(device.vulkan_device) if device.vulkan_device else None,
             "host_wait": "fence" if device.uses_fence else "ti_wait",
+            "submit": device.submit_note,
             "perf_boost": device.perf_boost}
 
 

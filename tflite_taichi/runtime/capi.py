@@ -32,7 +32,7 @@ LLVM_ARCHS = ("cuda", "x64", "arm64")    # modules load only as folders (a .tcm 
 
 DATA_TYPES = {"f16": 0, "f32": 1, "i32": 5, "u8": 8}
 ARGUMENT_NDARRAY = 2
-MEMORY_USAGE_STORAGE = 1
+MEMORY_USAGE_STORAGE, MEMORY_USAGE_UNIFORM = 1, 2
 
 # TiCapability (taichi_core.h): the names Taichi's AOT builder takes ("spirv_has_float16=1")
 CAPABILITIES = {1: "spirv_version", 2: "spirv_has_int8", 3: "spirv_has_int16", 4: "spirv_has_int64",

@@ -37,7 +37,7 @@ from typing import Optional
 
 import numpy as np
 
-from tflite_taichi.runtime import capi, vulkan_host
+from tflite_taichi.runtime import capi, vulkan_host, vulkan_submit
 from tflite_taichi.errors import BackendUnavailable
 
 TAICHI_LOCK = threading.RLock()
@@ -124,6 +124,8 @@ class CapiDevice:
         self._cuda = _CudaDriver() if self.arch == "cuda" else None
         self.vulkan_device, self._boost, self._boost_off = None, None, None
         self._fence, self._fence_waits = self._vulkan_host(), 0
+        self._taichi_waits_owed = False     # Taichi flushed work since its last ti_wait
+        self._submitter, self.submit_note = self._own_submissions()
         # loaded modules by cache key, kept for the process: Taichi's gfx runtime never
         # unregisters a module's kernels (destroying one frees nothing: measured 3.8 MB per
         # load on lavapipe), and an LLVM module's load compiles machine code again
@@ -170,6 +172,8 @@ class CapiDevice:
         if buffer.handle is None:
             return
         with TAICHI_LOCK:
+            if self._submitter is not None:
+                self._submitter.forget(buffer.handle)
             if buffer.host is None:
                 self.lib.ti_free_memory(self.runtime, buffer.handle)
                 capi.last_error(self.lib)
@@ -186,6 +190,9 @@ class CapiDevice:
     def copy(self, dst: Buffer, dst_offset: int, src: Buffer, src_offset: int, count: int) -> None:
         """Enqueue a device copy of `count` elements (gfx archs)."""
         size = ITEMSIZE[src.dtype]
+        if self._submitter is not None:
+            self._submitter.copy(dst, dst_offset * size, src, src_offset * size, count * size)
+            return
         d = capi.MemorySlice(dst.handle, dst_offset * size, count * size)
         s = capi.MemorySlice(src.handle, src_offset * size, count * size)
         self.lib.ti_copy_memory_device_to_device(self.runtime, C.byref(d), C.byref(s))
@@ -219,7 +226,18 @@ class CapiDevice:
     # modules and launches
     def load_module(self, path: str, data: Optional[bytes] = None):
         """An AOT module: a .tcm archive (gfx: `data`, its bytes as checked, else read from
-        `path`) or a saved folder (LLVM archs), or CapiError."""
+        `path`) or a saved folder (LLVM archs), or CapiError. Vulkan: a module of ours
+        (vulkan_submit.py) where it can run as Taichi would, else Taichi's."""
+        if self._submitter is not None:
+            if data is None:
+                with open(path, "rb") as f:
+                    data = f.read()
+            try:
+                plan = vulkan_submit.ModulePlan(data)
+            except vulkan_submit.NotReplayable as e:
+                self.submit_note = f"Taichi's for a module ({e})"
+            else:
+                return vulkan_submit.Module(self._submitter.vk, plan)
         with TAICHI_LOCK:
             if self.llvm:
                 module = self.lib.ti_load_aot_module(self.runtime, os.fsencode(path))
@@ -258,6 +276,9 @@ class CapiDevice:
             kernel = self._kernels.get((module, name))
             if kernel is not None:
                 return kernel
+            if isinstance(module, vulkan_submit.Module):
+                kernel = self._kernels[(module, name)] = module.kernel(name)
+                return kernel
             kernel = self.lib.ti_get_aot_module_kernel(module, name.encode())
             code, message = capi.last_error(self.lib)
             if kernel and code == 0:
@@ -271,11 +292,42 @@ class CapiDevice:
         with TAICHI_LOCK:
             for known in [k for k in self._kernels if k[0] == module]:
                 del self._kernels[known]
+            if isinstance(module, vulkan_submit.Module):
+                module.destroy()
+                return
             self.lib.ti_destroy_aot_module(module)
             capi.last_error(self.lib)
 
-    def launcher(self, kernel, buffers) -> "CapiLaunch":
+    def launcher(self, kernel, buffers):
+        if isinstance(kernel, vulkan_submit.Kernel):
+            with TAICHI_LOCK:
+                return vulkan_submit.Launch(self._submitter, kernel, buffers)
+        if self._submitter is not None:
+            return OrderedCapiLaunch(self, kernel, buffers)
         return CapiLaunch(self, kernel, buffers)
+
+    def _own_submissions(self):
+        """Vulkan: (the Submitter that records and resubmits our own command buffers, why
+        not): vulkan_submit.py says why. Off with TFLITE_TAICHI_VULKAN_SUBMIT=taichi (an A/B
+        switch), or where the fence or the runtime's functions are not there."""
+        if self.arch != "vulkan":
+            return None, None
+        if os.environ.get("TFLITE_TAICHI_VULKAN_SUBMIT", "ours") == "taichi":
+            return None, "Taichi's (TFLITE_TAICHI_VULKAN_SUBMIT=taichi)"
+        if self._fence is None:
+            return None, "Taichi's (no fence of ours)"
+        try:
+            with TAICHI_LOCK:
+                return vulkan_submit.Submitter(self.lib, self.runtime, self._fence), "ours"
+        except capi.CapiError as e:
+            warnings.warn(f"vulkan: submitting through Taichi: {e}", RuntimeWarning, stacklevel=3)
+            return None, f"Taichi's ({e})"
+
+    def before_taichi_launch(self) -> None:
+        """A launch through Taichi's command list: what we recorded before it goes first."""
+        if self._submitter.pending:
+            self._submitter.submit()
+        self._submitter.taichi_pending = True
 
     def _vulkan_host(self):
         """Vulkan: the fence the host polls instead of ti_wait and the NVIDIA clock boost
@@ -308,8 +360,15 @@ class CapiDevice:
     def wait(self) -> None:
         """Return when every enqueued launch and copy has finished. Vulkan polls its fence and
         lets Taichi's own wait (which frees its flushed command buffers) run every
-        FULL_WAIT_EVERY waits, once the queue is idle."""
+        FULL_WAIT_EVERY waits, once the queue is idle, where Taichi submitted anything."""
         with TAICHI_LOCK:
+            if self._submitter is not None:
+                self._taichi_waits_owed |= self._submitter.taichi_pending
+                self._submitter.wait()
+                self._fence_waits += 1
+                if self._fence_waits >= vulkan_host.FULL_WAIT_EVERY and self._taichi_waits_owed:
+                    self.drain()
+                return
             if self._fence is not None:
                 self.lib.ti_flush(self.runtime)
                 capi.check(self.lib, f"flush on {self.backend}")
@@ -322,12 +381,17 @@ class CapiDevice:
     def drain(self) -> None:
         """Taichi's own wait: the queue idle and every command buffer Taichi keeps freed."""
         with TAICHI_LOCK:
+            if self._submitter is not None:
+                self._submitter.wait()
             self.lib.ti_wait(self.runtime)
             capi.check(self.lib, f"wait on {self.backend}")
-            self._fence_waits = 0
+            self._fence_waits, self._taichi_waits_owed = 0, False
 
     def flush(self) -> None:
         with TAICHI_LOCK:
+            if self._submitter is not None:
+                self._submitter.submit()
+                return
             self.lib.ti_flush(self.runtime)
 
     def link(self, io: Buffer) -> "HostLink":
@@ -351,6 +415,21 @@ class CapiLaunch:
             *[capi.ndarray_argument(b.handle, b.elements, b.dtype) for b in buffers])
 
     def __call__(self) -> None:
+        self.lib.ti_launch_kernel(self.runtime, self.kernel, self.count, self.args)
+
+
+class OrderedCapiLaunch(CapiLaunch):
+    """A launch through Taichi on a device that submits its own command buffers (a module
+    vulkan_submit.py cannot run): it keeps its place among our recorded commands."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device: CapiDevice, kernel, buffers):
+        super().__init__(device, kernel, buffers)
+        self.device = device
+
+    def __call__(self) -> None:
+        self.device.before_taichi_launch()
         self.lib.ti_launch_kernel(self.runtime, self.kernel, self.count, self.args)
 
 

@@ -106,10 +106,14 @@ class VulkanHost:
             "vkCreateFence")
         self.spin_s = 0.0 if self.info.is_cpu else SPIN_S
 
-    def wait(self) -> None:
-        """Return once everything submitted to the queue so far has finished."""
+    def wait(self, submit=None) -> None:
+        """Return once everything submitted to the queue so far has finished. `submit(fence)`
+        makes the last submission, signalling the fence (default: an empty one)."""
         vk, device, fence = self.vk, self.device, self.fence
-        _ok(vk["vkQueueSubmit"](self.queue, 0, None, fence.value), "vkQueueSubmit")
+        if submit is None:
+            _ok(vk["vkQueueSubmit"](self.queue, 0, None, fence.value), "vkQueueSubmit")
+        else:
+            submit(fence.value)
         try:
             deadline = time.perf_counter() + self.spin_s
             status = vk["vkGetFenceStatus"](device, fence.value)

@@ -1,0 +1,178 @@
+"""Vulkan through command buffers of ours (runtime/vulkan_submit.py, issue 31 item 3): the
+module reader against real modules and doctored ones, and every output of real models, over
+invokes that carry state, equal bit for bit to Taichi's own submissions on the same device
+(the same SPIR-V, dispatches and barriers), and to the reference within the float tolerance."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tflite_taichi.runtime import vulkan_submit
+
+pytestmark = pytest.mark.skipif(
+    "vulkan" not in os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl"),
+    reason="vulkan is not among TFLITE_TAICHI_TEST_BACKENDS")
+
+# Runs MODELS for STEPS invokes each on vulkan (the submission path from the environment) and
+# the reference, with seeded inputs that change every invoke, and saves every tensor the
+# delegate exposes (experimental_preserve_all_tensors) at every step; reports the submitter's
+# counts. argv: out.npz, steps, model paths...
+RUN = r'''
+import json, sys, warnings
+import numpy as np
+from tflite_taichi import Interpreter
+from tflite_taichi.runtime import device
+warnings.simplefilter("ignore")
+out, steps, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+saved, report = {}, {}
+for m, path in enumerate(paths):
+    it = Interpreter(model_path=path, backend="vulkan", experimental_preserve_all_tensors=True)
+    ref = Interpreter(model_path=path, backend="reference")
+    it.allocate_tensors(); ref.allocate_tensors()
+    rng = np.random.default_rng(m)
+    for step in range(steps):
+        for d in it.get_input_details():
+            if d["dtype"] == np.float32:
+                x = rng.uniform(-1, 1, d["shape"]).astype(np.float32)
+            else:
+                x = rng.integers(-128, 128, d["shape"]).astype(d["dtype"])
+            it.set_tensor(d["index"], x); ref.set_tensor(d["index"], x)
+        it.invoke(); ref.invoke()
+        for t in it.get_tensor_details():
+            try:
+                saved[f"{m}/{step}/{t['index']}"] = it.get_tensor(t["index"])
+            except ValueError:          # a tensor the delegate did not keep
+                pass
+        for d in it.get_output_details():
+            saved[f"ref/{m}/{step}/{d['index']}"] = ref.get_tensor(d["index"])
+            saved[f"out/{m}/{step}/{d['index']}"] = it.get_tensor(d["index"])
+    report[path] = it.summary()["runtime"]["submit"]
+sub = device.current("vulkan")._submitter
+report["counts"] = None if sub is None else {"recordings": sub.recordings, "submissions": sub.submissions,
+                                            "kept": len(sub._recorded)}
+np.savez(out, **saved)
+print("RESULT " + json.dumps(report), flush=True)
+'''
+
+# the same, with every module refused by our reader: Taichi launches them, our copies and its
+# launches keep their order in one invoke (device.OrderedCapiLaunch)
+REFUSE_ALL = r'''
+from tflite_taichi.runtime import vulkan_submit
+def refuse(data):
+    raise vulkan_submit.NotReplayable("refused by the test")
+vulkan_submit.ModulePlan = refuse
+'''
+
+
+def _run(tmp_path, name, submit, models, steps, prelude=""):
+    env = dict(os.environ, TFLITE_TAICHI_VULKAN_SUBMIT=submit,
+               TFLITE_TAICHI_CACHE_DIR=str(tmp_path / f"cache_{name}"))
+    out = tmp_path / f"{name}.npz"
+    done = subprocess.run([sys.executable, "-c", prelude + RUN, str(out), str(steps), *models],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(lines[-1][7:]), dict(np.load(out))
+
+
+@pytest.fixture
+def models(shared_models):
+    # a float detector (one partition), and okay_nabu: int8, six variables carried from invoke
+    # to invoke, partitions with host steps between them (several waits per invoke)
+    return [os.path.join(shared_models, m) for m in ("face_detection_short_range.tflite",
+                                                     "okay_nabu.tflite")]
+
+
+def test_our_submissions_equal_taichis_bit_for_bit(tmp_path, models):
+    from tflite_taichi.testing import assert_float_close
+    steps = 6
+    ours_report, ours = _run(tmp_path, "ours", "ours", models, steps)
+    taichi_report, taichi = _run(tmp_path, "taichi", "taichi", models, steps)
+    assert all(ours_report[m] == "ours" for m in models), ours_report
+    assert all(taichi_report[m].startswith("Taichi's") for m in models), taichi_report
+    assert set(ours) == set(taichi) and len(ours) > 100
+    for key, value in taichi.items():
+        assert np.array_equal(ours[key], value, equal_nan=True), key
+    for key, value in ours.items():
+        if key.startswith("out/"):
+            expected = ours["ref/" + key[4:]]
+            if value.dtype == np.float32:
+                assert_float_close(value, expected, what=key)
+            else:       # int8: the simulated quantization may round one code apart
+                assert np.abs(value.astype(int) - expected.astype(int)).max() <= 1, key
+    counts = ours_report["counts"]
+    # each segment (copies in, launches, copies out between two waits) is recorded once and
+    # submitted again: recordings stay a handful while submissions grow with the invokes
+    assert counts["submissions"] >= 2 * steps, counts
+    assert counts["recordings"] <= counts["submissions"] // 2, counts
+    assert counts["kept"] <= vulkan_submit.KEPT_SEGMENTS
+    assert taichi_report["counts"] is None
+
+
+def test_modules_taichi_runs_keep_their_order_among_our_commands(tmp_path, models):
+    steps = 4
+    report, mixed = _run(tmp_path, "mixed", "ours", models, steps, prelude=REFUSE_ALL)
+    _, taichi = _run(tmp_path, "taichi", "taichi", models, steps)
+    assert all(report[m].startswith("Taichi's for a module (refused by the test)") for m in models), report
+    for key, value in taichi.items():
+        assert np.array_equal(mixed[key], value, equal_nan=True), key
+
+
+def _module_bytes(tmp_path, shared_models) -> bytes:
+    _run(tmp_path, "module", "ours", [os.path.join(shared_models, "face_detection_short_range.tflite")], 1)
+    found = [os.path.join(root, f) for root, _, files in os.walk(tmp_path / "cache_module")
+             for f in files if f == "module.tcm"]
+    assert found
+    with open(found[0], "rb") as f:
+        return f.read()
+
+
+def test_the_module_reader_takes_what_taichi_writes_and_refuses_the_rest(tmp_path, shared_models):
+    import io
+    import zipfile
+    data = _module_bytes(tmp_path, shared_models)
+    plan = vulkan_submit.ModulePlan(data)
+    assert plan.kernels and not plan.physical_pointers     # lavapipe: ndarrays as descriptors
+    for kernel in plan.kernels.values():
+        assert kernel.tasks and kernel.args_bytes >= 32 * len(kernel.arg_fields)
+        for task in kernel.tasks:
+            assert task.entry and task.groups >= 1
+            assert any(arg is None for _, arg in task.binds)        # the arguments' uniform
+
+    def doctored(edit=None, spirv=None) -> bytes:
+        meta, codes = vulkan_submit.read_module(data)
+        if edit:
+            edit(meta)
+        raw = io.BytesIO()
+        with zipfile.ZipFile(raw, "w") as z:
+            z.writestr("metadata.json", json.dumps(meta))
+            for name, code in codes.items():
+                z.writestr(name + ".spv", spirv if spirv is not None else code)
+        return raw.getvalue()
+
+    def first_task(meta):
+        return meta["kernels"][0]["tasks_attribs"][0]
+
+    def global_tmps(meta):
+        first_task(meta)["buffer_binds"].append({"binding": 9, "buffer": {"root_id": [-1], "type": 1}})
+
+    def textures(meta):
+        first_task(meta)["texture_binds"] = [{"arg_id": 0, "binding": 8, "is_storage": True}]
+
+    def returns(meta):
+        meta["kernels"][0]["ctx_attribs"]["rets_bytes_"] = 4
+
+    def fields(meta):
+        meta["root_buffer_size"] = 64
+
+    for edit, why in ((global_tmps, "kind 1"), (textures, "textures"), (returns, "returns"),
+                      (fields, "fields")):
+        with pytest.raises(vulkan_submit.NotReplayable, match=why):
+            vulkan_submit.ModulePlan(doctored(edit))
+    with pytest.raises(vulkan_submit.NotReplayable, match="magic"):
+        vulkan_submit.ModulePlan(doctored(spirv=b"\0" * 64))
+    with pytest.raises(vulkan_submit.NotReplayable, match="gfx AOT archive"):
+        vulkan_submit.ModulePlan(data[:100])
