@@ -1,0 +1,33 @@
+#!/bin/bash
+# The GPU machine's runs for issue 31 (bench/results/issue31_*.md). Carries .whl (device-prep
+# --capi --litert), .gl, .models (the shared models) and .anchors (../shared/tools/gpu_anchors.py);
+# writes under $OUT. The zoo's models are built there (bench/make_zoo.py).
+#   bash bench/gpu_issue31.sh floor              # launch_floor.py on vulkan: our command buffers
+#                                                # against Taichi's submissions (TFLITE_TAICHI_VULKAN_SUBMIT)
+#   bash bench/gpu_issue31.sh table MODELS...    # tflite-taichi bench: LiteRT CPU 16 threads, LiteRT GPU,
+#                                                # cuda, vulkan side by side (the README's table)
+#   bash bench/gpu_issue31.sh gemm BACKEND       # gemm_micro.py: the 17x17 and 33x33 pointwise class,
+#                                                # untiled against shared-memory tile shapes
+set -u
+source bench/gpu_setup.sh
+[ -f /tmp/site/.compiled ] || { python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; touch /tmp/site/.compiled; }
+nproc; python3 -c "import platform, numpy; print(platform.python_version(), 'numpy', numpy.__version__)"
+zoo() { python3 bench/make_zoo.py .zoo --only "$1" >/dev/null 2>&1; }
+what=${1:-floor}; shift || true
+case "$what" in
+  floor)
+    zoo mobilenet_v2,posenet
+    for s in ours taichi; do
+      echo "== TFLITE_TAICHI_VULKAN_SUBMIT=$s"
+      TFLITE_TAICHI_VULKAN_SUBMIT=$s python3 bench/launch_floor.py --backend vulkan --runs 300 \
+        --launches 1 4 16 --tasks 1 32 --model .zoo/mobilenet_v2_fp32.tflite .zoo/posenet_fp32.tflite \
+        --json "$OUT/floor_$s.json" 2>&1
+    done ;;
+  table)
+    zoo "${ZOO:-mobilenet_v2,mobilenet_v3_large,mobilenet_v3_small,efficientnet_lite0,posenet}"
+    python3 -m tflite_taichi bench "$@" --backends litert litert_gpu cuda vulkan --threads 16 \
+      --runs 100 --wide --out "$OUT/table_$(date +%s)" 2>&1 ;;
+  gemm)
+    python3 bench/gemm_micro.py --backend "${1:-cuda}" --layers 8 --runs 100 \
+      --shapes 17x512 17x1024 33x256 --configs off 64,64,4,4 32,64,2,4 32,32,2,2 16,64,1,4 2>&1 ;;
+esac
