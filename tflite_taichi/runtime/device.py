@@ -224,20 +224,22 @@ class CapiDevice:
         return info.ptr
 
     # modules and launches
-    def load_module(self, path: str, data: Optional[bytes] = None):
+    def load_module(self, path: str, data: Optional[bytes] = None, taichi: bool = False):
         """An AOT module: a .tcm archive (gfx: `data`, its bytes as checked, else read from
         `path`) or a saved folder (LLVM archs), or CapiError. Vulkan: a module of ours
-        (vulkan_submit.py) where it can run as Taichi would, else Taichi's."""
-        if self._submitter is not None:
+        (vulkan_submit.py) where it can run as Taichi would, else (or `taichi`) Taichi's."""
+        if self._submitter is not None and not taichi:
             if data is None:
                 with open(path, "rb") as f:
                     data = f.read()
             try:
                 plan = vulkan_submit.ModulePlan(data)
+                if plan.physical_pointers and self._submitter.vk.address_of is None:
+                    raise vulkan_submit.NotReplayable("the driver gives no buffer device address")
             except vulkan_submit.NotReplayable as e:
                 self.submit_note = f"Taichi's for a module ({e})"
             else:
-                return vulkan_submit.Module(self._submitter.vk, plan)
+                return vulkan_submit.Module(self._submitter.vk, plan, data)
         with TAICHI_LOCK:
             if self.llvm:
                 module = self.lib.ti_load_aot_module(self.runtime, os.fsencode(path))
@@ -276,13 +278,20 @@ class CapiDevice:
             kernel = self._kernels.get((module, name))
             if kernel is not None:
                 return kernel
+            asked = module
             if isinstance(module, vulkan_submit.Module):
-                kernel = self._kernels[(module, name)] = module.kernel(name)
-                return kernel
+                try:
+                    kernel = self._kernels[(asked, name)] = module.kernel(name)
+                    return kernel
+                except capi.CapiError as e:         # the driver refused a pipeline of ours
+                    self.submit_note = f"Taichi's for a module ({e})"
+                    if module.taichi is None:
+                        module.taichi = self.load_module("", module.data, taichi=True)
+                    module = module.taichi
             kernel = self.lib.ti_get_aot_module_kernel(module, name.encode())
             code, message = capi.last_error(self.lib)
             if kernel and code == 0:
-                self._kernels[(module, name)] = kernel
+                self._kernels[(asked, name)] = kernel
         if not kernel or code != 0:
             raise capi.CapiError(f"kernel {name} is not in the AOT module: "
                                  f"{capi.ERRORS.get(code, code)} {message}".strip(), code)
@@ -294,7 +303,9 @@ class CapiDevice:
                 del self._kernels[known]
             if isinstance(module, vulkan_submit.Module):
                 module.destroy()
-                return
+                if module.taichi is None:
+                    return
+                module = module.taichi
             self.lib.ti_destroy_aot_module(module)
             capi.last_error(self.lib)
 

@@ -39,7 +39,7 @@ from tflite_taichi.runtime.vulkan_host import _ok, _function, _PFN_GET_PROC
 
 # BufferType (taichi/codegen/spirv/kernel_utils.h): the two kinds a launch of ours binds
 BUFFER_ARGS, BUFFER_EXT_ARR = 2, 5
-TASK_RANGE_FOR = 1
+TASK_SERIAL, TASK_RANGE_FOR = 0, 1    # OffloadedTaskType: the two a launch of ours dispatches
 
 # Vulkan enums and structure types (vulkan_core.h)
 S_SUBMIT_INFO, S_SHADER_MODULE, S_COMPUTE_PIPELINE, S_PIPELINE_LAYOUT = 4, 16, 29, 30
@@ -259,16 +259,19 @@ class KernelPlan:
             raise NotReplayable(f"kernel {self.name} takes argument packs")
         self.args_bytes = int(ctx.get("args_bytes_", 0))
         self.arg_fields = {}               # argument index -> (shape offset, data_ptr offset)
-        elements = ctx["args_type_"]["content"]["elements_"]
+        elements = {e["name"]: e for e in ctx["args_type_"]["content"]["elements_"]}
         for arg in ctx["arg_attribs_vec_"]:
             (index,), value = arg["key"], arg["value"]
             if not value.get("is_array") or value.get("is_argpack"):
                 raise NotReplayable(f"kernel {self.name}: argument {index} is not an ndarray")
-            fields = {e["name"]: e["offset"] for e in elements[index]["type"]["content"]["elements_"]}
-            shape = elements[index]["offset"] + fields["shape"]
-            self.arg_fields[index] = (shape, elements[index]["offset"] + fields["data_ptr"])
+            element = elements[f"arg_{index}"]
+            fields = {e["name"]: e["offset"] for e in element["type"]["content"]["elements_"]}
+            self.arg_fields[index] = (element["offset"] + fields["shape"],
+                                      element["offset"] + fields["data_ptr"])
         self.tasks = []
         for attribs in meta["tasks_attribs"]:
+            if attribs.get("task_type") not in (TASK_SERIAL, TASK_RANGE_FOR):
+                raise NotReplayable(f"task {attribs.get('name')} is of type {attribs.get('task_type')}")
             if attribs["name"] not in spirv:
                 raise NotReplayable(f"task {attribs['name']} has no SPIR-V in the module")
             self.tasks.append(TaskPlan(attribs, spirv[attribs["name"]]))
@@ -380,10 +383,13 @@ class Pipeline:
 
 
 class Module:
-    """A module of ours: its plan and, per kernel asked for, the tasks' pipelines."""
+    """A module of ours: its plan and, per kernel asked for, the tasks' pipelines. `data`: the
+    archive, for Taichi to load instead where the driver refuses a pipeline of ours
+    (`taichi`: that module, once loaded)."""
 
-    def __init__(self, vk: Vulkan, plan: ModulePlan):
-        self.vk, self.plan, self._kernels = vk, plan, {}
+    def __init__(self, vk: Vulkan, plan: ModulePlan, data: bytes):
+        self.vk, self.plan, self.data, self._kernels = vk, plan, data, {}
+        self.taichi = None
 
     def kernel(self, name: str) -> "Kernel":
         kernel = self._kernels.get(name)
