@@ -8,6 +8,7 @@
 #                                                # cuda, vulkan side by side (the README's table)
 #   bash bench/gpu_issue31.sh gemm BACKEND       # gemm_micro.py: the 17x17 and 33x33 pointwise class,
 #                                                # untiled against shared-memory tile shapes
+#   bash bench/gpu_issue31.sh fp16 ARCH...       # fp16_compute.py: f32, f16 storage, f16 arithmetic
 set -u
 source bench/gpu_setup.sh
 [ -f /tmp/site/.compiled ] || { python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; touch /tmp/site/.compiled; }
@@ -30,4 +31,6 @@ case "$what" in
   gemm)
     python3 bench/gemm_micro.py --backend "${1:-cuda}" --layers 8 --runs 100 \
       --shapes 17x512 17x1024 33x256 --configs off 64,64,4,4 32,64,2,4 32,32,2,2 16,64,1,4 2>&1 ;;
+  fp16)
+    for arch in "$@"; do python3 bench/fp16_compute.py --arch "$arch" --runs 20 2>&1; done ;;
 esac
