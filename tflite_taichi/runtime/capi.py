@@ -130,6 +130,11 @@ class VulkanRuntimeInterop(C.Structure):    # TiVulkanRuntimeInteropInfo (taichi
                 ("graphics_queue", C.c_void_p), ("graphics_queue_family_index", C.c_uint32)]
 
 
+class VulkanMemoryInterop(C.Structure):     # TiVulkanMemoryInteropInfo (taichi_vulkan.h)
+    _fields_ = [("buffer", C.c_uint64), ("size", C.c_uint64), ("usage", C.c_uint32),
+                ("memory", C.c_uint64), ("offset", C.c_uint64)]
+
+
 # -- the library ------------------------------------------------------------------------------
 def _taichi_root() -> Optional[str]:
     """The installed taichi package's folder, found without importing it."""
@@ -199,6 +204,7 @@ _SIGNATURES = {
     "ti_import_cpu_memory": (_P, [_P, _P, C.c_size_t]),
     "ti_export_cuda_memory": (_VOID, [_P, _P, C.POINTER(InteropInfo)]),
     "ti_export_vulkan_runtime": (_VOID, [_P, C.POINTER(VulkanRuntimeInterop)]),
+    "ti_export_vulkan_memory": (_VOID, [_P, _P, C.POINTER(VulkanMemoryInterop)]),
 }
 
 _lib = None

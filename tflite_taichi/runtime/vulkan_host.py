@@ -94,17 +94,26 @@ class VulkanHost:
         if not (interop.get_instance_proc_addr and interop.device and interop.compute_queue):
             raise capi.CapiError("Taichi's Vulkan runtime exported no device or compute queue")
         self.device, self.queue = interop.device, interop.compute_queue
+        self.queue_family = interop.compute_queue_family_index
         get_instance_proc = _PFN_GET_PROC(interop.get_instance_proc_addr)
         self.info = _device_info(get_instance_proc, interop.instance, interop.physical_device)
-        get_device_proc = _function(get_instance_proc, interop.instance, "vkGetDeviceProcAddr",
-                                    _PFN_GET_PROC)
-        self.vk = {name: _function(get_device_proc, self.device, name, C.CFUNCTYPE(res, *args))
+        # kept for vulkan_submit.py's functions
+        self.get_device_proc = _function(get_instance_proc, interop.instance,
+                                         "vkGetDeviceProcAddr", _PFN_GET_PROC)
+        self.vk = {name: self.function(name, res, args)
                    for name, (res, args) in _DEVICE_FUNCTIONS.items()}
         self.fence = C.c_uint64(0)
         create = _FenceCreateInfo(STRUCTURE_FENCE_CREATE_INFO, None, 0)
         _ok(self.vk["vkCreateFence"](self.device, C.byref(create), None, C.byref(self.fence)),
             "vkCreateFence")
         self.spin_s = 0.0 if self.info.is_cpu else SPIN_S
+
+    def function(self, name: str, restype, argtypes):
+        """The device function `name` (CapiError where the driver has none)."""
+        return _function(self.get_device_proc, self.device, name, C.CFUNCTYPE(restype, *argtypes))
+
+    def has_function(self, name: str) -> bool:
+        return bool(self.get_device_proc(self.device, name.encode()))
 
     def wait(self, submit=None) -> None:
         """Return once everything submitted to the queue so far has finished. `submit(fence)`

@@ -35,7 +35,7 @@ import zipfile
 from collections import OrderedDict
 
 from tflite_taichi.runtime import capi
-from tflite_taichi.runtime.vulkan_host import _ok, _function, _PFN_GET_PROC
+from tflite_taichi.runtime.vulkan_host import _ok
 
 # BufferType (taichi/codegen/spirv/kernel_utils.h): the two kinds a launch of ours binds
 BUFFER_ARGS, BUFFER_EXT_ARR = 2, 5
@@ -178,11 +178,6 @@ class _BufferAddressInfo(C.Structure):
     _fields_ = [("sType", _U32), ("pNext", _P), ("buffer", _U64)]
 
 
-class MemoryInterop(C.Structure):           # TiVulkanMemoryInteropInfo (taichi_vulkan.h)
-    _fields_ = [("buffer", _U64), ("size", _U64), ("usage", _U32), ("memory", _U64),
-                ("offset", _U64)]
-
-
 class NotReplayable(Exception):
     """The module uses something a launch of ours does not bind (the reason): Taichi runs it."""
 
@@ -300,38 +295,25 @@ class ModulePlan:
 
 # -- Vulkan objects ----------------------------------------------------------------------------
 class Vulkan:
-    """The device functions this module calls, from Taichi's exported Vulkan runtime."""
+    """The device functions this module calls, through the host's (vulkan_host.VulkanHost) view
+    of Taichi's exported Vulkan runtime."""
 
-    def __init__(self, lib, runtime):
-        interop = capi.VulkanRuntimeInterop()
-        lib.ti_export_vulkan_runtime(runtime, C.byref(interop))
-        capi.check(lib, "export_vulkan_runtime")
+    def __init__(self, lib, runtime, host):
         self.lib, self.runtime = lib, runtime
-        self.device, self.queue = interop.device, interop.compute_queue
-        self.family = interop.compute_queue_family_index
-        get_instance_proc = _PFN_GET_PROC(interop.get_instance_proc_addr)
-        get_device_proc = _function(get_instance_proc, interop.instance, "vkGetDeviceProcAddr",
-                                    _PFN_GET_PROC)
-        self.fn = {name: _function(get_device_proc, self.device, name, C.CFUNCTYPE(res, *args))
-                   for name, (res, args) in _FUNCTIONS.items()}
-        self.address_of = None
-        for name, (res, args) in _OPTIONAL.items():
-            if get_device_proc(self.device, name.encode()):
-                self.address_of = _function(get_device_proc, self.device, name,
-                                            C.CFUNCTYPE(res, *args))
-                break
-        self.export = lib.ti_export_vulkan_memory
-        self.export.restype, self.export.argtypes = None, [_P, _P, C.POINTER(MemoryInterop)]
+        self.device, self.queue, self.family = host.device, host.queue, host.queue_family
+        self.fn = {name: host.function(name, res, args) for name, (res, args) in _FUNCTIONS.items()}
+        self.address_of = next((host.function(name, res, args) for name, (res, args)
+                                in _OPTIONAL.items() if host.has_function(name)), None)
 
     def create(self, what: str, info, *leading) -> int:
         handle = _U64(0)
         _ok(self.fn[what](self.device, *leading, C.byref(info), None, C.byref(handle)), what)
         return handle.value
 
-    def buffer(self, memory) -> MemoryInterop:
+    def buffer(self, memory) -> capi.VulkanMemoryInterop:
         """The VkBuffer behind a Taichi allocation."""
-        info = MemoryInterop()
-        self.export(self.runtime, memory, C.byref(info))
+        info = capi.VulkanMemoryInterop()
+        self.lib.ti_export_vulkan_memory(self.runtime, memory, C.byref(info))
         capi.check(self.lib, "export_vulkan_memory")
         if not info.buffer:
             raise capi.CapiError("Taichi exported no VkBuffer for a memory allocation")
@@ -535,24 +517,35 @@ class Uniform:
         self.memory, self.buffer = memory, buffer
 
 
+class Recording:
+    """A segment's command buffer, the Taichi allocations it uses, and its submit info (made
+    once: a resubmission builds nothing)."""
+
+    def __init__(self, cb, handles: frozenset):
+        self.cb, self.handles = cb, handles
+        self._cbs = (_P * 1)(cb)
+        self.submit_info = _SubmitInfo(S_SUBMIT_INFO, None, 0, None, None, 1,
+                                       C.cast(self._cbs, _P), 0, None)
+
+
 class Submitter:
     """Segments of commands between two waits, recorded once into command buffers of ours and
     submitted again when the same segment comes back; one fence the host waits on."""
 
     def __init__(self, lib, runtime, host):
         self.lib, self.runtime, self.host = lib, runtime, host      # host: vulkan_host.VulkanHost
-        self.vk = Vulkan(lib, runtime)
+        self.vk = Vulkan(lib, runtime, host)
         self.pool = self.vk.create("vkCreateCommandPool", _CommandPoolInfo(
             S_COMMAND_POOL, None, COMMAND_POOL_RESET_BUFFER, self.vk.family))
         self._segment = []              # what was asked since the last submission
-        self._recorded = OrderedDict()  # segment key -> (command buffer, buffer handles it uses)
-        self._exported = {}             # Taichi memory handle -> MemoryInterop
+        self._recorded = OrderedDict()  # segment key -> Recording
+        self._exported = {}             # Taichi memory handle -> capi.VulkanMemoryInterop
         self.launches = set()           # every live Launch (destroyed with its buffers)
         self.taichi_pending = False     # Taichi's command list may hold launches of its own
         self.recordings = self.submissions = 0      # counted for tests and summaries
 
     # memory
-    def vk_buffer(self, buffer) -> MemoryInterop:
+    def vk_buffer(self, buffer) -> capi.VulkanMemoryInterop:
         info = self._exported.get(buffer.handle)
         if info is None:
             info = self._exported[buffer.handle] = self.vk.buffer(buffer.handle)
@@ -582,9 +575,9 @@ class Submitter:
         self._exported.pop(handle, None)
         for launch in [launch for launch in self.launches if handle in launch.handles]:
             launch.destroy()
-        stale = [key for key, (_, handles) in self._recorded.items() if handle in handles]
+        stale = [key for key, rec in self._recorded.items() if handle in rec.handles]
         for key in stale:
-            self._free(self._recorded.pop(key)[0])
+            self._free(self._recorded.pop(key).cb)
 
     # the segment
     def add(self, launch: Launch) -> None:
@@ -619,9 +612,8 @@ class Submitter:
         else:
             self._recorded.move_to_end(key)
         self._segment = []
-        cbs = (_P * 1)(found[0])
-        submit = _SubmitInfo(S_SUBMIT_INFO, None, 0, None, None, 1, C.cast(cbs, _P), 0, None)
-        _ok(self.vk.fn["vkQueueSubmit"](self.vk.queue, 1, C.byref(submit), fence), "vkQueueSubmit")
+        _ok(self.vk.fn["vkQueueSubmit"](self.vk.queue, 1, C.byref(found.submit_info), fence),
+            "vkQueueSubmit")
         self.submissions += 1
 
     def _record(self, segment) -> tuple:
@@ -650,14 +642,14 @@ class Submitter:
         except BaseException:
             self._free(handle)
             raise
-        return handle, frozenset(handles)
+        return Recording(handle, frozenset(handles))
 
     def wait(self) -> None:
         """Submit what is pending and return once the queue has done everything submitted (the
         segment's own submission signals the host's fence)."""
         self.host.wait(self.submit)
         while len(self._recorded) > KEPT_SEGMENTS:       # the queue is idle: safe to free
-            self._free(self._recorded.popitem(last=False)[1][0])
+            self._free(self._recorded.popitem(last=False)[1].cb)
 
     def _free(self, cb) -> None:
         self.vk.fn["vkFreeCommandBuffers"](self.vk.device, self.pool, 1, C.byref(_P(cb)))
@@ -665,8 +657,8 @@ class Submitter:
     def close(self) -> None:
         for launch in list(self.launches):
             launch.destroy()
-        for cb, _ in self._recorded.values():
-            self._free(cb)
+        for recording in self._recorded.values():
+            self._free(recording.cb)
         self._recorded.clear()
         if self.pool:
             self.vk.fn["vkDestroyCommandPool"](self.vk.device, self.pool, None)
