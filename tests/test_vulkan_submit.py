@@ -187,3 +187,62 @@ def test_the_module_reader_takes_what_taichi_writes_and_refuses_the_rest(tmp_pat
         vulkan_submit.ModulePlan(doctored(spirv=b"\0" * 64))
     with pytest.raises(vulkan_submit.NotReplayable, match="gfx AOT archive"):
         vulkan_submit.ModulePlan(data[:100])
+
+
+# A program that garbage collection releases while this thread is inside a device call (here:
+# forced in the middle of every submission of ours) must not wait on the fence or free the
+# command buffers that call is using: its release waits for the next invoke.
+COLLECTED_INSIDE = r'''
+import gc, json, sys, warnings
+import numpy as np
+from tflite_taichi import Interpreter
+from tflite_taichi.runtime import vulkan_submit
+warnings.simplefilter("ignore")
+path = sys.argv[1]
+depth, deepest = [0], [0]
+real_wait, real_submit = vulkan_submit.Submitter.wait, vulkan_submit.Submitter.submit
+def wait(self):
+    depth[0] += 1; deepest[0] = max(deepest[0], depth[0])
+    try:
+        real_wait(self)
+    finally:
+        depth[0] -= 1
+def submit(self, fence=0):
+    gc.collect()            # what an allocation may trigger at any point of a submission
+    real_submit(self, fence)
+vulkan_submit.Submitter.wait, vulkan_submit.Submitter.submit = wait, submit
+ref = Interpreter(model_path=path, backend="reference"); ref.allocate_tensors()
+rng = np.random.default_rng(0)
+released, mismatches = [], 0
+for round in range(4):
+    it = Interpreter(model_path=path, backend="vulkan"); it.allocate_tensors()
+    it.cycle = it                   # only a collection frees it once it is dropped
+    program = it._main.program
+    for _ in range(3):
+        d = it.get_input_details()[0]
+        x = rng.uniform(-1, 1, d["shape"]).astype(np.float32)
+        for i in (it, ref):
+            i.set_tensor(d["index"], x); i.invoke()
+        for o in it.get_output_details():
+            mismatches += not np.allclose(it.get_tensor(o["index"]), ref.get_tensor(o["index"]),
+                                          rtol=1e-4, atol=1e-4 * np.abs(ref.get_tensor(o["index"])).max())
+    released.append(program._buffers)
+    del it, program
+print("RESULT " + json.dumps({"deepest": deepest[0], "mismatches": int(mismatches),
+      "freed": [len(b) == 0 for b in released]}), flush=True)
+'''
+
+
+def test_a_release_by_garbage_collection_waits_out_a_device_call(tmp_path, shared_models):
+    env = dict(os.environ, TFLITE_TAICHI_CACHE_DIR=str(tmp_path / "cache"))
+    path = os.path.join(shared_models, "face_detection_short_range.tflite")
+    done = subprocess.run([sys.executable, "-c", COLLECTED_INSIDE, path], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path, env=env)
+    lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads(lines[-1][7:])
+    assert result["deepest"] == 1, result          # no wait inside a wait
+    assert result["mismatches"] == 0, result
+    # every dropped program was freed, at the next program's invoke at the latest (the last
+    # one is still garbage when the script ends)
+    assert all(result["freed"][:-1]), result

@@ -535,8 +535,10 @@ def _index_checks(schedule: Schedule) -> dict:
 
 def _release(device, buffers, links, modules) -> None:
     """Frees a program's device memory and module (weakref.finalize: also at collection, in any
-    thread, so under TAICHI_LOCK; a GL device's frees wait for its own thread)."""
-    if not device.affinity.on_owner_thread():
+    thread, so under TAICHI_LOCK; a GL device's frees wait for its own thread). A collection
+    inside a device call of this thread (in the middle of a Vulkan submission of ours, whose
+    fence and command buffers a release would wait on and free) waits for the next invoke."""
+    if not device.affinity.on_owner_thread() or device_mod.inside_device_call():
         device.affinity.defer(lambda: _release(device, buffers, links, modules))
         return
     try:

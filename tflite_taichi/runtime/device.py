@@ -42,6 +42,13 @@ from tflite_taichi.errors import BackendUnavailable
 
 TAICHI_LOCK = threading.RLock()
 
+
+def inside_device_call() -> bool:
+    """Whether this thread holds TAICHI_LOCK: it is inside a call into a runtime (ours included:
+    vulkan_submit.py records and submits in Python, where garbage collection can run a
+    finalizer at any allocation). RLock._is_owned is CPython's (threading.Condition uses it)."""
+    return TAICHI_LOCK._is_owned()
+
 ITEMSIZE = {"f32": 4, "f16": 2}
 NUMPY = {"f32": np.float32, "f16": np.float16}
 GFX_BACKENDS = ("vulkan", "opengl", "gles", "metal")
@@ -59,7 +66,8 @@ class ThreadAffinity:
     there (Taichi makes it current once; EGL refuses a context current in another thread). Calls
     from another thread would find no context (map_memory returns NULL, launches do nothing), so
     they are refused with an InterpreterStateError instead; frees that garbage collection runs
-    in another thread wait until the owner thread uses the device again."""
+    in another thread, or inside a device call of this one, wait until the owner thread uses
+    the device again."""
 
     def __init__(self, backend: str):
         self.backend = backend
@@ -79,7 +87,7 @@ class ThreadAffinity:
                 "created the first Taichi interpreter of this process (an OpenGL context is "
                 "current in one thread only); use the interpreter from that thread, or vulkan "
                 "from any thread")
-        while self._deferred:
+        while self._deferred and not inside_device_call():
             self._deferred.pop(0)()
 
     def defer(self, fn) -> None:
