@@ -14,6 +14,7 @@ and PoseNet shapes. Median of --runs invokes (each followed by ti.sync), after 1
     python bench/fp16_compute.py --arch cuda [--runs 20]
 """
 import argparse
+import functools
 import sys
 import time
 
@@ -41,6 +42,53 @@ def _time(fn, sync, runs: int) -> float:
     return 1e6 * float(np.median(times))
 
 
+def _pointwise(ti, px: int, c_in: int, c_out: int, store, math):
+    @ti.kernel
+    def pointwise(x: ti.types.ndarray(dtype=store, ndim=1), w: ti.types.ndarray(dtype=store, ndim=1),
+                  y: ti.types.ndarray(dtype=store, ndim=1)):
+        for i in range(px * c_out):
+            pix, co = i // c_out, i % c_out
+            acc = ti.cast(0.0, math)
+            for ci in range(c_in):
+                acc += ti.cast(x[pix * c_in + ci], math) * ti.cast(w[ci * c_out + co], math)
+            y[i] = ti.cast(ti.min(ti.max(acc, 0.0), 6.0), store)
+    return pointwise
+
+
+def _depthwise(ti, side: int, ch: int, store, math):
+    @ti.kernel
+    def depthwise(x: ti.types.ndarray(dtype=store, ndim=1), w: ti.types.ndarray(dtype=store, ndim=1),
+                  y: ti.types.ndarray(dtype=store, ndim=1)):
+        for i in range(side * side * ch):
+            c = i % ch
+            oy, ox = (i // ch) // side, (i // ch) % side
+            acc = ti.cast(0.0, math)
+            for ky, kx in ti.static(ti.ndrange(3, 3)):
+                iy, ix = oy + ky - 1, ox + kx - 1
+                if 0 <= iy < side and 0 <= ix < side:
+                    acc += ti.cast(x[(iy * side + ix) * ch + c], math) * \
+                        ti.cast(w[(ky * 3 + kx) * ch + c], math)
+            y[i] = ti.cast(ti.min(ti.max(acc, 0.0), 6.0), store)
+    return depthwise
+
+
+def _compare(ti, forms: dict, label: str, x32, w32, outputs: int, runs: int, macs, make) -> None:
+    """Time `make(store, math)`'s kernel in every form on the same data; print each row."""
+    base = None
+    for name, (store, math) in forms.items():
+        host = np.float16 if store == ti.f16 else np.float32
+        x, w, y = ti.ndarray(store, x32.size), ti.ndarray(store, w32.size), ti.ndarray(store, outputs)
+        x.from_numpy(x32.astype(host))
+        w.from_numpy(w32.astype(host))
+        kernel = make(store, math)
+        us = _time(functools.partial(kernel, x, w, y), ti.sync, runs)
+        out = y.to_numpy().astype(np.float32)
+        base = out if base is None else base
+        rate = f"{macs / us / 1e6:6.2f} TMAC/s  " if macs else ""
+        print(f"  {label} {name:10s} {us:8.1f} us  {rate}max|diff| {np.abs(out - base).max():.1e}",
+              flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--arch", default="cuda")
@@ -61,60 +109,17 @@ def main() -> int:
     print(f"  a one-element kernel (the launch floor)  {_time(lambda: empty(one), ti.sync, a.runs):8.1f} us")
 
     for side, c_in, c_out in POINTWISE:
-        px = side * side
-        x32 = rng.uniform(0, 1, px * c_in).astype(np.float32)
+        x32 = rng.uniform(0, 1, side * side * c_in).astype(np.float32)
         w32 = (rng.uniform(-1, 1, c_in * c_out) / np.sqrt(c_in)).astype(np.float32)
-        base = None
-        for name, (store, math) in forms.items():
-            x, w, y = ti.ndarray(store, px * c_in), ti.ndarray(store, c_in * c_out), ti.ndarray(store, px * c_out)
-            x.from_numpy(x32.astype(np.float16 if store == ti.f16 else np.float32))
-            w.from_numpy(w32.astype(np.float16 if store == ti.f16 else np.float32))
-
-            @ti.kernel
-            def pointwise(x: ti.types.ndarray(dtype=store, ndim=1), w: ti.types.ndarray(dtype=store, ndim=1),
-                          y: ti.types.ndarray(dtype=store, ndim=1)):
-                for i in range(px * c_out):
-                    pix, co = i // c_out, i % c_out
-                    acc = ti.cast(0.0, math)
-                    for ci in range(c_in):
-                        acc += ti.cast(x[pix * c_in + ci], math) * ti.cast(w[ci * c_out + co], math)
-                    y[i] = ti.cast(ti.min(ti.max(acc, 0.0), 6.0), store)
-
-            us = _time(lambda: pointwise(x, w, y), ti.sync, a.runs)
-            out = y.to_numpy().astype(np.float32)
-            base = out if base is None else base
-            macs = px * c_in * c_out
-            print(f"  pointwise {side}x{side} {c_in}->{c_out:<5d} {name:10s} {us:8.1f} us  "
-                  f"{macs / us / 1e6:6.2f} TMAC/s  max|diff| {np.abs(out - base).max():.1e}", flush=True)
-
+        label = f"pointwise {side}x{side} {c_in}->{c_out:<5d}"
+        _compare(ti, forms, label, x32, w32, side * side * c_out, a.runs, side * side * c_in * c_out,
+                 functools.partial(_pointwise, ti, side * side, c_in, c_out))
     for side, ch in DEPTHWISE:
         x32 = rng.uniform(0, 1, side * side * ch).astype(np.float32)
         w32 = rng.uniform(-1, 1, 9 * ch).astype(np.float32) / 3
-        base = None
-        for name, (store, math) in forms.items():
-            x, w, y = ti.ndarray(store, side * side * ch), ti.ndarray(store, 9 * ch), ti.ndarray(store, side * side * ch)
-            x.from_numpy(x32.astype(np.float16 if store == ti.f16 else np.float32))
-            w.from_numpy(w32.astype(np.float16 if store == ti.f16 else np.float32))
-
-            @ti.kernel
-            def depthwise(x: ti.types.ndarray(dtype=store, ndim=1), w: ti.types.ndarray(dtype=store, ndim=1),
-                          y: ti.types.ndarray(dtype=store, ndim=1)):
-                for i in range(side * side * ch):
-                    c = i % ch
-                    oy, ox = (i // ch) // side, (i // ch) % side
-                    acc = ti.cast(0.0, math)
-                    for ky, kx in ti.static(ti.ndrange(3, 3)):
-                        iy, ix = oy + ky - 1, ox + kx - 1
-                        if 0 <= iy < side and 0 <= ix < side:
-                            acc += ti.cast(x[(iy * side + ix) * ch + c], math) * \
-                                ti.cast(w[(ky * 3 + kx) * ch + c], math)
-                    y[i] = ti.cast(ti.min(ti.max(acc, 0.0), 6.0), store)
-
-            us = _time(lambda: depthwise(x, w, y), ti.sync, a.runs)
-            out = y.to_numpy().astype(np.float32)
-            base = out if base is None else base
-            print(f"  depthwise {side}x{side}x{ch:<5d}      {name:10s} {us:8.1f} us  "
-                  f"max|diff| {np.abs(out - base).max():.1e}", flush=True)
+        label = f"depthwise {side}x{side}x{ch:<5d}     "
+        _compare(ti, forms, label, x32, w32, side * side * ch, a.runs, None,
+                 functools.partial(_depthwise, ti, side, ch))
     return 0
 
 
