@@ -4,11 +4,14 @@
 # writes under $OUT. The zoo's models are built there (bench/make_zoo.py).
 #   bash bench/gpu_issue31.sh floor              # launch_floor.py on vulkan: our command buffers
 #                                                # against Taichi's submissions (TFLITE_TAICHI_VULKAN_SUBMIT)
+#   bash bench/gpu_issue31.sh floor cuda         # launch_floor.py on cuda: item 4's launch floor
 #   bash bench/gpu_issue31.sh table MODELS...    # tflite-taichi bench: LiteRT CPU 16 threads, LiteRT GPU,
 #                                                # cuda, vulkan side by side (the README's table)
 #   bash bench/gpu_issue31.sh gemm BACKEND       # gemm_micro.py: the 17x17 and 33x33 pointwise class,
 #                                                # untiled against shared-memory tile shapes
 #   bash bench/gpu_issue31.sh fp16 ARCH...       # fp16_compute.py: f32, f16 storage, f16 arithmetic
+#   bash bench/gpu_issue31.sh ab BACKEND MODELS  # ab_tiles.py: whole models, GEMM tile selections
+#                                                # alternating in one process ($VARIANTS)
 set -u
 source bench/gpu_setup.sh
 [ -f /tmp/site/.compiled ] || { python3 -m compileall -q -j 16 /tmp/site >/dev/null 2>&1; touch /tmp/site/.compiled; }
@@ -18,6 +21,11 @@ what=${1:-floor}; shift || true
 case "$what" in
   floor)
     zoo mobilenet_v2,posenet
+    if [ "${1:-vulkan}" = cuda ]; then
+      python3 bench/launch_floor.py --backend cuda --runs 300 --launches 1 4 16 --tasks 1 32 \
+        --model .zoo/mobilenet_v2_fp32.tflite .zoo/posenet_fp32.tflite --json "$OUT/floor_cuda.json" 2>&1
+      exit
+    fi
     for s in ours taichi; do
       echo "== TFLITE_TAICHI_VULKAN_SUBMIT=$s"
       TFLITE_TAICHI_VULKAN_SUBMIT=$s python3 bench/launch_floor.py --backend vulkan --runs 300 \
@@ -31,6 +39,13 @@ case "$what" in
   gemm)
     python3 bench/gemm_micro.py --backend "${1:-cuda}" --layers 8 --runs 100 \
       --shapes 17x512 17x1024 33x256 --configs off 64,64,4,4 32,64,2,4 32,32,2,2 16,64,1,4 2>&1 ;;
+  ab)
+    backend=$1; shift
+    zoo "${ZOO:-posenet,deeplab_v3,mobilenet_v2}"
+    for m in "$@"; do
+      python3 bench/ab_tiles.py "$m" --backend "$backend" --rounds "${ROUNDS:-2}" --runs 200 \
+        --variant ${VARIANTS:-off:NO_SHARED_TILES=1 default:} 2>&1
+    done ;;
   fp16)
     for arch in "$@"; do python3 bench/fp16_compute.py --arch "$arch" --runs 20 2>&1; done ;;
 esac

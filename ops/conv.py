@@ -307,6 +307,17 @@ GEMM_CONFIG = (64, 64, 4, 4)        # tile_m, tile_n, micro_m, micro_n: 256 thre
 # from 1179 to 1717 on vulkan. Batch-1 ops of the models here have at most 256 tiles, batch-32
 # MobileNet's at least 400: tiles are for batches (and very large images).
 GEMM_MIN_BLOCKS = 400
+# The small-grid class, on Vulkan: a product with too few 64x64 tiles to fill the GPU but at
+# least SMALL_GRID_MIN_BLOCKS of 32x32 (PoseNet's and DeepLab's 17x17 and 33x33 pointwise convs
+# of 256-1024 channels) runs as 32x32 tiles of 2x2 per thread. Measured on the H200 with our own
+# Vulkan submissions (bench/results/issue31_gemm_h200.md): an isolated 17x17 1024->1024 layer
+# 430 -> 157 us, 33x33x256 93 -> 65 us; whole PoseNet 1.08-1.15 -> 0.86-0.89 ms, DeepLab v3 and
+# MobileNet v2 level or 2-7% faster, alternating in one process. On cuda the same selection ran
+# whole PoseNet 5-10% slower (the gather's 17x17 1024->1024 layer is 152 us there already), so
+# cuda keeps the gather; other archs with shared memory are unmeasured and keep it too.
+SMALL_GRID_CONFIG = (32, 32, 2, 2)
+SMALL_GRID_MIN_BLOCKS = 150
+SMALL_GRID_ARCHS = frozenset({"vulkan"})
 
 
 def gemm_min_blocks() -> int:
@@ -315,21 +326,27 @@ def gemm_min_blocks() -> int:
     return int(os.environ.get("TFLITE_TAICHI_GEMM_MIN_BLOCKS", GEMM_MIN_BLOCKS))
 
 
-def gemm_config() -> tuple:
-    """The tile shape; bench/gemm_micro.py compares others through TFLITE_TAICHI_GEMM_TILES."""
-    spec = os.environ.get("TFLITE_TAICHI_GEMM_TILES")
-    return tuple(int(v) for v in spec.split(",")) if spec else GEMM_CONFIG
-
-
 def gemm_blocks(m: int, n: int, config: tuple = GEMM_CONFIG) -> int:
     return -(-m // config[0]) * -(-n // config[1])
 
 
-def use_gemm_tiles(m: int, n: int, k: int) -> bool:
-    """Whether a [m, k] @ [k, n] product runs as shared-memory tiles here: an arch that has them,
-    enough tiles to occupy a GPU, and a reduction long enough to stage."""
-    return (kit.has_shared_memory() and gemm_blocks(m, n, gemm_config()) >= gemm_min_blocks()
-            and k >= GEMM_K)
+def gemm_choice(m: int, n: int, k: int, arch: str = None):
+    """The tile shape (tile_m, tile_n, micro_m, micro_n) a [m, k] @ [k, n] product runs with on
+    `arch` (default: the delegate's), or None for the register-tiled gather: an arch with
+    block-shared memory, a reduction long enough to stage, and enough tiles of a measured class.
+    TFLITE_TAICHI_GEMM_TILES forces one shape from gemm_min_blocks() tiles (bench/gemm_micro.py)."""
+    arch = arch or kit.current_arch()
+    if not kit.has_shared_memory(arch) or k < GEMM_K:
+        return None
+    forced = os.environ.get("TFLITE_TAICHI_GEMM_TILES")
+    if forced:
+        config = tuple(int(v) for v in forced.split(","))
+        return config if gemm_blocks(m, n, config) >= gemm_min_blocks() else None
+    if gemm_blocks(m, n, GEMM_CONFIG) >= gemm_min_blocks():
+        return GEMM_CONFIG
+    if arch in SMALL_GRID_ARCHS and gemm_blocks(m, n, SMALL_GRID_CONFIG) >= SMALL_GRID_MIN_BLOCKS:
+        return SMALL_GRID_CONFIG
+    return None
 
 
 @ti.data_oriented
@@ -341,12 +358,12 @@ class GemmTileStep:
     threads read neighbouring w columns (no shared-memory bank conflicts) and write neighbouring
     output addresses (coalesced); the threads of one row read the same x value (a broadcast)."""
 
-    def __init__(self, x, w, b, out, m, k, n, act, config=None):
+    def __init__(self, x, w, b, out, m, k, n, act, config):
         self.x, self.w, self.out = x, w, out
         self.has_bias = b is not None
         self.b = b if b is not None else w
         self.m, self.k, self.n = m, k, n
-        self.tile_m, self.tile_n, self.micro_m, self.micro_n = config or gemm_config()
+        self.tile_m, self.tile_n, self.micro_m, self.micro_n = config
         self.lanes_m = self.tile_m // self.micro_m
         self.lanes_n = self.tile_n // self.micro_n
         self.threads = self.lanes_m * self.lanes_n
@@ -663,9 +680,10 @@ def _conv_taichi(node, io):
     splits = _conv_splits(node)
     pointwise = (groups == 1 and (k_h, k_w, o.stride_h, o.stride_w) == (1, 1, 1, 1))
     pixels = int(np.prod(node.outputs[0].shape[:3]))
-    if packed and pointwise and _scratch_ref(io, splits) is None and use_gemm_tiles(pixels, c_out, c_f):
+    tiles = gemm_choice(pixels, c_out, c_f) if packed and pointwise else None
+    if tiles and _scratch_ref(io, splits) is None:
         return GemmTileStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
-                            pixels, c_f, c_out, o.fused_activation_function)
+                            pixels, c_f, c_out, o.fused_activation_function, tiles)
     if packed and pointwise:
         return PointwiseConvStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
                                  o.fused_activation_function, _scratch_ref(io, splits), splits)
@@ -938,9 +956,10 @@ def _fully_connected_taichi(node, io):
     splits = _fc_splits(node)
     rows = int(np.prod(node.outputs[0].shape)) // units
     packed = node.inputs[1].value is not None
-    if packed and splits == 1 and use_gemm_tiles(rows, units, depth):
+    tiles = gemm_choice(rows, units, depth) if packed and splits == 1 else None
+    if tiles:
         return GemmTileStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
-                            rows, depth, units, node.options.fused_activation_function)
+                            rows, depth, units, node.options.fused_activation_function, tiles)
     return FullyConnectedStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
                               depth, units, node.options.fused_activation_function,
                               packed=node.inputs[1].value is not None,

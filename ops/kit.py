@@ -296,11 +296,11 @@ def current_arch() -> str:
     return ti.lang.impl.current_cfg().arch.name
 
 
-def has_shared_memory() -> bool:
-    """Whether the delegate's arch gives kernels block-shared memory."""
+def has_shared_memory(arch: str = None) -> bool:
+    """Whether `arch` (default: the delegate's) gives kernels block-shared memory."""
     if os.environ.get("TFLITE_TAICHI_NO_SHARED_TILES"):    # bench/'s A/B switch, see gpu_bench.sh
         return False
-    return current_arch() in SHARED_MEMORY_ARCHS
+    return (arch or current_arch()) in SHARED_MEMORY_ARCHS
 
 
 def split_count(n_out: int, terms: int, min_terms: int) -> int:

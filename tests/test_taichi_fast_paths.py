@@ -22,8 +22,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tflite_taichi.ops.conv import (GEMM_CONFIG, GEMM_K, GEMM_MIN_BLOCKS, SPLIT_K_MIN_TERMS,
-                                    SPLIT_K_THREADS, gemm_blocks, pointwise_splits, split_k)
+from tflite_taichi.ops.conv import (GEMM_CONFIG, GEMM_K, GEMM_MIN_BLOCKS, SMALL_GRID_CONFIG,
+                                    SMALL_GRID_MIN_BLOCKS, SPLIT_K_MIN_TERMS, SPLIT_K_THREADS,
+                                    gemm_blocks, gemm_choice, pointwise_splits, split_k)
 from tflite_taichi import Interpreter
 from tflite_taichi.testing import (BackendWorker, Const, Input, Output, TAICHI_EXAMPLES,
                                    check_delegate, check_op, model_inputs, one_op_model,
@@ -147,6 +148,19 @@ def test_gemm_tiles_are_taken_by_the_shapes_they_are_for():
     assert gemm_blocks(7 * 7 * 32, 1024) >= GEMM_MIN_BLOCKS
 
 
+def test_gemm_tile_shapes_follow_the_arch_and_the_class():
+    for arch in ("cuda", "vulkan", "opengl"):
+        assert gemm_choice(14 * 14, 512, 512, arch) is None                 # batch 1: the gather
+        assert gemm_choice(112 * 112 * 32, 64, 32, arch) == GEMM_CONFIG     # batch 32: 64x64 tiles
+    # PoseNet's 17x17 1024->1024 and DeepLab's 33x33x256: 32x32 tiles on vulkan only (measured
+    # faster there, slower on cuda: ops/conv.py SMALL_GRID_CONFIG)
+    assert gemm_choice(17 * 17, 1024, 1024, "vulkan") == SMALL_GRID_CONFIG
+    assert gemm_choice(33 * 33, 256, 256, "vulkan") == SMALL_GRID_CONFIG
+    for arch in ("cuda", "opengl", "x64"):
+        assert gemm_choice(17 * 17, 1024, 1024, arch) is None
+    assert gemm_choice(17 * 17, 1024, GEMM_K - 1, "vulkan") is None         # too short to stage
+
+
 TEST_MIN_BLOCKS = 8
 
 
@@ -173,20 +187,30 @@ def gemm_workers(taichi_workers):
 
 
 @st.composite
-def gemm_shapes(draw):
-    """Pixels x output channels with at least TEST_MIN_BLOCKS tiles, ragged edges in every
-    dimension (pixels, channels and the reduction not multiples of the tile sizes)."""
-    c_out = draw(st.integers(1, 3 * TILE_N + 5))
-    col_blocks = -(-c_out // TILE_N)
-    row_blocks = -(-TEST_MIN_BLOCKS // col_blocks) + draw(st.integers(0, 3))
-    pixels = row_blocks * TILE_M - draw(st.integers(0, TILE_M - 1))
+def gemm_shapes(draw, tile_m=TILE_M, tile_n=TILE_N, min_blocks=TEST_MIN_BLOCKS):
+    """Pixels x output channels with at least `min_blocks` tiles of tile_m x tile_n, ragged
+    edges in every dimension (pixels, channels and the reduction not multiples of the tile
+    sizes)."""
+    c_out = draw(st.integers(1, 3 * tile_n + 5))
+    col_blocks = -(-c_out // tile_n)
+    row_blocks = -(-min_blocks // col_blocks) + draw(st.integers(0, 3))
+    pixels = row_blocks * tile_m - draw(st.integers(0, tile_m - 1))
     c_in = draw(st.sampled_from([GEMM_K, GEMM_K + 3, 40, 67]))
     return pixels, c_in, c_out
 
 
 @st.composite
-def gemm_tiles_cases(draw):
-    shape = draw(gemm_shapes())
+def small_grid_shapes(draw):
+    """Shapes of the small-grid class: SMALL_GRID_MIN_BLOCKS 32x32 tiles or more, which vulkan
+    runs as 32x32 tiles at the default thresholds (asserted, so the test reaches the kernel)."""
+    pixels, c_in, c_out = draw(gemm_shapes(*SMALL_GRID_CONFIG[:2], SMALL_GRID_MIN_BLOCKS))
+    assert gemm_choice(pixels, c_out, c_in, "vulkan") == SMALL_GRID_CONFIG
+    return pixels, c_in, c_out
+
+
+@st.composite
+def gemm_tiles_cases(draw, shapes=None):
+    shape = draw(shapes if shapes is not None else gemm_shapes())
     op = draw(st.sampled_from(["CONV_2D", "FULLY_CONNECTED"]))
     act = draw(st.sampled_from(["NONE", "RELU6"]))
     bias = draw(st.booleans())
@@ -216,6 +240,10 @@ def gemm_tiles_cases(draw):
 
 def test_gemm_tiles(gemm_workers):
     check_op(gemm_tiles_cases(), workers=gemm_workers)
+
+
+def test_gemm_small_grid_tiles_on_vulkan(vulkan_workers):
+    check_op(gemm_tiles_cases(small_grid_shapes()), workers=vulkan_workers)
 
 
 def test_fast_paths_in_fp16_keep_float32_partials(vulkan_workers):
