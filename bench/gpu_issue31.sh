@@ -6,7 +6,8 @@
 #                                                # against Taichi's submissions (TFLITE_TAICHI_VULKAN_SUBMIT)
 #   bash bench/gpu_issue31.sh floor cuda         # launch_floor.py on cuda: item 4's launch floor
 #   bash bench/gpu_issue31.sh table MODELS...    # tflite-taichi bench: LiteRT CPU 16 threads, LiteRT GPU,
-#                                                # cuda, vulkan side by side (the README's table)
+#                                                # cuda, vulkan side by side (the README's table;
+#                                                # $BACKENDS and $PRECISION change the set)
 #   bash bench/gpu_issue31.sh gemm BACKEND       # gemm_micro.py: the 17x17 and 33x33 pointwise class,
 #                                                # untiled against shared-memory tile shapes
 #   bash bench/gpu_issue31.sh fp16 ARCH...       # fp16_compute.py: f32, f16 storage, f16 arithmetic
@@ -34,7 +35,9 @@ case "$what" in
     done ;;
   table)
     zoo "${ZOO:-mobilenet_v2,mobilenet_v3_large,mobilenet_v3_small,efficientnet_lite0,posenet}"
-    python3 -m tflite_taichi bench "$@" --backends litert litert_gpu cuda vulkan --threads 16 \
+    # BACKENDS / PRECISION: e.g. BACKENDS="litert_gpu_fp16 vulkan" PRECISION=fp16 for the fp16 pair
+    python3 -m tflite_taichi bench "$@" --backends ${BACKENDS:-litert litert_gpu cuda vulkan} \
+      --precision "${PRECISION:-fp32}" --threads 16 \
       --runs 100 --wide --out "$OUT/table_$(date +%s)" 2>&1 ;;
   gemm)
     python3 bench/gemm_micro.py --backend "${1:-cuda}" --layers 8 --runs 100 \

@@ -565,7 +565,11 @@ def versions() -> dict:
         commit = subprocess.run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"],
                                 capture_output=True, text=True, timeout=10)
         if commit.returncode == 0:
-            out["tflite-taichi commit"] = commit.stdout.strip()
+            # a tree with uncommitted changes to tracked files is not that commit: say so
+            changed = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                                     capture_output=True, text=True, timeout=10)
+            dirty = "+changes" if changed.returncode == 0 and changed.stdout.strip() else ""
+            out["tflite-taichi commit"] = commit.stdout.strip() + dirty
     except (OSError, subprocess.SubprocessError):
         pass
     return out
