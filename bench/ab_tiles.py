@@ -20,7 +20,7 @@ DEFAULT_VARIANTS = ["off:NO_SHARED_TILES=1", "default:"]
 
 
 def parse_variant(spec: str) -> tuple:
-    """'LABEL:KEY=VALUE,KEY=VALUE' -> (label, {TFLITE_TAICHI_KEY: VALUE}); a value may hold
+    """'LABEL:KEY=VALUE,KEY=VALUE' -> (label, {'TFLITE_TAICHI_' + KEY: VALUE}); a value may hold
     commas (GEMM_TILES=32,32,2,2): a part without '=' belongs to the value before it."""
     label, _, rest = spec.partition(":")
     env, key = {}, None

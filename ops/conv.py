@@ -13,12 +13,12 @@ The Taichi parts (delegate) are gathers: one thread per output element, serial l
 window taps and input channels. No `from __future__ import annotations` here: Taichi reads the
 annotations of the ti.func methods below.
 """
-import os
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 
+from tflite_taichi import switches
 from tflite_taichi.errors import ModelError
 from tflite_taichi.quant import is_float_view
 
@@ -225,7 +225,7 @@ def pointwise_splits(pixels: int, c_in: int, c_out: int) -> int:
     one output channel each) counted, not its outputs, so a classifier tail's 14x14x512 conv
     (25K threads of 512 terms) splits in 3 and its 7x7x1024 one in 5.
     TFLITE_TAICHI_POINTWISE_SPLIT=0 (bench/'s A/B switch) counts outputs, as other convs do."""
-    if os.environ.get("TFLITE_TAICHI_POINTWISE_SPLIT", "1").strip() == "0":
+    if not switches.value("TFLITE_TAICHI_POINTWISE_SPLIT"):
         return split_k(pixels * c_out, c_in)
     return split_count(-(-pixels // PIXEL_TILE) * c_out, c_in, SPLIT_K_MIN_TERMS)
 
@@ -323,7 +323,8 @@ SMALL_GRID_ARCHS = frozenset({"vulkan"})
 def gemm_min_blocks() -> int:
     """GEMM_MIN_BLOCKS; tests lower it (TFLITE_TAICHI_GEMM_MIN_BLOCKS) to reach the tiled
     kernel with shapes small enough for a software rasteriser."""
-    return int(os.environ.get("TFLITE_TAICHI_GEMM_MIN_BLOCKS", GEMM_MIN_BLOCKS))
+    given = switches.value("TFLITE_TAICHI_GEMM_MIN_BLOCKS")
+    return GEMM_MIN_BLOCKS if given is None else given
 
 
 def gemm_blocks(m: int, n: int, config: tuple = GEMM_CONFIG) -> int:
@@ -338,10 +339,9 @@ def gemm_choice(m: int, n: int, k: int, arch: str = None):
     arch = arch or kit.current_arch()
     if not kit.has_shared_memory(arch) or k < GEMM_K:
         return None
-    forced = os.environ.get("TFLITE_TAICHI_GEMM_TILES")
+    forced = switches.value("TFLITE_TAICHI_GEMM_TILES")
     if forced:
-        config = tuple(int(v) for v in forced.split(","))
-        return config if gemm_blocks(m, n, config) >= gemm_min_blocks() else None
+        return forced if gemm_blocks(m, n, forced) >= gemm_min_blocks() else None
     if gemm_blocks(m, n, GEMM_CONFIG) >= gemm_min_blocks():
         return GEMM_CONFIG
     if arch in SMALL_GRID_ARCHS and gemm_blocks(m, n, SMALL_GRID_CONFIG) >= SMALL_GRID_MIN_BLOCKS:

@@ -24,10 +24,10 @@ Kernels take four 1-D buffers; ops see three names, passed to every load and sto
             weights argument. Ops pass `io` on untouched; only load/store look inside.
 """
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
+from tflite_taichi import switches
 from .common import ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1, ACT_SIGN_BIT, ACT_TANH
 from .lazy_taichi import LazyTaichi, realize  # noqa: F401  (realize: for what compiles)
 
@@ -298,7 +298,7 @@ def current_arch() -> str:
 
 def has_shared_memory(arch: str = None) -> bool:
     """Whether `arch` (default: the delegate's) gives kernels block-shared memory."""
-    if os.environ.get("TFLITE_TAICHI_NO_SHARED_TILES"):    # bench/'s A/B switch, see gpu_bench.sh
+    if switches.value("TFLITE_TAICHI_NO_SHARED_TILES"):    # bench/'s A/B switch, see gpu_bench.sh
         return False
     return (arch or current_arch()) in SHARED_MEMORY_ARCHS
 

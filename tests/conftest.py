@@ -3,6 +3,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
+from tflite_taichi import switches
+
 # Hypothesis profiles (HYPOTHESIS_PROFILE, or pytest's --hypothesis-profile). Every count is
 # relative to the profile: a test without a count runs its max_examples, a test with one states
 # its count under "ci" through tflite_taichi.testing.examples(n) (scaled by max_examples / 50)
@@ -24,7 +26,7 @@ _COMMON = dict(deadline=None, print_blob=True,
 settings.register_profile("ci", max_examples=50, derandomize=True, database=None, **_COMMON)
 settings.register_profile("thorough", max_examples=500, **_COMMON)
 settings.register_profile("explore", derandomize=False,
-                          max_examples=int(os.environ.get("TFLITE_TAICHI_EXPLORE_EXAMPLES", "200")),
+                          max_examples=switches.value("TFLITE_TAICHI_EXPLORE_EXAMPLES"),
                           **_COMMON)
 # "debug": no shrinking, for checking that a test can fail (shrinking a Taichi case recompiles
 # kernels at every step).
@@ -61,7 +63,7 @@ SHARED_MODELS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".
 
 @pytest.fixture
 def shared_models():
-    path = os.environ.get("TFLITE_TAICHI_MODELS", SHARED_MODELS)
+    path = switches.value("TFLITE_TAICHI_MODELS") or SHARED_MODELS
     if not os.path.isdir(path):
         pytest.skip(f"the shared model folder {path} is absent (set TFLITE_TAICHI_MODELS)")
     return path
@@ -70,7 +72,7 @@ def shared_models():
 # Taichi backends under test, each in its own worker process (Taichi is one arch per process).
 # CI has cpu, vulkan (Mesa lavapipe) and opengl (llvmpipe); a backend listed here that does not
 # start is a failure, not a skip: the delegate must really run on it.
-TAICHI_BACKENDS = [b for b in os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl").split(",") if b]
+TAICHI_BACKENDS = list(switches.value("TFLITE_TAICHI_TEST_BACKENDS"))
 
 
 @pytest.fixture(scope="session")
@@ -98,7 +100,7 @@ def vulkan_workers(taichi_workers):
 @pytest.fixture(scope="session")
 def gles_worker():
     from tflite_taichi.testing import BackendWorker
-    if "gles" not in os.environ.get("TFLITE_TAICHI_TEST_GLES", "gles"):
+    if "gles" not in switches.value("TFLITE_TAICHI_TEST_GLES"):
         pytest.skip("GLES disabled by TFLITE_TAICHI_TEST_GLES")
     w = BackendWorker("gles")
     yield w

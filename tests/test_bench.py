@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tflite_taichi import _bench_child as child
-from tflite_taichi import bench
+from tflite_taichi import bench, switches
 from tflite_taichi.cli import main
 from tflite_taichi.testing import Const, Input, Output, one_op_model
 
@@ -24,7 +24,7 @@ BACKENDS = (["litert"] if bench.litert_available() else []) + ["reference", "cpu
 needs_litert = pytest.mark.skipif(not bench.litert_available(), reason="ai_edge_litert not installed")
 # TFLITE_TAICHI_EXPECT_GPU=none (.ci/run): no hardware GPU here, so a test that would skip on a
 # GPU machine must hold (as in tests/test_delegate.py).
-NO_GPU = os.environ.get("TFLITE_TAICHI_EXPECT_GPU") == "none"
+NO_GPU = switches.value("TFLITE_TAICHI_EXPECT_GPU") == "none"
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import plugin_ops  # noqa: F401  (registers CUSTOM:CpuOnlyAbs in this process too)
-from tflite_taichi import Interpreter
+from tflite_taichi import Interpreter, switches
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import BackendUnavailable
 from tflite_taichi.testing import BackendWorker, check_delegate, model_inputs
@@ -248,7 +248,7 @@ def test_auto_takes_no_software_gpu(tmp_path):
 
 # TFLITE_TAICHI_EXPECT_GPU=none says this machine has no hardware GPU (.ci/run sets it): then
 # auto must pick the CPU, and a test that could only skip elsewhere must hold here.
-NO_GPU = os.environ.get("TFLITE_TAICHI_EXPECT_GPU") == "none"
+NO_GPU = switches.value("TFLITE_TAICHI_EXPECT_GPU") == "none"
 
 
 @pytest.mark.parametrize("name", ["opengl", "gles"])

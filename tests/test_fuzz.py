@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from tflite_taichi import Interpreter
+from tflite_taichi import Interpreter, switches
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import InputError, ModelError, TensorTooLargeError, TfliteTaichiError
 from tflite_taichi.model import read_model
@@ -36,11 +36,11 @@ finally:
 
 # -- the fuzz run ------------------------------------------------------------------------------
 def test_fuzz_run(tmp_path):
-    seed = os.environ.get("TFLITE_TAICHI_FUZZ_SEED")
-    seed = int(seed) if seed else int(time.time() * 1000) % (1 << 31)
-    cases = int(os.environ.get("TFLITE_TAICHI_FUZZ_CASES", "1200"))
-    cpu_share = float(os.environ.get("TFLITE_TAICHI_FUZZ_CPU_SHARE", "0.03"))
-    out = os.environ.get("TFLITE_TAICHI_FUZZ_OUT", str(tmp_path / "fuzz-failures"))
+    seed = switches.value("TFLITE_TAICHI_FUZZ_SEED")
+    seed = seed if seed is not None else int(time.time() * 1000) % (1 << 31)
+    cases = switches.value("TFLITE_TAICHI_FUZZ_CASES")
+    cpu_share = switches.value("TFLITE_TAICHI_FUZZ_CPU_SHARE")
+    out = switches.value("TFLITE_TAICHI_FUZZ_OUT") or str(tmp_path / "fuzz-failures")
     print(f"\nfuzz seed {seed} (rerun: TFLITE_TAICHI_FUZZ_SEED={seed} python3 -m pytest "
           f"tests/test_fuzz.py::test_fuzz_run; one case: python bench/fuzz.py --seed {seed} "
           f"--cpu-share {cpu_share} --case N)")

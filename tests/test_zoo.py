@@ -31,7 +31,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tflite_taichi import graph, zoo
+from tflite_taichi import graph, switches, zoo
 from tflite_taichi.interpreter import Interpreter
 from tflite_taichi.model import read_model, read_options
 from tflite_taichi.quant import dequantize, quantize
@@ -80,7 +80,7 @@ DILATED = {"deeplab_v3": 3, "posenet": 1}
 # runs the two that cover every zoo op between them (MobileNet v3: hard-swish, squeeze-excite
 # MULs and MEANs; DeepLab int8: atrous depthwise, average pool, resize, concatenation) and the
 # LSTM; TFLITE_TAICHI_FULL=1 runs every model, float and int8.
-FULL_RUN = os.environ.get("TFLITE_TAICHI_FULL") == "1"
+FULL_RUN = switches.value("TFLITE_TAICHI_FULL")
 DELEGATE_FLOAT = list(SMALL) if FULL_RUN else ["mobilenet_v3_small", "lstm_classifier"]
 DELEGATE_INT8 = INT8 if FULL_RUN else ["deeplab_v3"]
 

@@ -22,6 +22,8 @@ import sys
 import time
 import traceback
 
+from tflite_taichi import switches
+
 LITERT_GPU = ("litert_gpu", "litert_gpu_fp16")
 
 
@@ -305,7 +307,7 @@ def main(path: str) -> int:
     ours = spec["backend"] != "litert" and spec["backend"] not in LITERT_GPU
     try:
         import numpy as np
-        if spec["backend"] in LITERT_GPU and os.environ.get("TFLITE_TAICHI_BENCH_CUDA_CONTEXT") == "1":
+        if spec["backend"] in LITERT_GPU and switches.value("TFLITE_TAICHI_BENCH_CUDA_CONTEXT"):
             result["cuda_context"] = _hold_cuda_context()
         rt, feeds, start = _start(spec, np)
         result["start"] = start

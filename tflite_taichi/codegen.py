@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tflite_taichi import switches
 from tflite_taichi import costs
 from tflite_taichi.graph import PreparedGraph
 from tflite_taichi.ops.kit import EpilogueRef, LoadRef, StepIO, realize, ti
@@ -43,8 +44,8 @@ MAX_BUFFER_ELEMENTS = 2**31 - 1
 def chunk_ranges(n_steps: int, backend: str) -> list:
     """(start, end) ranges of at most CHUNK_STEPS[backend] steps, one per kernel
     (TFLITE_TAICHI_CHUNK_STEPS overrides it: bench/profile_invoke.py's one step per kernel, so
-    that the kernel profiler's tasks map back to ops; a kernel switch, cache.KERNEL_SWITCHES)."""
-    size = int(os.environ.get("TFLITE_TAICHI_CHUNK_STEPS") or CHUNK_STEPS.get(backend, 32))
+    that the kernel profiler's tasks map back to ops; a kernel switch, tflite_taichi/switches.py)."""
+    size = switches.value("TFLITE_TAICHI_CHUNK_STEPS") or CHUNK_STEPS.get(backend, 32)
     return [(i, min(i + size, n_steps)) for i in range(0, n_steps, size)] or [(0, 0)]
 
 
@@ -283,9 +284,9 @@ def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
     tensors held as integer codes (planner.plan_partition); `cpu_threads`: the interpreter's
     thread budget, which the `cpu` backend's loops get unless the partition is small enough to
     run serially (costs.cpu_loop_threads)."""
-    # bench/'s A/B switch (a kernel switch: cache.KERNEL_SWITCHES): "store" fuses into stores
+    # bench/'s A/B switch (a kernel switch: tflite_taichi/switches.py): "store" fuses into stores
     # only, "none" runs every op as a step of its own
-    mode = os.environ.get("TFLITE_TAICHI_FUSION", "all")
+    mode = switches.value("TFLITE_TAICHI_FUSION")
     fusions = epilogue_fusions(partition, graph) if mode in ("all", "store") else {}
     aliased = aliases(partition, graph) if mode != "none" else {}
     at_load = load_fusions(partition, graph, fusions, aliased) if mode == "all" else {}
@@ -423,7 +424,6 @@ def module_tasks(path: str, llvm: bool) -> dict:
     module: a .tcm archive's metadata.json (gfx archs) or the folder's LLVM IR, one function
     `<kernel>_kernel_<i>_<kind>` per task (cuda, x64). {} when the layout is not recognised."""
     import json
-    import os
     import re
     import zipfile
     try:

@@ -23,7 +23,6 @@ What `allocate_tensors()` builds for a Taichi backend, and what `invoke()` runs:
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 import warnings
 import weakref
@@ -32,6 +31,7 @@ from typing import Optional
 
 import numpy as np
 
+from tflite_taichi import switches
 from tflite_taichi import codegen
 from tflite_taichi.runtime import capi
 from tflite_taichi.runtime import device as device_mod
@@ -104,7 +104,7 @@ def io_layout(schedule: Schedule, graph: PreparedGraph, preserve_all: bool = Fal
 def io_codes_enabled() -> bool:
     """TFLITE_TAICHI_IO_CODES=0: the model's quantized IO as real values, (de)quantized by numpy
     on the host (bench/'s A/B switch; the plan's digest tells the two apart)."""
-    return os.environ.get("TFLITE_TAICHI_IO_CODES", "1").strip() != "0"
+    return switches.value("TFLITE_TAICHI_IO_CODES")
 
 
 def _io_codes(graph: PreparedGraph, cpu_read: set, candidates: set) -> set:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -20,6 +22,26 @@ from tflite_taichi.errors import (InputError, InterpreterStateError, ModelError,
                                   TensorTooLargeError)
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 from tflite_taichi.variables import Variables
+
+
+@dataclass(frozen=True)
+class DelegateOptions:
+    """What an Interpreter asks of the delegate, typed: built once by the Interpreter, read by
+    every subgraph it runs and every call it delegates."""
+    backend: str                        # 'reference' or the Taichi backend that runs
+    precision: str = "fp32"             # 'fp32' or 'fp16' (f16 storage)
+    max_partitions: int = 1
+    profile: bool = False
+    preserve_all: bool = False          # copy every delegated tensor back for get_tensor
+    reference_ops: frozenset = frozenset()  # op names kept on numpy (`auto` without a GPU)
+    background: bool = False            # answer on numpy while the kernels compile
+    threads: int = 0                    # Taichi's CPU loops' budget (costs.cpu_loop_threads)
+    cost_backend: Optional[str] = None  # `auto` on a GPU: what numpy runs faster stays on the CPU
+    cache: object = None                # runtime.cache.ModelCache (Taichi backends)
+
+    @property
+    def fp16(self) -> bool:
+        return self.precision == "fp16"
 
 
 @contextlib.contextmanager
@@ -44,7 +66,7 @@ class DelegatedCall:
     A subgraph with variable tensors of its own (an LSTM's state inside a loop body) stays on
     the reference path: its state is not kept per call."""
 
-    def __init__(self, prepared, options: dict, runtime: "ModelRuntime"):
+    def __init__(self, prepared, options: DelegateOptions, runtime: "ModelRuntime"):
         from tflite_taichi.delegate import Program
         from tflite_taichi.partition import build_schedule
         self.prepared, self._runtime = prepared, runtime
@@ -52,16 +74,16 @@ class DelegatedCall:
         self.runs = 0                   # calls its program answered (the others: the reference path)
         if prepared.variables:
             return
-        fp16 = options["precision"] == "fp16"
+        fp16 = options.fp16
         # warn=False: a call's refusals name op indices of another subgraph; summary()["calls"]
         # reports them with the subgraph they belong to
-        self.schedule = build_schedule(prepared, options["max_partitions"], fp16=fp16, warn=False,
-                                       reference_ops=options["reference_ops"],
-                                       cost_backend=options.get("cost_backend"), called=True)
+        self.schedule = build_schedule(prepared, options.max_partitions, fp16=fp16, warn=False,
+                                       reference_ops=options.reference_ops,
+                                       cost_backend=options.cost_backend, called=True)
         if self.schedule.partitions:
-            self.program = Program(prepared, self.schedule, options["backend"], fp16,
-                                   options["cache"], background=options.get("background", False),
-                                   cpu_threads=options.get("threads", 0),
+            self.program = Program(prepared, self.schedule, options.backend, fp16,
+                                   options.cache, background=options.background,
+                                   cpu_threads=options.threads,
                                    variables=runtime.resources, io_codes=False)
 
     def run(self, feeds: dict):
@@ -293,7 +315,7 @@ class SubgraphState:
         self.model = model
         self.subgraph = subgraph
         self.resolved = resolved
-        self.options = options          # backend, precision, max partitions, profile
+        self.options = options          # DelegateOptions
         self.runtime = runtime          # the ModelRuntime (variables, CALL_ONCE)
         self.input_shapes = {}          # resized inputs: tensor index -> shape
         self.prepared = None            # PreparedGraph after allocate_tensors
@@ -367,19 +389,19 @@ class SubgraphState:
             self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
         self.schedule, self.program = None, None
         variables = Variables()         # this allocation's variable tensors (reset below)
-        if self.options["backend"] != "reference":
+        if self.options.backend != "reference":
             from tflite_taichi.delegate import Program
             from tflite_taichi.partition import build_schedule
-            fp16 = self.options["precision"] == "fp16"
-            self.schedule = build_schedule(self.prepared, self.options["max_partitions"],
-                                           preserve_all=self.options["preserve_all"],
-                                           fp16=fp16, reference_ops=self.options["reference_ops"],
-                                           cost_backend=self.options.get("cost_backend"))
+            fp16 = self.options.fp16
+            self.schedule = build_schedule(self.prepared, self.options.max_partitions,
+                                           preserve_all=self.options.preserve_all,
+                                           fp16=fp16, reference_ops=self.options.reference_ops,
+                                           cost_backend=self.options.cost_backend)
             if self.schedule.partitions:
-                self.program = Program(self.prepared, self.schedule, self.options["backend"], fp16,
-                                       self.options["cache"], self.options["preserve_all"],
-                                       background=self.options.get("background", False),
-                                       cpu_threads=self.options.get("threads", 0),
+                self.program = Program(self.prepared, self.schedule, self.options.backend, fp16,
+                                       self.options.cache, self.options.preserve_all,
+                                       background=self.options.background,
+                                       cpu_threads=self.options.threads,
                                        variables=getattr(self.runtime, "resources", None),
                                        state=variables)
         old = self.io
@@ -406,7 +428,7 @@ class SubgraphState:
 
     def _run_schedule(self, feeds: dict, program) -> dict:
         values = {**self.prepared.constants, **feeds}
-        timings = self.timings if self.options["profile"] else None
+        timings = self.timings if self.options.profile else None
         if program is not None:             # outputs straight into the io arrays, where they fit
             into = {t: self.io[t] for t in self.subgraph.outputs}
             return program.run(values, self._run_cpu_step, timings, into)
@@ -475,7 +497,7 @@ class SubgraphState:
         are CALL_ONCEs that have run: OpDef.init_subgraph_of; state stays in the program's
         slots), no profiling; else None (the general path)."""
         program = self.program
-        if program is None or self.options["profile"] or not program.adopt():
+        if program is None or self.options.profile or not program.adopt():
             return None
         if self._lean[0] is not program:
             if not all(hasattr(item, "steps") or self._init_done(item) for item in self.schedule.items):

@@ -18,7 +18,7 @@ import numpy as np
 from tflite_taichi import graph as graph_mod
 from tflite_taichi import threads
 from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError)
-from tflite_taichi.executor import ModelRuntime, SubgraphState, init_subgraphs
+from tflite_taichi.executor import DelegateOptions, ModelRuntime, SubgraphState, init_subgraphs
 from tflite_taichi.model import read_model
 from tflite_taichi.quant import model_kind
 
@@ -242,27 +242,25 @@ class Interpreter:
         # Taichi's CPU pool runs in the same invoke (OpenBLAS's spinning workers starve it)
         self._blas_threads = 1 if self._backend == "cpu" else budget
         self._numpy_free = (None, False)    # (schedule, whether every op of it is delegated)
-        self._options = {"backend": self._backend, "precision": precision,
-                         "max_partitions": max_delegated_partitions, "profile": bool(profile),
-                         "preserve_all": bool(experimental_preserve_all_tensors),
-                         "reference_ops": frozenset(),
-                         "background": bool(answer_while_compiling),
-                         "threads": budget}      # Taichi's CPU loops (costs.cpu_loop_threads)
+        reference_ops, cost_backend = frozenset(), None
         if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
             from tflite_taichi.backend import cpu_reference_ops
-            self._options["reference_ops"] = cpu_reference_ops(
-                {opdef.name for opdef, _ in self._resolved.values()})
+            reference_ops = cpu_reference_ops({opdef.name for opdef, _ in self._resolved.values()})
         elif backend == "auto":         # a GPU: what numpy runs faster stays on the CPU (costs.py)
-            self._options["cost_backend"] = self._backend
+            cost_backend = self._backend
         self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)
         if self._backend != "reference":
             from tflite_taichi.backend import ensure_runtime
             self._cache = cache.open_model(
                 cache_root, model_token, model_path if model_path is not None else model_content,
                 self._backend, precision, max_delegated_partitions,
-                bool(experimental_preserve_all_tensors), self._options["reference_ops"])
+                bool(experimental_preserve_all_tensors), reference_ops)
             ensure_runtime(self._backend, self._cache.root)
-        self._options["cache"] = self._cache
+        self._options = DelegateOptions(
+            backend=self._backend, precision=precision, max_partitions=max_delegated_partitions,
+            profile=bool(profile), preserve_all=bool(experimental_preserve_all_tensors),
+            reference_ops=reference_ops, background=bool(answer_while_compiling),
+            threads=budget, cost_backend=cost_backend, cache=self._cache)
         self._lock = threading.RLock()   # see _serialised
         self._runtime = ModelRuntime(self._model, self._resolved, self._state,
                                      self._options if self._backend != "reference" else None)
@@ -439,7 +437,7 @@ class Interpreter:
             return None
         schedule = state.schedule
         if self._numpy_free[0] is not schedule:
-            self._numpy_free = (schedule, schedule is not None and not self._options["background"]
+            self._numpy_free = (schedule, schedule is not None and not self._options.background
                                 and all(hasattr(item, "steps") for item in schedule.items))
         return None if self._numpy_free[1] else self._blas_threads
 
@@ -527,7 +525,7 @@ class Interpreter:
             elif op.index in refused:
                 reason = refused[op.index]
             else:
-                reason = delegate_reason(step, self._precision == "fp16", self._options["reference_ops"])
+                reason = delegate_reason(step, self._precision == "fp16", self._options.reference_ops)
             rows.append({
                 "index": op.index, "op": op.name, "version": op.version,
                 "outputs": [list(state.prepared.specs[t].shape) for t in op.outputs],
@@ -613,7 +611,7 @@ class Interpreter:
     def profile(self) -> dict:
         """Times of the invokes since allocate_tensors() (needs profile=True): per partition and
         per CPU op, median milliseconds and kernel launches per invoke."""
-        if not self._options["profile"]:
+        if not self._options.profile:
             raise InterpreterStateError("profiling is off: create the Interpreter with profile=True")
         state = self._require_prepared("profile()")
         rows, launches = [], 0

@@ -9,12 +9,12 @@ LiteRT (`ai-edge-litert`) is imported only when a check needs it.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
+from tflite_taichi import switches
 from tflite_taichi.builder import ModelBuilder, as_quantization
 from tflite_taichi.quant import quantize
 
@@ -40,7 +40,7 @@ def examples(ci_count: int) -> int:
 # test, so CI runs 20 (fewer than the LiteRT tests' 50); the profile scales it (200 under
 # "thorough"); TFLITE_TAICHI_EXAMPLES, if set, fixes it. Read when this module is imported
 # (tests import it after tests/conftest.py has loaded the profile).
-TAICHI_EXAMPLES = int(os.environ.get("TFLITE_TAICHI_EXAMPLES") or examples(20))
+TAICHI_EXAMPLES = switches.value("TFLITE_TAICHI_EXAMPLES") or examples(20)
 
 # Tolerances, stated once. Float: one op vs LiteRT's reference kernels may differ only by
 # float32 rounding and summation order, so 1e-5 of the output's largest magnitude. Quantized:

@@ -21,6 +21,7 @@ from typing import Optional
 
 import numpy as np
 
+from tflite_taichi import switches
 from tflite_taichi.batch.inputs import InputSpec, ItemError, decode
 from tflite_taichi.errors import BatchError, TfliteTaichiError
 
@@ -193,7 +194,7 @@ def inject_fault(keys: list) -> None:
     MARKER and then, for KIND "kill", kills its own process (SIGKILL, as the OOM killer would),
     or for "hang", sleeps for an hour (a hung driver); later attempts run. With an empty MARKER
     every attempt does it."""
-    spec = os.environ.get(FAULT_ENV)
+    spec = switches.value(FAULT_ENV)
     if not spec:
         return
     kind, suffix, marker = spec.split(":", 2)

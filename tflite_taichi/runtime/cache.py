@@ -66,6 +66,7 @@ import uuid
 import warnings
 from typing import Optional
 
+from tflite_taichi import switches
 from tflite_taichi.errors import (BackendUnavailable, CacheError, CacheWarning,  # noqa: F401
                                   InputError)  # CacheError, CacheWarning: also read from here
 
@@ -121,7 +122,7 @@ def check_token(token) -> str:
 def default_dir() -> str:
     """The per-user cache: $TFLITE_TAICHI_CACHE_DIR, $XDG_CACHE_HOME/tflite_taichi or
     ~/.cache/tflite_taichi."""
-    given = os.environ.get("TFLITE_TAICHI_CACHE_DIR")
+    given = switches.value("TFLITE_TAICHI_CACHE_DIR")
     if given:
         return given
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -133,13 +134,8 @@ def resolve_path(cache_dir) -> str:
 
 
 def max_bytes() -> int:
-    given = os.environ.get("TFLITE_TAICHI_CACHE_MAX_MB")
-    if given:
-        try:
-            return max(int(float(given) * (1 << 20)), 0)
-        except ValueError:
-            raise InputError(f"TFLITE_TAICHI_CACHE_MAX_MB={given!r} is not a number") from None
-    return DEFAULT_MAX_BYTES
+    given = switches.value("TFLITE_TAICHI_CACHE_MAX_MB")
+    return DEFAULT_MAX_BYTES if given is None else max(int(given * (1 << 20)), 0)
 
 
 # -- versions and fingerprints ----------------------------------------------------------------
@@ -203,12 +199,6 @@ def taichi_version() -> str:
         return "absent"
 
 
-KERNEL_SWITCHES = ("TFLITE_TAICHI_NO_SHARED_TILES", "TFLITE_TAICHI_GEMM_TILES",
-                   "TFLITE_TAICHI_GEMM_MIN_BLOCKS", "TFLITE_TAICHI_FUSION",
-                   "TFLITE_TAICHI_CHUNK_STEPS", "TFLITE_TAICHI_SPIRV_CAPS_OFF",
-                   "TFLITE_TAICHI_IO_CODES", "TFLITE_TAICHI_POINTWISE_SPLIT")
-
-
 def versions() -> dict:
     """What a module depends on besides the model (a module built under others is not loaded)."""
     import numpy
@@ -217,8 +207,8 @@ def versions() -> dict:
             "tflite_taichi_source": _package_source_digest(), "numpy": numpy.__version__,
             "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),
             "system": platform.system(),
-            # the benchmark switches that change generated kernels (ops/conv.py, kit.py)
-            "switches": {k: os.environ[k] for k in KERNEL_SWITCHES if k in os.environ}}
+            # the switches that change generated kernels (tflite_taichi/switches.py)
+            "switches": switches.kernel_key()}
 
 
 def _digest_source(source) -> tuple:

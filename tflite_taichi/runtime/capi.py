@@ -146,7 +146,8 @@ def _taichi_root() -> Optional[str]:
 
 def library_path() -> Optional[str]:
     """libtaichi_c_api from $TFLITE_TAICHI_CAPI_LIB, else the taichi wheel's (None if absent)."""
-    given = os.environ.get("TFLITE_TAICHI_CAPI_LIB")
+    from tflite_taichi import switches
+    given = switches.value("TFLITE_TAICHI_CAPI_LIB")
     if given:
         return given
     from tflite_taichi.runtime import flavour

@@ -2,7 +2,6 @@
 
     python -m tflite_taichi.runtime.compile_worker PARENT_PID IDLE_SECONDS < pickled Jobs
 """
-import os
 import pickle
 import select
 import sys
@@ -10,12 +9,10 @@ import sys
 from tflite_taichi.runtime.children import die_with_parent
 
 
-def _take_switches(switches: dict) -> None:
+def _take_switches(variables: dict) -> None:
     """The caller's TFLITE_TAICHI_* variables, exactly (set, changed or removed)."""
-    for name in [n for n in os.environ if n.startswith("TFLITE_TAICHI_")]:
-        if name not in switches:
-            del os.environ[name]
-    os.environ.update(switches)
+    from tflite_taichi import switches
+    switches.apply(variables)
 
 
 def main(argv) -> int:

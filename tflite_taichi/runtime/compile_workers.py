@@ -66,15 +66,13 @@ def worker_count(modules: int) -> int:
     """How many worker processes compile `modules` modules: TFLITE_TAICHI_COMPILE_WORKERS
     (0: compile in this process), by default one per core this process may use, at most one
     per module."""
-    given = os.environ.get("TFLITE_TAICHI_COMPILE_WORKERS", "").strip()
-    if given:
-        try:
-            wanted = int(given)
-        except ValueError:
-            from tflite_taichi.errors import BackendUnavailable
-            raise BackendUnavailable(f"TFLITE_TAICHI_COMPILE_WORKERS={given!r}: give a number of "
-                                     "processes (0: compile in this process)") from None
-    else:
+    from tflite_taichi import switches
+    from tflite_taichi.errors import BackendUnavailable, InputError
+    try:
+        wanted = switches.value("TFLITE_TAICHI_COMPILE_WORKERS")
+    except InputError as e:
+        raise BackendUnavailable(str(e)) from None
+    if wanted is None:
         from tflite_taichi.threads import usable_cores
         wanted = usable_cores()
     return max(0, min(wanted, modules))
@@ -320,7 +318,8 @@ def compile_in_workers(job: Job, workers: int, compiled: Callable[[str], None]) 
 def switches() -> dict:
     """The TFLITE_TAICHI_* variables of this process now: a worker takes them for each job (the
     ops read some while their kernels are built)."""
-    return {k: v for k, v in os.environ.items() if k.startswith("TFLITE_TAICHI_")}
+    from tflite_taichi import switches as _switches
+    return _switches.inherited()
 
 
 def build_modules(codes, modules: list, backend: str, caps, llvm: bool,

@@ -37,8 +37,9 @@ from typing import Optional
 
 import numpy as np
 
+from tflite_taichi import switches
 from tflite_taichi.runtime import capi, vulkan_host, vulkan_submit
-from tflite_taichi.errors import BackendUnavailable
+from tflite_taichi.errors import BackendUnavailable, InputError
 
 TAICHI_LOCK = threading.RLock()
 
@@ -331,7 +332,7 @@ class CapiDevice:
         switch), or where the fence or the runtime's functions are not there."""
         if self.arch != "vulkan":
             return None, None
-        if os.environ.get("TFLITE_TAICHI_VULKAN_SUBMIT", "ours") == "taichi":
+        if switches.value("TFLITE_TAICHI_VULKAN_SUBMIT") == "taichi":
             return None, "Taichi's (TFLITE_TAICHI_VULKAN_SUBMIT=taichi)"
         if self._fence is None:
             return None, "Taichi's (no fence of ours)"
@@ -363,7 +364,7 @@ class CapiDevice:
             return None
         self.vulkan_device = host.info
         self._boost, self._boost_off = vulkan_host.boost_for(host.info)
-        if os.environ.get("TFLITE_TAICHI_VULKAN_WAIT", "fence") == "taichi":
+        if switches.value("TFLITE_TAICHI_VULKAN_WAIT") == "taichi":
             return None
         return host
 
@@ -753,10 +754,10 @@ _capi_refused: dict = {}          # backend -> the C API's CapiError, from start
 
 def runtime_kind() -> str:
     """'capi' (default) or 'python': TFLITE_TAICHI_RUNTIME picks one for A/B runs."""
-    kind = os.environ.get("TFLITE_TAICHI_RUNTIME", "capi").strip().lower() or "capi"
-    if kind not in ("capi", "python"):
-        raise BackendUnavailable(f"TFLITE_TAICHI_RUNTIME={kind!r}: choose 'capi' or 'python'")
-    return kind
+    try:
+        return switches.value("TFLITE_TAICHI_RUNTIME")
+    except InputError as e:
+        raise BackendUnavailable(str(e)) from None
 
 
 def get(backend: str, env=None):

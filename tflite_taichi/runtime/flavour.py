@@ -28,11 +28,12 @@ FLAVOURS = ("taichi", "forge")
 
 def chosen() -> str:
     """'taichi' (default) or 'forge', from TFLITE_TAICHI_TAICHI."""
-    value = os.environ.get(SWITCH, "").strip().lower() or "taichi"
-    if value not in FLAVOURS:
-        from tflite_taichi.errors import BackendUnavailable
-        raise BackendUnavailable(f"{SWITCH}={value!r}: choose 'taichi' or 'forge'")
-    return value
+    from tflite_taichi import switches
+    from tflite_taichi.errors import BackendUnavailable, InputError
+    try:
+        return switches.value(SWITCH)
+    except InputError as e:         # a Taichi that cannot be had: the backend's error, as before
+        raise BackendUnavailable(str(e)) from None
 
 
 def is_forge() -> bool:

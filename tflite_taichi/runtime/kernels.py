@@ -28,6 +28,7 @@ import time
 import warnings
 from typing import Callable, Optional
 
+from tflite_taichi import switches
 from tflite_taichi.runtime import capi
 
 # -- compile progress ---------------------------------------------------------------------------
@@ -183,7 +184,7 @@ class ProgramKernels:
         from tflite_taichi.runtime import compile_workers
         d = self.device
         caps = [] if d.llvm else d.capabilities()
-        off = set(filter(None, os.environ.get("TFLITE_TAICHI_SPIRV_CAPS_OFF", "").split(",")))
+        off = switches.value("TFLITE_TAICHI_SPIRV_CAPS_OFF")
         caps = [c for c in caps if c.split("=", 1)[0] not in off]   # an A/B switch (README)
         made = [folders.enter_context(self.store.building() if self.store is not None
                                       else _temporary_folder()) for _ in missing]

@@ -33,6 +33,8 @@ import sys
 import threading
 import weakref
 
+from tflite_taichi import switches
+
 PATCHED_VERSION = (1, 7, 4)
 
 _lock = threading.Lock()
@@ -144,11 +146,10 @@ def apply() -> bool:
     """Patch Taichi's frontend (idempotent, thread-safe). True when it is patched, False when
     this Taichi is not the version the patch was written for (then nothing is touched)."""
     global _applied
-    import os
 
     import taichi
     if (tuple(taichi.__version__) != PATCHED_VERSION
-            or os.environ.get("TFLITE_TAICHI_FRONTEND_PATCH", "1").strip() == "0"):
+            or not switches.value("TFLITE_TAICHI_FRONTEND_PATCH")):
         return False
     with _lock:
         if _applied:

@@ -22,12 +22,12 @@ NVIDIA clock boost. Measured on the H200 (bench/results/vulkan_host_h200.md):
 from __future__ import annotations
 
 import ctypes as C
-import os
 import sys
 import threading
 import time
 from typing import Optional
 
+from tflite_taichi import switches
 from tflite_taichi.runtime import capi
 
 FULL_WAIT_EVERY = 64         # fence waits between Taichi's own (which frees its command buffers)
@@ -209,7 +209,7 @@ class CudaBoost:
 
 def boost_for(info: DeviceInfo):
     """A CudaBoost for an NVIDIA Vulkan device, else None, and why (for summary())."""
-    if os.environ.get("TFLITE_TAICHI_VULKAN_BOOST", "1") == "0":
+    if not switches.value("TFLITE_TAICHI_VULKAN_BOOST"):
         return None, "off: TFLITE_TAICHI_VULKAN_BOOST=0"
     if info.vendor_id != VENDOR_NVIDIA or info.uuid is None:
         return None, "off: not an NVIDIA device"
