@@ -24,7 +24,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-from tflite_taichi import bench  # noqa: E402  (the installed package: pip install -e . for a checkout)
+from tflite_taichi.tools import bench  # noqa: E402  (the installed package: pip install -e . for a checkout)
 
 DEFAULT_MODELS = os.environ.get("TFLITE_TAICHI_MODELS",
                                 os.path.join(HERE, "..", "..", "shared", "models"))

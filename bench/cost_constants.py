@@ -28,7 +28,7 @@ CHAIN = 32
 
 def _models():
     from tflite_taichi.builder import ModelBuilder
-    from tflite_taichi.demo import build_tiny_mlp
+    from tflite_taichi.tools.demo import build_tiny_mlp
     from tflite_taichi.testing import Const, Input, Output, one_op_model
     rng = np.random.default_rng(0)
     b = ModelBuilder()

@@ -57,7 +57,7 @@ def model_bytes(name: str) -> tuple:
 
 
 def _zoo(name: str) -> bytes:
-    from tflite_taichi import zoo
+    from tflite_taichi.tools import zoo
     return zoo.build(name)
 
 
@@ -149,7 +149,7 @@ def _torch_step(path: str, inputs: list):
 
 
 def run_model(label: str, path: str, backends: list, threads: int, steps: int, warmup: int) -> list:
-    from tflite_taichi.bench import make_inputs
+    from tflite_taichi.tools.bench import make_inputs
     inputs = make_inputs(path)
     runtimes = []
     for name in backends:

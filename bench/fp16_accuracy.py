@@ -78,7 +78,7 @@ def litert_gpu_fp16(path: str, inputs):
     """LiteRT GPU's fp16 outputs, or the reason it did not start."""
     try:
         from tflite_taichi import Interpreter
-        from tflite_taichi._bench_child import CompiledModelRuntime
+        from tflite_taichi.tools.bench_child import CompiledModelRuntime
         ours = Interpreter(model_path=path, backend="reference")
         io = {"inputs": [{"name": d["name"], "shape": list(d["shape"])} for d in ours.get_input_details()],
               "outputs": [{"name": d["name"], "shape": list(d["shape"])} for d in ours.get_output_details()]}

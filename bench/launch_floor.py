@@ -148,7 +148,7 @@ def main(argv=None) -> int:
             with open(name, "rb") as f:
                 model = f.read()
         else:
-            from tflite_taichi import zoo
+            from tflite_taichi.tools import zoo
             model = zoo.build(name)
         it = _interpreter(model, args.backend)
         runtime = it.summary()["runtime"] or {}

@@ -45,7 +45,7 @@ def main(argv=None) -> dict:
         with open(a.model, "rb") as f:
             content = f.read()
     else:
-        from tflite_taichi.demo import build_demo_model
+        from tflite_taichi.tools.demo import build_demo_model
         content = build_demo_model()
     cache_dir = a.cache_dir or tempfile.mkdtemp(prefix="lifetime-cache-")
     rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""Writes every zoo model (tflite_taichi.zoo) at its full size, float32 and int8, as .tflite files
+"""Writes every zoo model (tflite_taichi.tools.zoo) at its full size, float32 and int8, as .tflite files
 into OUT_DIR (NAME_fp32.tflite, NAME_int8.tflite, as ../shared/models names them), printing each
 file's size and op counts and the total: the benchmark machine carries at most ~60 MB per run.
 
@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-from tflite_taichi import zoo
+from tflite_taichi.tools import zoo
 from tflite_taichi.model import read_model
 
 CARRY_LIMIT = 60e6          # bytes of files one benchmark run carries to the device machine

@@ -1,6 +1,6 @@
 """The op contract: an `OpDef` per op, a registry, and what an op sees of the graph (`Node`).
 
-Each op is defined once (DESIGN.md, "An op"):
+Each op is defined once (docs/ops.md):
 - `parse`     builtin options table (from the `tflite` bindings) -> a small frozen dataclass;
 - `infer`     output shapes from the node's input shapes (and constant values where a shape
               depends on them, e.g. RESHAPE's shape tensor);

@@ -680,7 +680,7 @@ def _conv_taichi(node, io):
     splits = _conv_splits(node)
     pointwise = (groups == 1 and (k_h, k_w, o.stride_h, o.stride_w) == (1, 1, 1, 1))
     pixels = int(np.prod(node.outputs[0].shape[:3]))
-    tiles = gemm_choice(pixels, c_out, c_f) if packed and pointwise else None
+    tiles = gemm_choice(pixels, c_out, c_f, io.arch) if packed and pointwise else None
     if tiles and _scratch_ref(io, splits) is None:
         return GemmTileStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
                             pixels, c_f, c_out, o.fused_activation_function, tiles)
@@ -956,7 +956,7 @@ def _fully_connected_taichi(node, io):
     splits = _fc_splits(node)
     rows = int(np.prod(node.outputs[0].shape)) // units
     packed = node.inputs[1].value is not None
-    tiles = gemm_choice(rows, units, depth) if packed and splits == 1 else None
+    tiles = gemm_choice(rows, units, depth, io.arch) if packed and splits == 1 else None
     if tiles:
         return GemmTileStep(io.inputs[0], io.inputs[1], _bias_ref(io, 2), io.outputs[0],
                             rows, depth, units, node.options.fused_activation_function, tiles)

@@ -41,7 +41,7 @@ TFLite_Detection_PostProcess
   LiteRT writes and hold the zeros to this definition.
 - quantized inputs: LiteRT dequantizes uint8 box encodings together with uint8 anchors (each
   with its own scale and zero point) and uint8 class predictions; it fails at invoke on int8.
-  Here every input is its float view (DESIGN.md), so int8, or uint8 boxes with float32
+  Here every input is its float view (docs/quantization.md), so int8, or uint8 boxes with float32
   anchors (which LiteRT reads as bytes), mean the dequantized values; uint8 class predictions
   are dequantized in LiteRT's own rounding (`litert_uint8_scores`: its SIMD loop rounds
   twice), since a score one float32 step off decides a threshold or a tie differently.

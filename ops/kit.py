@@ -391,6 +391,9 @@ class StepIO:
     # delegate keeps: per position of OpDef.state_inputs, the ref to write the new state into
     # (the variable's slot in io; the same place as that input's ref); () where they are not
     state: tuple = ()
+    # the Taichi arch the kernel is built for ('cuda', 'vulkan', 'x64', ...): ops that specialise
+    # on it (shared-memory tiles, barriers) read it here, not from the process
+    arch: str = ""
 
 
 @ti.func

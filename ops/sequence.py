@@ -573,10 +573,11 @@ def _cell_act(v, act: ti.template()):
     return r
 
 
-def block_barriers() -> bool:
-    """Whether the initialised Taichi runtime gives this op block-shared memory and barriers."""
+def block_barriers(arch: str = None) -> bool:
+    """Whether `arch` (default: the delegate's) gives this op block-shared memory and barriers."""
     from . import kit
-    return kit.has_shared_memory() and kit.current_arch() in BARRIER_ARCHS
+    arch = arch or kit.current_arch()
+    return kit.has_shared_memory(arch) and arch in BARRIER_ARCHS
 
 
 def _state_layout(L):
@@ -960,7 +961,7 @@ def _taichi(node, io):
     if node.options.kernel_type == KERNEL_BASIC:
         return BasicLstmStep(basic_layout(node), io.inputs, io.outputs, io.scratch)
     return SequenceLstmStep(layout(node), node.options, io.inputs, io.outputs[0], io.scratch,
-                            shared=block_barriers(), state=io.state)
+                            shared=block_barriers(io.arch), state=io.state)
 
 
 LSTM = register_op(OpDef(

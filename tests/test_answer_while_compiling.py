@@ -13,7 +13,7 @@ import pytest
 from cases.state import check_nabu_steps, litert_nabu_tensors, nabu_sequence
 
 from tflite_taichi import Interpreter
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 
 TAICHI_BACKENDS = [b for b in os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl").split(",") if b]
 

@@ -15,9 +15,9 @@ import textwrap
 import numpy as np
 import pytest
 
+from batch_faults import FAULT_ENV, FAULTS, with_tests_on_path
 from tflite_taichi import batch
 from tflite_taichi.batch.inputs import ItemError, decode, input_spec, parse_preprocess
-from tflite_taichi.batch.runner import FAULT_ENV
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import BatchError
 from tflite_taichi.interpreter import Interpreter
@@ -235,10 +235,34 @@ def test_local_pool_killed_worker_loses_nothing(model, tmp_path, monkeypatch):
     marker = str(tmp_path / "killed")
     monkeypatch.setenv(FAULT_ENV, f"kill:{VICTIM}:{marker}")
     out = str(tmp_path / "out")
-    result = batch.run(model, [folder], out, backend="reference", batch_size=8, workers=2)
+    result = batch.run(model, [folder], out, backend="reference", batch_size=8, workers=2,
+                       imports=FAULTS)
     assert os.path.exists(marker), "the victim's worker was not killed"
     check_run(result, out, expected, bad)
     assert result.restarts == 1
+
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def test_workers_import_the_modules_that_register_custom_ops(tmp_path, monkeypatch):
+    """A model with a custom op (examples/custom_op.py's CUSTOM:Swish): the workers are fresh
+    processes, so they run it only when told to import the module that registers it."""
+    monkeypatch.syspath_prepend(EXAMPLES)          # spawned workers take this sys.path
+    import custom_op
+    model = custom_op.build_model(1.5)
+    folder = str(tmp_path / "in")
+    write_arrays(folder, 12, (16, 16, 3), seed=4)
+    expected = expected_outputs(model, folder, reference_one(model))
+    out = str(tmp_path / "out")
+    result = batch.run(model, [folder], out, backend="reference", batch_size=4, workers=2,
+                       imports=["custom_op"])
+    found = batch.read_outputs(out)
+    assert result.written == 12 and sorted(found) == sorted(expected)
+    assert all(np.array_equal(found[k]["pooled"], v) for k, v in expected.items())
+    with pytest.raises(BatchError, match="--import no_such_module: ModuleNotFoundError"):
+        batch.run(model, [folder], str(tmp_path / "out2"), backend="reference",
+                  imports=["no_such_module"])
 
 
 def test_local_pool_gives_up_only_the_input_that_kills_every_worker(model, tmp_path, monkeypatch):
@@ -247,7 +271,8 @@ def test_local_pool_gives_up_only_the_input_that_kills_every_worker(model, tmp_p
     np.save(os.path.join(folder, VICTIM), np.zeros((SIDE, SIDE, CHANNELS), np.float32))
     monkeypatch.setenv(FAULT_ENV, f"kill:{VICTIM}:")           # no marker: every attempt dies
     out = str(tmp_path / "out")
-    result = batch.run(model, [folder], out, backend="reference", batch_size=8, workers=1, retries=1)
+    result = batch.run(model, [folder], out, backend="reference", batch_size=8, workers=1, retries=1,
+                       imports=FAULTS)
     errors = batch.read_errors(out)
     # tasks of 32 in name order: a000..a031, then a032..a039 and the victim; the second is
     # halved at each death (9, 5, 3, 2 items) until the victim runs alone, and only it is lost
@@ -267,7 +292,7 @@ def test_local_pool_kills_a_hung_worker_and_runs_its_batch_again(model, tmp_path
     monkeypatch.setenv(FAULT_ENV, f"hang:{VICTIM}:{marker}")     # the first attempt sleeps an hour
     out = str(tmp_path / "out")
     result = batch.run(model, [str(folder)], out, backend="reference", batch_size=8, workers=1,
-                       task_timeout=3)
+                       task_timeout=3, imports=FAULTS)
     assert marker.exists() and result.restarts == 1 and result.seconds < 60
     found = batch.read_outputs(out)
     assert sorted(found) == sorted(expected)
@@ -275,7 +300,7 @@ def test_local_pool_kills_a_hung_worker_and_runs_its_batch_again(model, tmp_path
     # every attempt hangs: given up after the retries, with the reason
     monkeypatch.setenv(FAULT_ENV, f"hang:{VICTIM}:")
     result = batch.run(model, [str(folder)], out, backend="reference", batch_size=8, workers=1,
-                       task_timeout=2, retries=0, overwrite=True)
+                       task_timeout=2, retries=0, overwrite=True, imports=FAULTS)
     errors = batch.read_errors(out)
     assert str(folder / VICTIM) in {e["path"] for e in errors}
     assert all("finished nothing for 2 s and was killed" in e["reason"] for e in errors)
@@ -546,13 +571,15 @@ def test_cli_batch(tmp_path):
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
     """A local Ray cluster of 2 CPUs on this machine for this module; its workers see FAULT_ENV,
-    which kills the first actor that runs a batch holding VICTIM (the marker file makes it once).
+    which kills the first actor that runs a batch holding VICTIM (the marker file makes it once)
+    where the run imports batch_faults (on the workers' PYTHONPATH).
     RAY_AUTH_MODE=disabled: a loopback cluster of the test's own, and Ray would otherwise write
     a token into ~/.ray (the suite writes nothing into HOME)."""
     ray = pytest.importorskip("ray", reason="the Ray tests need ray[data] (the ray extra; "
                               ".ci/run installs it)")
     marker = str(tmp_path_factory.mktemp("ray") / "killed")
-    set_here = {FAULT_ENV: f"kill:{VICTIM}:{marker}", "RAY_AUTH_MODE": "disabled"}
+    set_here = {FAULT_ENV: f"kill:{VICTIM}:{marker}", "RAY_AUTH_MODE": "disabled",
+                "PYTHONPATH": with_tests_on_path(dict(os.environ))["PYTHONPATH"]}
     saved = {k: os.environ.get(k) for k in set_here}
     os.environ.update(set_here)
     try:
@@ -594,7 +621,7 @@ def test_ray_killed_actor_loses_nothing(ray_cluster, model, tmp_path):
     expected = expected_outputs(model, folder, reference_one(model))
     out = str(tmp_path / "out")
     result = batch.run(model, [folder], out, backend="reference", batch_size=8, workers=2,
-                       ray="", cpus_per_worker=0.5)
+                       ray="", cpus_per_worker=0.5, imports=FAULTS)
     assert os.path.exists(ray_cluster), "the victim's actor was not killed"
     check_run(result, out, expected, bad)
 

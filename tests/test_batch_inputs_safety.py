@@ -23,7 +23,7 @@ import pytest
 
 from tflite_taichi import batch
 from tflite_taichi.batch.inputs import ItemError, decode, discover, input_spec
-from tflite_taichi.batch.runner import FAULT_ENV
+from batch_faults import FAULT_ENV, FAULTS
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.interpreter import Interpreter
 from tflite_taichi.metadata import Normalization, normalization_metadata
@@ -173,7 +173,7 @@ def test_an_input_that_kills_every_worker_costs_one_row(model, tmp_path, monkeyp
     monkeypatch.setenv(FAULT_ENV, "kill:z_kills.npy:")           # every attempt dies
     out = str(tmp_path / "out")
     result = batch.run(model, [str(folder)], out, backend="reference", batch_size=8, workers=1,
-                       retries=2)
+                       retries=2, imports=FAULTS)
     expect_means(arrays, batch.read_outputs(out))
     errors = batch.read_errors(out)
     assert [e["path"] for e in errors] == [str(folder / "z_kills.npy")]

@@ -170,13 +170,14 @@ def _crash_a_run(tmp_path, model, folder, out):
     """Start `batch` on `folder` (the last input's task hangs its worker), wait until every
     other task's part is written, check a second run is locked out, SIGKILL the driver and check
     that its workers die with it."""
-    from tflite_taichi.batch.runner import FAULT_ENV
+    from batch_faults import FAULT_ENV, with_tests_on_path
     marker = tmp_path / f"hung-{os.path.basename(out)}"
-    env = dict(os.environ, **{FAULT_ENV: f"hang:zz_last.npy:{marker}"})
+    env = with_tests_on_path(dict(os.environ, **{FAULT_ENV: f"hang:zz_last.npy:{marker}"}))
     workers = []
     driver = subprocess.Popen([sys.executable, "-m", "tflite_taichi", "batch", model, folder,
                                "--out", out, "--backend", "reference", "--batch", "4",
-                               "--workers", "2"], env=env, stdout=subprocess.DEVNULL,
+                               "--workers", "2", "--import", "batch_faults"], env=env,
+                              stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
         tasks = CRASH_INPUTS // 32       # the complete tasks of 32: the last one holds zz_last

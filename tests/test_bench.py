@@ -1,6 +1,6 @@
 """The benchmark harness (issues #5, #12): structure of what it measures and writes, never speed.
 
-A builder-made model through tflite_taichi.bench on LiteRT CPU, reference and Taichi's cpu (each
+A builder-made model through tflite_taichi.tools.bench on LiteRT CPU, reference and Taichi's cpu (each
 in its own subprocesses, --runs 3), through bench/bench.py and through `tflite-taichi bench`;
 LiteRT's GPU path where it cannot start (a row that says why, not a crash) and, on LiteRT's CPU
 accelerator, the CompiledModel driving it uses; the child's input/output matching.
@@ -14,8 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-from tflite_taichi import _bench_child as child
-from tflite_taichi import bench, switches
+from tflite_taichi.tools import bench_child as child
+from tflite_taichi import switches
+from tflite_taichi.tools import bench
 from tflite_taichi.cli import main
 from tflite_taichi.testing import Const, Input, Output, one_op_model
 

@@ -14,7 +14,7 @@ import pytest
 
 from tflite_taichi import Interpreter
 from tflite_taichi.runtime import cache
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 
 TAICHI_BACKENDS = os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl").split(",")
 
@@ -23,6 +23,7 @@ import json, sys, warnings
 import numpy as np
 args = json.loads(sys.argv[1])
 from tflite_taichi import Interpreter, backend
+from tflite_taichi.runtime import session
 from tflite_taichi.runtime.cache import CacheError, CacheWarning
 kwargs = {"cache_dir": args["cache_dir"]} if "cache_dir" in args else {}
 with warnings.catch_warnings(record=True) as caught:
@@ -34,7 +35,7 @@ it.set_tensor(it.get_input_details()[0]["index"], np.load(args["input"]))
 it.invoke()
 np.save(args["output"], it.get_tensor(it.get_output_details()[0]["index"]))
 result = {"info": it.summary()["cache"], "runtime": it.summary()["runtime"],
-          "python_taichi": backend._python_started,
+          "python_taichi": session.SESSION.python_taichi,
           "warnings": [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]}
 if args.get("other_model"):        # a token names a record only: another model under it is cold
     reused = Interpreter(model_path=args["other_model"], backend=args["backend"],
@@ -565,7 +566,7 @@ STALE_LOCK_RUN = r'''
 import warnings
 warnings.simplefilter("ignore")
 from tflite_taichi import Interpreter
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 it = Interpreter(model_content=build_demo_model(), backend="cpu")   # cold: Taichi's frontend runs
 it.allocate_tensors()
 it.invoke()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tflite_taichi.cli import main
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 
 
 @pytest.fixture

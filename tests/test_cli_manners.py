@@ -15,7 +15,7 @@ import pytest
 from tflite_taichi import batch
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.cli import _device_text, build_parser, main
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 from tflite_taichi.errors import BackendUnavailable
 from tflite_taichi.interpreter import Interpreter
 from tflite_taichi.testing import Input, Output, model_random_inputs, one_op_model, run_litert
@@ -209,7 +209,7 @@ def test_version_names_ours_and_the_runtimes_beneath(capsys):
 
 
 def test_inspect_prints_a_summary_first_and_details_on_request(tmp_path, capsys):
-    from tflite_taichi import zoo
+    from tflite_taichi.tools import zoo
     model = _save(tmp_path, "mv2.tflite", zoo.build("mobilenet_v2", int8=True))
     assert main(["inspect", model]) == 0
     out = capsys.readouterr().out.splitlines()

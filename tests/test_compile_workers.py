@@ -23,6 +23,7 @@ sys.path.insert(0, args["examples"])
 if args.get("swish"):
     import custom_op                 # registers CUSTOM:Swish in this process only
 from tflite_taichi import Interpreter, backend, delegate
+from tflite_taichi.runtime import session
 from tflite_taichi.runtime import compile_workers
 if args.get("break_workers"):        # every worker gets a backend that does not exist
     import dataclasses
@@ -41,7 +42,7 @@ np.save(args["output"], it.get_tensor(it.get_output_details()[0]["index"]))
 summary = it.summary()
 print("RESULT " + json.dumps({
     "runtime": summary["runtime"], "cache": summary["cache"]["state"], "progress": progress,
-    "python_taichi": backend._python_started,
+    "python_taichi": session.SESSION.python_taichi,
     "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]}))
 '''
 
@@ -185,7 +186,7 @@ def test_workers_are_kept_for_the_next_program_and_take_its_switches(tmp_path):
 import json, os, sys
 import numpy as np
 from tflite_taichi import Interpreter
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 from tflite_taichi.runtime import compile_workers
 seen = []
 send = compile_workers._Worker.send

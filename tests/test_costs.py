@@ -9,7 +9,7 @@ import numpy as np
 
 from tflite_taichi import costs
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.demo import build_tiny_mlp
+from tflite_taichi.tools.demo import build_tiny_mlp
 from tflite_taichi.graph import prepare
 from tflite_taichi.partition import build_schedule
 

@@ -8,6 +8,7 @@ import pytest
 
 import plugin_ops  # noqa: F401  (registers CUSTOM:CpuOnlyAbs in this process too)
 from tflite_taichi import Interpreter, switches
+from tflite_taichi.runtime import session
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import BackendUnavailable
 from tflite_taichi.testing import BackendWorker, check_delegate, model_inputs
@@ -282,7 +283,7 @@ def test_a_device_nobody_can_name_counts_as_software(monkeypatch):
     def unnamed(cmd, **kwargs):      # what the probe printed where no renderer could be read
         return subprocess.CompletedProcess(cmd, 0, f"PROBE-OK {cmd[-1]} \n", "")
     monkeypatch.setattr(backend.subprocess, "run", unnamed)
-    monkeypatch.setattr(backend, "_probe_cache", {})
+    monkeypatch.setattr(session.SESSION, "probes", {})
     ok, software, detail = backend.probe("opengl")
     assert ok and software and "unknown" in detail
 
@@ -307,7 +308,7 @@ def test_auto_probes_side_by_side_and_chooses_in_order(monkeypatch):
         return subprocess.CompletedProcess(cmd, 0, f"PROBE-OK {cmd[-1]} {device.get(cmd[-1], '')}\n"
                                                    + (device[cmd[-1]] if cmd[-1] == "vulkan" else ""), "")
     monkeypatch.setattr(backend.subprocess, "run", slow_probe)
-    monkeypatch.setattr(backend, "_probe_cache", {})
+    monkeypatch.setattr(session.SESSION, "probes", {})
     start = time.perf_counter()
     assert backend.choose_auto() == "cuda"          # cuda ends last, and still comes first
     assert time.perf_counter() - start < 0.75 and most[0] == 3
@@ -317,7 +318,7 @@ AUTO_CPU_SCRIPT = """
 import json, warnings
 import numpy as np
 from tflite_taichi import Interpreter, backend
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 from tflite_taichi.testing import random_input
 warnings.simplefilter("ignore")
 if backend.choose_auto() != "cpu":

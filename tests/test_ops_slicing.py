@@ -1,6 +1,6 @@
 """PAD, PADV2, SLICE, STRIDED_SLICE, SPLIT, SPLIT_V vs LiteRT through one-op models: float32, int8 (input and
 output share their quantization, as LiteRT requires) and int32. STRIDED_SLICE cases where
-LiteRT is wrong (DESIGN.md, "The oracle's own caveats") are checked against numpy indexing.
+LiteRT is wrong (docs/ops.md, "The oracle's own caveats") are checked against numpy indexing.
 Tolerances: tflite_taichi.testing."""
 import numpy as np
 import pytest
@@ -119,7 +119,7 @@ def test_strided_slice_matches_numpy(dtype, shape, data, seed):
     ("[1:, ..., 2, None]", (2, 3)),
 ])
 def test_strided_slice_litert_caveats_follow_numpy(index_text, shape):
-    """Hand-written index expressions from DESIGN.md's caveats, as the converter encodes them."""
+    """Hand-written index expressions from docs/ops.md's caveats, as the converter encodes them."""
     index = eval(f"np.s_{index_text}")
     begin, end, strides, masks = [], [], [], dict(begin_mask=0, end_mask=0, ellipsis_mask=0,
                                                   new_axis_mask=0, shrink_axis_mask=0)

@@ -11,6 +11,7 @@ import pytest
 
 import plugin_ops  # noqa: F401  (registers CUSTOM:CpuOnlyAbs in this process too)
 from tflite_taichi import backend as ti_backend
+from tflite_taichi.runtime import session
 from tflite_taichi.runtime import cache
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import check_delegate
@@ -119,7 +120,7 @@ DEMO = r'''
 import json, sys, warnings
 import numpy as np
 from tflite_taichi import Interpreter
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 from tflite_taichi.errors import InterpreterStateError
 warnings.simplefilter("ignore")
 it = Interpreter(model_content=build_demo_model(), backend=sys.argv[1])
@@ -207,28 +208,28 @@ def test_a_probe_is_remembered_per_driver_stack(tmp_path, monkeypatch):
     root = cache.prepare_dir(tmp_path / "cache")
     fake = _FakeRun()
     monkeypatch.setattr(ti_backend.subprocess, "run", fake)
-    monkeypatch.setattr(ti_backend, "_probe_cache", {})
+    monkeypatch.setattr(session.SESSION, "probes", {})
     monkeypatch.delenv("LIBGL_ALWAYS_SOFTWARE", raising=False)
     first = ti_backend.probe("opengl", cache_root=root)
     assert first[0] and first[1] and fake.calls == 1          # llvmpipe: software
-    monkeypatch.setattr(ti_backend, "_probe_cache", {})       # as a new process
+    monkeypatch.setattr(session.SESSION, "probes", {})       # as a new process
     assert ti_backend.probe("opengl", cache_root=root) == first and fake.calls == 1
     assert ti_backend.probe("vulkan", cache_root=root)[0] and fake.calls == 2   # per backend
-    monkeypatch.setattr(ti_backend, "_probe_cache", {})
+    monkeypatch.setattr(session.SESSION, "probes", {})
     monkeypatch.setenv("LIBGL_ALWAYS_SOFTWARE", "1")           # the stack changed: probe again
     ti_backend.probe("opengl", cache_root=root)
     assert fake.calls == 3
-    monkeypatch.setattr(ti_backend, "_probe_cache", {})
+    monkeypatch.setattr(session.SESSION, "probes", {})
     record = json.loads((tmp_path / "cache" / cache.PROBES).read_text())
     record["opengl"]["time"] -= cache.PROBE_TTL_S + 1          # too old: probe again
     (tmp_path / "cache" / cache.PROBES).write_text(json.dumps(record))
     ti_backend.probe("opengl", cache_root=root)
     assert fake.calls == 4
-    monkeypatch.setattr(ti_backend, "_probe_cache", {})
+    monkeypatch.setattr(session.SESSION, "probes", {})
     (tmp_path / "cache" / cache.PROBES).write_text("{garbage")   # unreadable: probe again
     ti_backend.probe("opengl", cache_root=root)
     assert fake.calls == 5
-    monkeypatch.setattr(ti_backend, "_probe_cache", {})
+    monkeypatch.setattr(session.SESSION, "probes", {})
     ti_backend.probe("opengl", cache_root=None)                # no cache folder: nothing kept
     assert fake.calls == 6
 
@@ -237,9 +238,9 @@ def test_a_failed_probe_is_remembered_too(tmp_path, monkeypatch):
     root = cache.prepare_dir(tmp_path / "cache")
     fake = _FakeRun(ok=False)
     monkeypatch.setattr(ti_backend.subprocess, "run", fake)
-    monkeypatch.setattr(ti_backend, "_probe_cache", {})
+    monkeypatch.setattr(session.SESSION, "probes", {})
     assert ti_backend.probe("cuda", cache_root=root)[0] is False
-    monkeypatch.setattr(ti_backend, "_probe_cache", {})
+    monkeypatch.setattr(session.SESSION, "probes", {})
     assert ti_backend.probe("cuda", cache_root=root) == (False, False, "boom") and fake.calls == 1
 
 
@@ -285,7 +286,7 @@ import json, os, warnings
 import numpy as np
 from tflite_taichi import Interpreter
 from tflite_taichi.runtime import device, vulkan_host
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 from tflite_taichi.testing import assert_float_close
 warnings.simplefilter("ignore")
 it = Interpreter(model_content=build_demo_model(), backend="vulkan")

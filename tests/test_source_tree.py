@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = r'''
 import json, tflite_taichi, tflite_taichi.ops, tflite_taichi.quant
 from tflite_taichi import Interpreter
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 it = Interpreter(model_content=build_demo_model(), backend="reference")
 it.allocate_tensors(); it.invoke()
 print("RESULT " + json.dumps({m.__name__: m.__file__ for m in (tflite_taichi, tflite_taichi.ops, tflite_taichi.quant)}))

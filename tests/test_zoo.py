@@ -1,4 +1,4 @@
-"""The model zoo (tflite_taichi.zoo): every model at a reduced size, float32 and int8, against
+"""The model zoo (tflite_taichi.tools.zoo): every model at a reduced size, float32 and int8, against
 LiteRT; each architecture's float model at full size against its structure and LiteRT; the
 delegate on Taichi's CPU backend; and checks that these comparisons can fail.
 
@@ -31,7 +31,8 @@ import warnings
 import numpy as np
 import pytest
 
-from tflite_taichi import graph, switches, zoo
+from tflite_taichi import graph, switches
+from tflite_taichi.tools import zoo
 from tflite_taichi.interpreter import Interpreter
 from tflite_taichi.model import read_model, read_options
 from tflite_taichi.quant import dequantize, quantize

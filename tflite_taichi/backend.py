@@ -1,6 +1,6 @@
 """The Taichi runtime: which arch, probing, one runtime per process.
 
-Facts this module is built on (DESIGN.md, "Backends"):
+Facts this module is built on (measured; the README's "Backends" table says where):
 - `ti.init` falls back to CPU silently unless told not to, so we pass enable_fallback=False
   and still check the arch after init;
 - Taichi is one runtime per process and `ti.reset()` kills every ndarray, so the first Taichi
@@ -11,16 +11,13 @@ Facts this module is built on (DESIGN.md, "Backends"):
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import subprocess
 import sys
-import threading
 from typing import Optional
 
 from tflite_taichi.errors import BackendUnavailable
-from tflite_taichi.ops import kit
+from tflite_taichi.runtime import session
 
 TAICHI_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles", "cpu")
 AUTO_ORDER = ("cuda", "vulkan", "metal", "opengl")   # hardware GPUs, best first
@@ -33,12 +30,11 @@ def is_software_device(text: str) -> bool:
 GFX_PROBED = ("vulkan", "opengl", "gles")   # archs whose device may be software (Metal is not)
 FP16_BACKENDS = ("cuda", "vulkan", "cpu")            # no u16 in Taichi's GL SPIR-V path
 
-_lock = threading.Lock()
-_current: Optional[str] = None
-_python_started: Optional[str] = None   # Taichi's Python runtime
-_python_affinity = None                 # its device.ThreadAffinity
-_cache_root: Optional[str] = None     # cache_dir Taichi was started with (resolved)
-_probe_cache: dict = {}
+# the process's state (the claimed backend, Taichi's Python runtime, the probes' results) is
+# runtime/session.py's SESSION; these are its readers, kept here for the layers above
+current = session.current
+cache_root = session.cache_root
+ensure_python_taichi = session.ensure_python_taichi
 
 PROBE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_probe.py")
 
@@ -55,12 +51,13 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
     cannot take the caller down). Remembered per process, and in the cache folder `cache_root`
     for this driver stack (cache.driver_fingerprint), so a later process does not pay the
     subprocess (0.3-0.8 s) again."""
-    if name in _probe_cache:
-        return _probe_cache[name]
+    probes = session.SESSION.probes
+    if name in probes:
+        return probes[name]
     from tflite_taichi.runtime import cache
     stored = cache.stored_probe(cache_root, name)
     if stored is not None:
-        _probe_cache[name] = stored
+        probes[name] = stored
         return stored
     try:
         proc = subprocess.run([sys.executable, PROBE_SCRIPT, name], capture_output=True,
@@ -85,7 +82,7 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
                 # treated as software: auto must never pick a CPU in disguise by default
                 software, device = True, "unknown device (treated as software)"
             result = (True, software, device)
-    _probe_cache[name] = result
+    probes[name] = result
     if not result[2].startswith("probe timed out"):
         cache.store_probe(cache_root, name, result)
     return result
@@ -164,95 +161,25 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
     which compiles kernels that are not cached, runs one arch per process); a later claim of
     another backend is an error. `cache_root`: the GPU drivers' caches point into that cache
     folder while the device starts (cache.driver_env)."""
-    global _current, _cache_root
     if name not in TAICHI_BACKENDS:
         raise BackendUnavailable(f"unknown Taichi backend {name!r}")
     check_driver(name)
     from tflite_taichi.runtime import flavour
     flavour.check()                 # TFLITE_TAICHI_TAICHI=forge where forge cannot run
-    with _lock:
-        if _current is not None and _current != name:
-            raise BackendUnavailable(
-                f"Taichi already runs on {_current!r} in this process and cannot switch to {name!r} "
-                "without destroying the other interpreters' memory; use one Taichi backend per "
-                "process (or backend='reference')")
-        if _current is None:
-            if name in ("opengl", "gles"):
-                ok, _software, detail = probe(name, cache_root=cache_root)
-                if not ok:
-                    raise BackendUnavailable(f"{name} does not work here: {detail}")
-                os.environ.update({k: v for k, v in _env_for(name).items() if k == "EGL_PLATFORM"})
-            _current, _cache_root = name, cache_root
-            kit.claim_backend(name)
+    s = session.SESSION
+    with s.lock:
+        if s.backend is None and name in ("opengl", "gles"):
+            ok, _software, detail = probe(name, cache_root=cache_root)
+            if not ok:
+                raise BackendUnavailable(f"{name} does not work here: {detail}")
+            os.environ.update({k: v for k, v in _env_for(name).items() if k == "EGL_PLATFORM"})
+        s.claim(name, cache_root)
     from tflite_taichi.runtime import cache, device
     try:
-        device.get(name, lambda: cache.driver_env(_cache_root))
+        device.get(name, lambda: cache.driver_env(s.cache_root))
     except BackendUnavailable:
-        with _lock:
+        with s.lock:
             if device.current(name) is None:
-                _current = None
-                kit.claim_backend(None)
+                s.release()
         raise
     return name
-
-
-def ensure_python_taichi(name: str, cache_root: Optional[str] = None) -> None:
-    """Taichi's Python runtime started on `name` (once per process): it compiles kernels that
-    are not in the cache, and runs them where the C API cannot (device.PythonDevice).
-
-    Taichi's LLVM backends (cpu, cuda) build their struct module at the first kernel compile and
-    assert that it happens in the thread that ran ti.init (measured, Taichi 1.7.4: "Assertion
-    failure: std::this_thread::get_id() == main_thread_id_"), so it is materialized right here,
-    in the starting thread. Taichi's own offline cache is off: compiled programs are cached as
-    AOT modules (cache.py), and Taichi's cache would only grow a second copy in ~/.cache/taichi.
-    Returns the runtime's device.ThreadAffinity (OpenGL/GLES: its context's thread).
-    `cache_root`: the cache folder, where no Interpreter claimed the backend (a compile worker)."""
-    global _python_started, _python_affinity, _cache_root
-    from tflite_taichi.runtime.device import ThreadAffinity
-    with _lock:
-        if _python_started == name:
-            return _python_affinity
-        if _python_started is not None:
-            raise BackendUnavailable(f"Taichi's Python runtime already runs on {_python_started!r} "
-                                     f"in this process, not {name!r}")
-        from tflite_taichi.runtime import cache
-        from tflite_taichi.runtime.device import TAICHI_LOCK
-        from tflite_taichi.ops.kit import realize
-        if cache_root is not None and _cache_root is None:
-            _cache_root = cache_root
-        ti = realize()                  # Taichi imported, the ops' decorators applied
-        arch = ti.cpu if name == "cpu" else getattr(ti, name)
-        offline_dir = cache.taichi_offline_dir(_cache_root)
-        cache.remove_stale_taichi_lock(offline_dir)
-        where = {"offline_cache_file_path": offline_dir} if offline_dir else {}
-        try:
-            # ti.init prints "[Taichi] Starting on arch=..." on stdout, which is the user's
-            # (a pipe of outputs): said by summary() and the command line instead
-            with TAICHI_LOCK, cache.driver_env(_cache_root), \
-                    contextlib.redirect_stdout(io.StringIO()):
-                ti.init(arch=arch, enable_fallback=False, offline_cache=False,
-                        advanced_optimization=False, cfg_optimization=False, log_level=ti.WARN,
-                        **where)
-        except Exception as e:  # taichi raises RuntimeError for a missing arch
-            raise BackendUnavailable(f"{name} is not available: {e}") from None
-        got = ti.lang.impl.current_cfg().arch.name
-        expected = {"cpu": ("x64", "arm64")}.get(name, (name,))
-        if got not in expected:
-            ti.reset()
-            raise BackendUnavailable(f"asked for {name}, but Taichi started on {got}")
-        runtime = ti.lang.impl.get_runtime()
-        if not runtime.materialized:
-            with TAICHI_LOCK:
-                runtime.materialize()
-        _python_started = name
-        _python_affinity = ThreadAffinity(name)      # GL: its context is this thread's
-        return _python_affinity
-
-
-def cache_root() -> Optional[str]:
-    """The cache folder the process's backend was claimed with (the drivers' caches are there)."""
-    return _cache_root
-
-
-def current() -> Optional[str]:
-    return _current

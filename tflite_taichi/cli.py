@@ -366,7 +366,7 @@ def _print_delegate_summary(rows) -> None:
 
 
 def cmd_demo(args) -> int:
-    from tflite_taichi.demo import build_demo_model
+    from tflite_taichi.tools.demo import build_demo_model
     model = build_demo_model()
     path = os.path.join(tempfile.mkdtemp(prefix="tflite_taichi_demo_"), "demo.tflite")
     with open(path, "wb") as f:
@@ -410,7 +410,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from tflite_taichi.bench import run_cli
+    from tflite_taichi.tools.bench import run_cli
     return run_cli(args)
 
 
@@ -421,7 +421,8 @@ def cmd_batch(args) -> int:
                        gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker,
                        fmt=args.format, preprocess=args.preprocess, precision=args.precision,
                        retries=args.retries, overwrite=args.overwrite, resume=args.resume,
-                       progress=sys.stderr.isatty(), task_timeout=args.task_timeout)
+                       progress=sys.stderr.isatty(), task_timeout=args.task_timeout,
+                       imports=args.imports)
     per_invoke = sorted({w["items_per_invoke"] for w in result.workers if "items_per_invoke" in w})
     notes = sorted({w["batching"] for w in result.workers if "batching" in w})
     print(f"batch: {result.written} of {result.items} inputs written to {args.out}, "
@@ -520,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="build a small model and run it")
     demo.add_argument("--runs", type=at_least_one, default=5, help="invokes to time (default 5)")
     demo.set_defaults(func=cmd_demo)
-    from tflite_taichi.bench import add_arguments as bench_arguments
+    from tflite_taichi.tools.bench import add_arguments as bench_arguments
     bench = sub.add_parser("bench", help="time models on LiteRT and each backend of ours, side by side")
     bench.add_argument("model", nargs="+", metavar="model.tflite")
     bench_arguments(bench)
@@ -568,6 +569,9 @@ def build_parser() -> argparse.ArgumentParser:
     bat.add_argument("--resume", action="store_true",
                      help="finish the interrupted run in --out (same model, inputs, --format): "
                           "run only the inputs it did not write")
+    bat.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                     help="a module this process and every worker import first, e.g. one that "
+                          "registers the model's custom ops (tflite_taichi.register_op); repeatable")
     bat.set_defaults(func=cmd_batch)
     # the top line of --help names every subcommand: taken from the parser, so none is left out
     p.description = "tflite-taichi: " + " | ".join(sub.choices)

@@ -4,14 +4,14 @@ Each delegated op becomes a step object from its OpDef's `taichi` factory: plain
 holding static offsets and shapes, with a `ti.func run(arena, weights, io)` whose top-level
 loop is the op. A kernel is `for step in ti.static(steps): step.run(...)`: Taichi runs each
 top-level loop as its own parallel task, in order, so the partition keeps TFLite's sequential
-semantics for the price of one launch (DESIGN.md, "Speed").
+semantics for the price of one launch (docs/delegate.md).
 
 Kernels take four typed 1-D ndarrays, `(arena, weights, io, scratch)`, so that Taichi can
 archive them as an AOT module (cache.py) that later processes load through the C API without
 running Taichi's frontend (device.py); the steps see `io` as the triple (io, io, scratch) of
 kit (a partition's inputs and outputs are both in the program's io buffer).
 
-Chunking policy, per backend (DESIGN.md's measurements on an H200: a fused chain of 30 ops
+Chunking policy, per backend (measured on an H200: a fused chain of 30 ops
 ran faster than 30 launches on CUDA and Vulkan, slower on OpenGL, and compile time grows with
 kernel size): CUDA, Vulkan, Metal and CPU fuse up to CHUNK_STEPS ops per kernel; OpenGL/GLES
 launch one kernel per op.
@@ -248,6 +248,7 @@ class PartitionCode:
     at_load: dict                     # op computed at its reader's load -> the reader's position
     fp16: bool
     cpu_threads: int = 0              # Taichi CPU threads per top-level loop (1: serial; 0: Taichi's)
+    arch: str = ""                    # the Taichi arch the kernels are for ('x64' for cpu): StepIO.arch
     kernels: list = field(default_factory=list)
 
     @property
@@ -321,7 +322,8 @@ def plan(partition: Partition, graph: PreparedGraph, backend: str, fp16: bool,
             + f" in one buffer; Taichi indexes buffers with 32-bit integers (at most "
             f"{MAX_BUFFER_ELEMENTS:,}): use backend='reference' or smaller shapes")
     threads = costs.cpu_loop_threads(partition.steps, cpu_threads) if backend == "cpu" else 0
-    return PartitionCode(partition, p, chunks, fusions, aliased, at_load, fp16, threads)
+    return PartitionCode(partition, p, chunks, fusions, aliased, at_load, fp16, threads,
+                         arch="x64" if backend == "cpu" else backend)
 
 
 @contextlib.contextmanager
@@ -387,7 +389,8 @@ def build_kernels(code: PartitionCode) -> list:
             else:
                 outputs.append(refs[t])
         io = StepIO(inputs=inputs, outputs=tuple(outputs),
-                    scratch=plan_.scratch.get(step.op.index), state=_state_refs(step, partition, refs))
+                    scratch=plan_.scratch.get(step.op.index), state=_state_refs(step, partition, refs),
+                    arch=code.arch)
         steps[position] = step.opdef.taichi(step.node, io)
     for j in code.at_load:
         at_load[partition.steps[j].op.outputs[0]].step = steps[j]

@@ -3,7 +3,7 @@ the reference path's output for it (tests/test_compile_workers.py, tests/test_fo
 import numpy as np
 
 from tflite_taichi import Interpreter
-from tflite_taichi.demo import build_demo_model
+from tflite_taichi.tools.demo import build_demo_model
 
 
 def demo_case(folder, seed: int) -> tuple:

@@ -443,7 +443,7 @@ def layout_case(draw, grid, op):
         return done([Input(shape, t, q), _i32(begin), _i32(size)], [Output(out, t, q)])
     if op == "STRIDED_SLICE":
         shape = draw(S.shapes(1, 4, 1, 6))
-        # clear of LiteRT's STRIDED_SLICE bugs (DESIGN.md's caveats; test_ops_slicing.py)
+        # clear of LiteRT's STRIDED_SLICE bugs (docs/ops.md, the oracle's caveats; test_ops_slicing.py)
         begin, end, strides, masks, kinds = draw(strided_spec(shape, litert_safe=True).filter(
             lambda s: not _litert_is_wrong(shape, s[4], s[2], s[3])))
         out = np.empty(shape)[numpy_index(begin, end, strides, masks, kinds)].shape

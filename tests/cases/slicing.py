@@ -123,11 +123,11 @@ def numpy_index(begin, end, strides, masks, kinds):
 def _litert_is_wrong(shape, kinds, strides, masks):
     """The spec hits one of LiteRT's known STRIDED_SLICE bugs."""
     if "ellipsis" in kinds and "new" in kinds:
-        return True       # DESIGN.md: crashes or garbage
+        return True       # docs/ops.md, the oracle's caveats: crashes or garbage
     if "ellipsis" in kinds and kinds[-1] != "ellipsis":
         covered = len(shape) - sum(k in ("slice", "shrink") for k in kinds)
         if covered == 0:
-            return True   # DESIGN.md: an empty ellipsis that is not last slices wrongly
+            return True   # docs/ops.md: an empty ellipsis that is not last slices wrongly
     if any(k == "shrink" and s < 0 for k, s in zip(kinds, strides)):
         return True       # measured here: a shrink entry with a negative stride yields zeros
     return False

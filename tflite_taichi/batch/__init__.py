@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
 from tflite_taichi.batch.inputs import (InputSpec, Item, check_images, discover, input_spec,
-                                        parse_preprocess)
+                                        parse_preprocess, require_pyarrow)
 from tflite_taichi.batch.folder import Claim, check_out_dir, identity, prepare
 from tflite_taichi.batch.outputs import (FORMATS, count_written, merge_errors, output_info,
-                                         read_errors, read_outputs, require_pyarrow,
-                                         write_manifest)
-from tflite_taichi.batch.runner import RunConfig
+                                         read_errors, read_outputs, write_manifest)
+from tflite_taichi.batch.runner import RunConfig, import_modules
 from tflite_taichi.errors import BatchError
 
 __all__ = ["run", "BatchResult", "BatchError", "read_outputs", "read_errors", "discover",
@@ -109,7 +108,8 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
         gpus_per_worker: Optional[float] = None, cpus_per_worker: float = 1.0,
         fmt: str = "parquet", preprocess: Optional[str] = None, precision: str = "fp32",
         retries: int = 2, overwrite: bool = False, resume: bool = False, progress: bool = False,
-        task_timeout: Optional[float] = None, cache_dir: Optional[str] = None) -> BatchResult:
+        task_timeout: Optional[float] = None, cache_dir: Optional[str] = None,
+        imports: Sequence[str] = ()) -> BatchResult:
     """Run every input found in `inputs` (files and folders) through `model` (a path or bytes),
     writing outputs and errors.jsonl into `out_dir`.
 
@@ -125,6 +125,9 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     overwrite: remove a previous run's files from `out_dir` (only those) first. resume: finish
     the interrupted run in `out_dir` (same model, inputs and fmt): its complete part files are
     kept and only the inputs none of them holds are run. Either way every input ends up once.
+    imports: modules imported here and in every worker before the model is read, e.g. one that
+    registers the model's custom ops (a worker is a fresh process: what this process registered
+    by other means is not there); each must be importable in the workers too.
     Returns a BatchResult; bad inputs are in errors.jsonl.
     """
     started = time.perf_counter()
@@ -145,6 +148,7 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     if task_timeout is not None and ray is not None:
         raise BatchError("--task-timeout is the local pool's: Ray Data's map_batches has no "
                          "per-task timeout (Ray's own health checks see dead actors, not hung ones)")
+    import_modules(imports)
     model_data = _model_bytes(model)
     from tflite_taichi.interpreter import Interpreter
     reader = Interpreter(model_content=model_data, backend="reference")   # no Taichi here
@@ -159,7 +163,7 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
         task_items = batch_size * max(1, math.ceil(TASK_ITEMS / batch_size))
         config = RunConfig(model=model_data, backend=resolved, precision=precision,
                            batch_size=batch_size, spec=spec, info=info, out_dir=out_dir, fmt=fmt,
-                           cache_dir=cache_dir, part_prefix=record.prefix)
+                           cache_dir=cache_dir, part_prefix=record.prefix, imports=tuple(imports))
         todo = [item for item in items if item.key not in record.done]
         result = _run_items(todo, problems, config, ray=ray, workers=workers, retries=retries,
                             task_items=task_items, progress=progress, task_timeout=task_timeout,

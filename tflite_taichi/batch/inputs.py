@@ -82,6 +82,16 @@ __all__ = ["BatchError", "InputSpec", "Item", "ItemError", "PRESETS", "TableCach
            "decode", "discover", "input_spec", "load_payload", "parse_preprocess"]
 
 
+def require_pyarrow(why: str):
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401 - the writer and reader (outputs.py)
+    except ImportError:
+        raise BatchError(f"{why} needs pyarrow: pip install 'tflite-taichi[batch]' "
+                         "(or write --format npz)") from None
+    return pyarrow
+
+
 def parse_preprocess(text: Optional[str]) -> Optional[Normalization]:
     """--preprocess: a preset name (unit, signed, raw, imagenet) or "mean=M[,M,M];std=S[,S,S]"."""
     if text is None or text == "":
@@ -157,7 +167,6 @@ def _require_regular(path: str) -> None:
 
 def _table_rows(path: str) -> int:
     _require_regular(path)
-    from tflite_taichi.batch.outputs import require_pyarrow
     pa = require_pyarrow(f"reading the table {path}")
     if _suffix(path) == ".parquet":
         import pyarrow.parquet as pq
@@ -291,7 +300,6 @@ class TableCache:
     def row(self, path: str, row: int) -> dict:
         if path != self.path:
             _require_regular(path)
-            from tflite_taichi.batch.outputs import require_pyarrow
             pa = require_pyarrow(f"reading the table {path}")
             if _suffix(path) == ".parquet":
                 import pyarrow.parquet as pq

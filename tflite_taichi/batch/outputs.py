@@ -27,6 +27,7 @@ from typing import Optional
 
 import numpy as np
 
+from tflite_taichi.batch.inputs import has_batch_dim, item_shape, require_pyarrow
 from tflite_taichi.errors import BatchError
 
 ERRORS_FILE = "errors.jsonl"
@@ -38,16 +39,6 @@ LOCK_FILE = ".tflite-taichi.lock"        # held by the run that owns the folder 
 TMP_PREFIX = ".tflite-taichi-tmp-"      # files being written: hidden, never read, ours to remove
 ERROR_PART_RE = re.compile(r"[0-9a-f]{20}\.jsonl\Z")      # error_part_name's files
 LEGACY_PART_RE = re.compile(r"part-[0-9]{6}\.(parquet|npz)\Z")   # before runs had prefixes
-
-
-def require_pyarrow(why: str):
-    try:
-        import pyarrow
-        import pyarrow.parquet  # noqa: F401 - the writer and reader used below
-    except ImportError:
-        raise BatchError(f"{why} needs pyarrow: pip install 'tflite-taichi[batch]' "
-                         "(or write --format npz)") from None
-    return pyarrow
 
 
 def atomic_write(path: str, write) -> None:
@@ -67,7 +58,6 @@ def atomic_write(path: str, write) -> None:
 def output_info(interpreter) -> list:
     """[{"name", "shape" (one item's), "dtype", "batch_dim"}] of the main graph's outputs (an
     output whose first dimension is 1 has it dropped per item: batch_dim)."""
-    from tflite_taichi.batch.inputs import has_batch_dim, item_shape
     details = interpreter.get_output_details()
     columns = output_columns([d["name"] for d in details], reserved=("path",))
     return [{"name": d["name"], "column": column, "shape": list(item_shape(d["shape"])),

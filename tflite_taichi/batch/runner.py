@@ -12,8 +12,9 @@ the runner goes back to one item per invoke and says so in `describe()`.
 """
 from __future__ import annotations
 
+import importlib
 import os
-import signal
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -21,7 +22,6 @@ from typing import Optional
 
 import numpy as np
 
-from tflite_taichi import switches
 from tflite_taichi.batch.inputs import InputSpec, ItemError, decode
 from tflite_taichi.errors import BatchError, TfliteTaichiError
 
@@ -30,7 +30,6 @@ from tflite_taichi.errors import BatchError, TfliteTaichiError
 # magnitude (float32 rounding over ~100 reordered terms) and one quantization step for 8-bit.
 ROW_TOLERANCE = 1e-5
 
-FAULT_ENV = "TFLITE_TAICHI_BATCH_FAULT"
 
 
 @dataclass
@@ -46,12 +45,25 @@ class RunConfig:
     fmt: str
     cache_dir: Optional[str] = None
     part_prefix: str = "part"    # this run's part files: PREFIX-000017.parquet (folder.py)
+    imports: tuple = ()          # modules a worker imports first (custom ops: import_modules)
+
+
+def import_modules(names) -> None:
+    """Import each named module (a user's custom ops register themselves when imported): in the
+    driver before the model is read, and in every worker before its Interpreter is built."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:          # ImportError, or whatever the module raises at import
+            raise BatchError(f"--import {name}: {type(e).__name__}: {e} (sys.path: "
+                             f"{os.pathsep.join(sys.path[:4])}...)") from e
 
 
 class BatchRunner:
     def __init__(self, config: RunConfig):
         from tflite_taichi.interpreter import Interpreter
         self.config = config
+        import_modules(config.imports)
         started = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")    # the delegate's partition notes, once per worker
@@ -127,7 +139,6 @@ class BatchRunner:
     # -- running ----------------------------------------------------------------------------
     def run(self, items: list) -> tuple:
         """items: [(key, payload)] -> (keys, [stacked outputs per output], [(key, reason)])."""
-        inject_fault([key for key, _ in items])
         decoded, errors = [], []
         for key, payload in items:
             try:
@@ -186,26 +197,3 @@ class BatchRunner:
                 return (f"output '{spec['name']}' has shape {list(value.shape)} for this input, "
                         f"not {spec['shape']} (outputs of a batch run have one shape)")
         return None
-
-
-def inject_fault(keys: list) -> None:
-    """For tests of the retries and timeouts: with TFLITE_TAICHI_BATCH_FAULT="KIND:SUFFIX:MARKER",
-    the first worker to run a batch holding an item whose key ends with SUFFIX creates the file
-    MARKER and then, for KIND "kill", kills its own process (SIGKILL, as the OOM killer would),
-    or for "hang", sleeps for an hour (a hung driver); later attempts run. With an empty MARKER
-    every attempt does it."""
-    spec = switches.value(FAULT_ENV)
-    if not spec:
-        return
-    kind, suffix, marker = spec.split(":", 2)
-    if kind not in ("kill", "hang") or not any(k.endswith(suffix) for k in keys):
-        return
-    if marker:
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return
-        os.close(fd)
-    if kind == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(3600)

@@ -29,10 +29,10 @@ def main(argv) -> int:
             return 0
         _take_switches(job.switches)
         if started is None:
-            from tflite_taichi import backend as ti_backend
             from tflite_taichi.ops import kit
+            from tflite_taichi.runtime.session import ensure_python_taichi
             kit.claim_backend(job.backend)          # the ops specialise on it (kit.current_arch)
-            ti_backend.ensure_python_taichi(job.backend, cache_root=job.cache_root)
+            ensure_python_taichi(job.backend, cache_root=job.cache_root)
             started = job.backend
         elif job.backend != started:
             raise RuntimeError(f"this worker compiles for {started}, not {job.backend}")

@@ -339,8 +339,8 @@ def build_modules(codes, modules: list, backend: str, caps, llvm: bool,
             reason = f"{type(e).__name__}: {e}"
             warnings.warn(f"tflite_taichi: {reason}; compiling in this process instead",
                           RuntimeWarning, stacklevel=4)
-    from tflite_taichi import backend as ti_backend
-    ti_backend.ensure_python_taichi(backend)
+    from tflite_taichi.runtime.session import ensure_python_taichi
+    ensure_python_taichi(backend)
     saved = {index: save_module(codes, kernels, folder, caps, llvm, compiled)
              for index, folder, kernels in modules}
     return saved, f"this process ({reason})"

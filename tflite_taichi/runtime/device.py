@@ -39,16 +39,10 @@ import numpy as np
 
 from tflite_taichi import switches
 from tflite_taichi.runtime import capi, vulkan_host, vulkan_submit
+# the process's Taichi lock and a GL runtime's thread are the session's (session.py)
+from tflite_taichi.runtime.session import (GL_BACKENDS, TAICHI_LOCK, ThreadAffinity,  # noqa: F401
+                                           inside_device_call)
 from tflite_taichi.errors import BackendUnavailable, InputError
-
-TAICHI_LOCK = threading.RLock()
-
-
-def inside_device_call() -> bool:
-    """Whether this thread holds TAICHI_LOCK: it is inside a call into a runtime (ours included:
-    vulkan_submit.py records and submits in Python, where garbage collection can run a
-    finalizer at any allocation). RLock._is_owned is CPython's (threading.Condition uses it)."""
-    return TAICHI_LOCK._is_owned()
 
 ITEMSIZE = {"f32": 4, "f16": 2}
 NUMPY = {"f32": np.float32, "f16": np.float16}
@@ -59,40 +53,6 @@ def _cpu_arch() -> str:
     return "arm64" if platform.machine().lower() in ("arm64", "aarch64") else "x64"
 
 
-GL_BACKENDS = ("opengl", "gles")
-
-
-class ThreadAffinity:
-    """OpenGL/GLES: the runtime's GL context is current in the thread that created it, and only
-    there (Taichi makes it current once; EGL refuses a context current in another thread). Calls
-    from another thread would find no context (map_memory returns NULL, launches do nothing), so
-    they are refused with an InterpreterStateError instead; frees that garbage collection runs
-    in another thread, or inside a device call of this one, wait until the owner thread uses
-    the device again."""
-
-    def __init__(self, backend: str):
-        self.backend = backend
-        self.owner = threading.get_ident() if backend in GL_BACKENDS else None
-        self.owner_name = threading.current_thread().name
-        self._deferred = []
-
-    def on_owner_thread(self) -> bool:
-        return self.owner is None or threading.get_ident() == self.owner
-
-    def check_thread(self, what: str) -> None:
-        if not self.on_owner_thread():
-            from tflite_taichi.errors import InterpreterStateError
-            raise InterpreterStateError(
-                f"{what} on {self.backend} from thread {threading.current_thread().name!r}: "
-                f"Taichi's {self.backend} runtime lives in thread {self.owner_name!r}, the one that "
-                "created the first Taichi interpreter of this process (an OpenGL context is "
-                "current in one thread only); use the interpreter from that thread, or vulkan "
-                "from any thread")
-        while self._deferred and not inside_device_call():
-            self._deferred.pop(0)()
-
-    def defer(self, fn) -> None:
-        self._deferred.append(fn)
 
 
 class Buffer:
@@ -650,9 +610,9 @@ class PythonDevice:
     kind = "python"
 
     def __init__(self, backend: str):
-        from tflite_taichi import backend as ti_backend
+        from tflite_taichi.runtime.session import ensure_python_taichi
         self.backend = backend
-        self.affinity = ti_backend.ensure_python_taichi(backend)
+        self.affinity = ensure_python_taichi(backend)
         import taichi as ti
         self.ti = ti
         self._copy_kernels = None

@@ -180,8 +180,7 @@ class ProgramKernels:
         """Compile the modules `missing` with Taichi's Python frontend, in worker processes where
         they can take them (no C API call: any thread may run this), each into a folder of its
         own that `folders` removes; [(folder, the module's file or folder in it)]."""
-        from tflite_taichi import backend as ti_backend
-        from tflite_taichi.runtime import compile_workers
+        from tflite_taichi.runtime import compile_workers, session
         d = self.device
         caps = [] if d.llvm else d.capabilities()
         off = switches.value("TFLITE_TAICHI_SPIRV_CAPS_OFF")
@@ -190,7 +189,7 @@ class ProgramKernels:
                                       else _temporary_folder()) for _ in missing]
         modules = [(g, folder, group) for g, (folder, (_, group)) in enumerate(zip(made, missing))]
         saved, self.compiled_in = compile_workers.build_modules(
-            self.codes, modules, self.backend, caps, d.llvm, ti_backend.cache_root(), compiled)
+            self.codes, modules, self.backend, caps, d.llvm, session.cache_root(), compiled)
         return [(made[g], saved[g]) for g in range(len(missing))]
 
     def _load_compiled(self, missing: list, saved: list) -> dict:

@@ -45,7 +45,7 @@ warm alike), $TFLITE_TAICHI_CACHE_DIR points there too, and so do the GPU driver
 (Mesa's and NVIDIA's shader caches, CUDA's JIT cache, XDG_CACHE_HOME), so that cold is cold for
 LiteRT too. (Taichi's own offline cache is off in tflite_taichi: the kernel cache is ours.)
 
-    from tflite_taichi.bench import bench_model, default_backends, render_markdown
+    from tflite_taichi.tools.bench import bench_model, default_backends, render_markdown
     result = bench_model("model.tflite", default_backends(), runs=100, warmup=10)
 
 `bench/bench.py` is the many-model command (markdown, JSON, PNG); `tflite-taichi bench MODEL` is
@@ -78,7 +78,7 @@ TAICHI_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles", "cpu")
 AUTO = "auto"
 KNOWN_BACKENDS = LITERTS + (REFERENCE, AUTO) + TAICHI_BACKENDS
 SEED = 0
-CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bench_child.py")
+CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_child.py")
 
 # The drivers' caches a start can hit, each pointed at a subfolder of the run's cache folder
 # (the same subfolders tflite_taichi.runtime.cache uses); TFLITE_TAICHI_CACHE_DIR is the folder itself.
@@ -261,7 +261,7 @@ def _child_env(backend: str, cache_dir: str) -> dict:
 
 
 def _run_child(spec: dict, workdir: str, env: dict, timeout: float, progress) -> dict:
-    """Run _bench_child.py on `spec`; its result dict (ok False with the reason on a failure)."""
+    """Run bench_child.py on `spec`; its result dict (ok False with the reason on a failure)."""
     name = f"{spec['backend']}-{spec['stage']}"
     spec = dict(spec, result=os.path.join(workdir, f"{name}.result.json"),
                 sys_path=[p for p in sys.path if p and os.path.isdir(p)])
@@ -813,7 +813,7 @@ def phases_table(results: Sequence[dict]) -> str:
 
 
 METHOD = """\
-How (tflite_taichi/bench.py): every backend runs in fresh subprocesses, one after the other.
+How (tflite_taichi/tools/bench.py): every backend runs in fresh subprocesses, one after the other.
 A *step* is what a user's loop does: set every input, invoke, get every output (LiteRT CPU and ours:
 `set_tensor` / `invoke` / `get_tensor`; LiteRT GPU: `TensorBuffer.write` / `run_by_index` / `read`).
 *Cold start*: a new process with a new, empty cache folder (passed as `cache_dir` to our Interpreter,

@@ -1,8 +1,8 @@
-"""Run by tflite_taichi.bench in a fresh subprocess: one runtime (LiteRT CPU, LiteRT GPU or one
+"""Run by tflite_taichi.tools.bench in a fresh subprocess: one runtime (LiteRT CPU, LiteRT GPU or one
 backend of ours) on one model, timed. A script, not a module import, so that importing the
 runtime is measured apart from the start and nothing of ours is imported before the clock starts.
 
-    python _bench_child.py SPEC.json
+    python bench_child.py SPEC.json
 
 SPEC (written by bench.py): model, backend ('litert', 'litert_gpu', 'litert_gpu_fp16' or ours),
 precision, threads, stage ('cold': the start only; 'warm': the start, then warm-up and timed
