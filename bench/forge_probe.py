@@ -29,13 +29,13 @@ def export(model: str, arch: str, fmt: str, folder: str) -> dict:
     them as one AOT module of format FMT in FOLDER; their names and the export's time."""
     os.environ["TFLITE_TAICHI_RUNTIME"] = "python"
     os.environ["TFLITE_TAICHI_TAICHI"] = "forge"    # `import taichi` is forge (flavour.py)
-    from tflite_taichi import Interpreter, codegen
+    from tflite_taichi import Interpreter
     import taichi as ti
     from tflite_taichi.runtime import compile_workers
     it = Interpreter(model_path=model, backend=arch, cache_dir=False)
     it.allocate_tensors()
     program = it._main.program
-    codegen.aot_module = lambda caps=(): ti.aot.Module(artifact_format=fmt)
+    compile_workers.aot_module = lambda caps=(): ti.aot.Module(artifact_format=fmt)
     kernels = [(name, i, j) for i, names in enumerate(program.kernel_names())
                for j, name in enumerate(names)]
     start = time.perf_counter()

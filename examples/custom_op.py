@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tflite_taichi import OpDef, register_op
+from tflite_taichi import Fusion, OpDef, register_op
 from tflite_taichi.ops.kit import ElementwiseStep, ti
 
 OP_NAME = "CUSTOM:Swish"
@@ -69,7 +69,7 @@ def taichi(node, io):
 # may run in its store), and it can itself run in its producer's store, for input 0.
 SWISH = register_op(OpDef(name=OP_NAME, infer=infer, reference=reference, parse=parse,
                           taichi=taichi, min_inputs=1, max_inputs=1,
-                          stores_once=True, epilogue_inputs=lambda node: (0,)))
+                          fusion=Fusion(stores_once=True, epilogue_inputs=lambda node: (0,))))
 
 
 def build_model(beta: float = 1.5) -> bytes:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 from .common import broadcast_shapes
 from .kit import BroadcastBinaryStep, ElementwiseStep, keep_nan, ti
 
@@ -56,8 +56,9 @@ def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape, ta
                              parse=parse if parse is not None else (lambda _o: None),
                              options_class=options_class, min_inputs=1, max_inputs=1,
                              taichi=taichi if taichi is not None else _unary_taichi,
-                             scratch=scratch, stores_once=elementwise,
-                             epilogue_inputs=(lambda _node: (0,)) if elementwise else None))
+                             scratch=scratch,
+                             fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))
+                             if elementwise else Fusion()))
 
 
 # -- Taichi ------------------------------------------------------------------------------------
@@ -329,4 +330,4 @@ def _prelu_reference(node, inputs):
 
 PRELU = register_op(OpDef(name="PRELU", infer=_infer_prelu, reference=_prelu_reference,
                           taichi=_prelu_taichi, min_inputs=2, max_inputs=2,
-                          stores_once=True, epilogue_inputs=lambda _node: (0,)))
+                          fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))))

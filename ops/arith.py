@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .activations import _TANH_SATURATION
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 from .common import broadcast_shapes, register_binary, unbroadcast_inputs
 from .kit import BroadcastBinaryStep, ElementwiseStep, ti
 
@@ -506,8 +506,8 @@ def _unary(name, fn, ints=(), parse=None, options_class=None):
     return register_op(OpDef(name=name, infer=infer, reference=reference,
                              parse=parse if parse is not None else (lambda _o: None),
                              options_class=options_class, taichi=_unary_taichi,
-                             min_inputs=1, max_inputs=1, stores_once=True,
-                             epilogue_inputs=lambda _node: (0,)))
+                             min_inputs=1, max_inputs=1,
+    fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))))
 
 
 def _log(node, x):
@@ -675,4 +675,4 @@ def _add_n_reference(node, inputs):
 
 ADD_N = register_op(OpDef(name="ADD_N", infer=_infer_add_n, reference=_add_n_reference,
                           taichi=_add_n_taichi, min_inputs=2, max_inputs=None,
-                          stores_once=True, epilogue_inputs=unbroadcast_inputs))
+                          fusion=Fusion(stores_once=True, epilogue_inputs=unbroadcast_inputs)))

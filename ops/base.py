@@ -94,6 +94,36 @@ def _no_restrictions(_node: Node) -> Optional[str]:
 
 
 @dataclass(frozen=True)
+class Fusion:
+    """How the delegate may fuse an op with its neighbours, declared by the op (codegen links
+    the chains; it never names an op): OpDef(fusion=Fusion(...)); the default fuses nothing."""
+
+    moves_values: bool = False               # every output element is an input element as it
+                                             # is (slices, concatenations, transposes): where
+                                             # its data inputs share the output's grid, the
+                                             # delegate stores without snapping to it (planner)
+    stores_once: bool = False                # its Taichi step writes each output element once,
+                                             # with its final value, through out.store(): an
+                                             # element-wise reader can run inside that store
+    epilogue_inputs: Optional[Callable] = None  # node -> input positions the op can take as a
+                                             # value handed over by its producer's store (element-
+                                             # wise ops): its step has fused_store(arena, weights,
+                                             # io, flat, value, position) (kit.EpilogueRef)
+    computed_at_load: bool = False           # cheap enough to compute at the load of its only
+                                             # reader when that is element-wise (PAD, binary
+                                             # arithmetic): its step has fused_load(arena,
+                                             # weights, io, flat) -> element `flat` of its output,
+                                             # snapped (kit.LoadRef), and the delegate never
+                                             # stores that output
+    alias_input: Optional[int] = None        # the output is this input's data, reshaped (RESHAPE,
+                                             # SQUEEZE, EXPAND_DIMS): the delegate addresses the
+                                             # input instead of copying it
+
+
+NO_FUSION = Fusion()
+
+
+@dataclass(frozen=True)
 class OpDef:
     """One op, defined once. See the module docstring for the parts."""
 
@@ -134,27 +164,7 @@ class OpDef:
                                              # (into StepIO.state): the delegate takes it with
                                              # float variable tensors, which then live in slots
                                              # of its io buffer between invokes
-    # fusion, declared by the op (codegen links the chains; it never names an op):
-    moves_values: bool = False               # every output element is an input element as it
-                                             # is (slices, concatenations, transposes): where
-                                             # its data inputs share the output's grid, the
-                                             # delegate stores without snapping to it (planner)
-    stores_once: bool = False                # its Taichi step writes each output element once,
-                                             # with its final value, through out.store(): an
-                                             # element-wise reader can run inside that store
-    epilogue_inputs: Optional[Callable] = None  # node -> input positions the op can take as a
-                                             # value handed over by its producer's store (element-
-                                             # wise ops): its step has fused_store(arena, weights,
-                                             # io, flat, value, position) (kit.EpilogueRef)
-    computed_at_load: bool = False           # cheap enough to compute at the load of its only
-                                             # reader when that is element-wise (PAD, binary
-                                             # arithmetic): its step has fused_load(arena,
-                                             # weights, io, flat) -> element `flat` of its output,
-                                             # snapped (kit.LoadRef), and the delegate never
-                                             # stores that output
-    alias_input: Optional[int] = None        # the output is this input's data, reshaped (RESHAPE,
-                                             # SQUEEZE, EXPAND_DIMS): the delegate addresses the
-                                             # input instead of copying it
+    fusion: Fusion = NO_FUSION               # how the delegate may fuse it with its neighbours
     index_inputs: Optional[Callable] = None  # node -> {input position: check or None}: plain
                                              # int32 run-time inputs (ids, indices) its Taichi part
                                              # reads; partition lets them in, the host writes them

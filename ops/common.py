@@ -1,12 +1,12 @@
 """What several op families share: fused activations, padding, broadcasting, axes, custom
-options written as flexbuffer maps."""
+options written as flexbuffer maps, index range checks."""
 from __future__ import annotations
 
 import numpy as np
 
-from tflite_taichi.errors import ModelError
+from tflite_taichi.errors import InputError, ModelError
 
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 
 # tflite.ActivationFunctionType
 ACT_NONE, ACT_RELU, ACT_RELU_N1_TO_1, ACT_RELU6, ACT_TANH, ACT_SIGN_BIT = range(6)
@@ -101,7 +101,7 @@ def register_binary(name: str, infer, reference, taichi, **fields) -> OpDef:
     and takes an unbroadcast input as a value handed over by that input's producer (epilogue
     fusion). `fields` set the rest (options, parsing) or override these."""
     definition = dict(name=name, infer=infer, reference=reference, taichi=taichi, min_inputs=2,
-                      max_inputs=2, stores_once=True, epilogue_inputs=unbroadcast_inputs)
+                      max_inputs=2, fusion=Fusion(stores_once=True, epilogue_inputs=unbroadcast_inputs))
     return register_op(OpDef(**{**definition, **fields}))
 
 
@@ -124,3 +124,21 @@ def flexbuffer_map(op, layout: str = "") -> dict:
         raise ModelError(f"{what}: custom_options must be a flexbuffer map{about}, hold a "
                          f"{type(value).__name__}")
     return value
+
+
+# -- values the op refuses: at prepare (constants) or at invoke (run-time indices) ---------
+def invoke_error(node, message: str) -> InputError:
+    """A value only known at invoke (a run-time index) that the op cannot take."""
+    return InputError(f"op #{node.index} ({node.op}): {message}")
+
+
+def check_range(node, idx: np.ndarray, size: int, what: str, at_prepare: bool):
+    """Every entry of `idx` in [0, size), else a ModelError (constant indices) or an
+    InputError (run-time indices), naming the op and the first bad entry."""
+    idx = np.asarray(idx)
+    bad = (idx < 0) | (idx >= size)
+    if bad.any():
+        where = tuple(int(c) for c in np.argwhere(bad)[0])
+        message = (f"{what} {int(idx[where])} at {list(where)} is out of range "
+                   f"[0, {size})")
+        raise node.fail(message) if at_prepare else invoke_error(node, message)

@@ -22,7 +22,7 @@ from tflite_taichi import switches
 from tflite_taichi.errors import ModelError
 from tflite_taichi.quant import is_float_view
 
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 from .common import (PADDING_SAME, PADDING_VALID, apply_activation,
                      check_activation, check_padding, conv_output_size, conv_padding_before,
                      positive_ints)
@@ -331,12 +331,11 @@ def gemm_blocks(m: int, n: int, config: tuple = GEMM_CONFIG) -> int:
     return -(-m // config[0]) * -(-n // config[1])
 
 
-def gemm_choice(m: int, n: int, k: int, arch: str = None):
+def gemm_choice(m: int, n: int, k: int, arch: str):
     """The tile shape (tile_m, tile_n, micro_m, micro_n) a [m, k] @ [k, n] product runs with on
-    `arch` (default: the delegate's), or None for the register-tiled gather: an arch with
+    Taichi arch `arch` (the step's StepIO.arch), or None for the register-tiled gather: an arch with
     block-shared memory, a reduction long enough to stage, and enough tiles of a measured class.
     TFLITE_TAICHI_GEMM_TILES forces one shape from gemm_min_blocks() tiles (bench/gemm_micro.py)."""
-    arch = arch or kit.current_arch()
     if not kit.has_shared_memory(arch) or k < GEMM_K:
         return None
     forced = switches.value("TFLITE_TAICHI_GEMM_TILES")
@@ -705,7 +704,8 @@ def _conv_supports(node):
 CONV_2D = register_op(OpDef(
     name="CONV_2D", infer=_infer_conv, reference=_reference_conv, parse=_parse_conv,
     options_class="Conv2DOptions", supports=_conv_supports, taichi=_conv_taichi,
-    pack=_pack_filter_out_channels_last, scratch=_conv_scratch, min_inputs=2, max_inputs=3, stores_once=True,
+    pack=_pack_filter_out_channels_last, scratch=_conv_scratch, min_inputs=2, max_inputs=3,
+    fusion=Fusion(stores_once=True),
     numpy_faster_on_cpu=True, temp_bytes=_conv_temp_bytes))
 
 
@@ -761,7 +761,7 @@ def _depthwise_taichi(node, io):
 DEPTHWISE_CONV_2D = register_op(OpDef(
     name="DEPTHWISE_CONV_2D", infer=_infer_depthwise, reference=_reference_depthwise,
     parse=_parse_depthwise, options_class="DepthwiseConv2DOptions", supports=_conv_supports,
-    taichi=_depthwise_taichi, min_inputs=2, max_inputs=3, stores_once=True,
+    taichi=_depthwise_taichi, min_inputs=2, max_inputs=3, fusion=Fusion(stores_once=True),
     numpy_faster_on_cpu=True))   # see CONV_2D
 
 
@@ -886,7 +886,7 @@ TRANSPOSE_CONV = register_op(OpDef(
     name="TRANSPOSE_CONV", infer=_infer_transpose_conv, reference=_reference_transpose_conv,
     parse=_parse_transpose_conv, options_class="TransposeConvOptions",
     supports=_transpose_conv_supports, taichi=_transpose_conv_taichi,
-    pack=_pack_filter_out_channels_last, min_inputs=3, max_inputs=4, stores_once=True,
+    pack=_pack_filter_out_channels_last, min_inputs=3, max_inputs=4, fusion=Fusion(stores_once=True),
     numpy_faster_on_cpu=True, temp_bytes=_transpose_conv_temp_bytes))   # see CONV_2D
 
 
@@ -970,7 +970,7 @@ FULLY_CONNECTED = register_op(OpDef(
     name="FULLY_CONNECTED", infer=_infer_fully_connected, reference=_reference_fully_connected,
     parse=_parse_fully_connected, options_class="FullyConnectedOptions",
     supports=_conv_supports, taichi=_fully_connected_taichi, pack=_pack_fc_weights,
-    scratch=_fc_scratch, min_inputs=2, max_inputs=3, stores_once=True,
+    scratch=_fc_scratch, min_inputs=2, max_inputs=3, fusion=Fusion(stores_once=True),
     numpy_faster_on_cpu=True))   # see CONV_2D
 
 # -- CUSTOM:Convolution2DTransposeBias (MediaPipe) ---------------------------------------------
@@ -1064,7 +1064,7 @@ CONVOLUTION_2D_TRANSPOSE_BIAS = register_op(OpDef(
     name="CUSTOM:Convolution2DTransposeBias", infer=_infer_transpose_conv_bias,
     reference=_reference_transpose_conv_bias, parse=_parse_transpose_conv_bias,
     taichi=_transpose_conv_bias_taichi, pack=_pack_filter_out_channels_last, min_inputs=3,
-    max_inputs=3, stores_once=True, numpy_faster_on_cpu=True,
+    max_inputs=3, fusion=Fusion(stores_once=True), numpy_faster_on_cpu=True,
     temp_bytes=_transpose_conv_bias_temp_bytes))   # see CONV_2D
 
 __all__ = ["CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "FULLY_CONNECTED",

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .compare import infer_logical
-from .common import apply_activation, broadcast_shapes, check_activation, register_binary
+from .base import Fusion
+from .common import apply_activation, broadcast_shapes, check_activation, register_binary, unbroadcast_inputs
 from .kit import BroadcastBinaryStep, activation, ti
 
 
@@ -88,7 +89,8 @@ def _binary(name, fn, options_class=None, has_activation=True, **fields):
     return register_binary(name, infer, reference, _binary_taichi, **{
         "parse": _parse_activation if has_activation else (lambda _o: None),
         "options_class": options_class if options_class else None,
-        "computed_at_load": True, **fields})
+        "fusion": Fusion(stores_once=True, epilogue_inputs=unbroadcast_inputs, computed_at_load=True),
+        **fields})
 
 
 def _divide(a, b):
@@ -119,4 +121,4 @@ MINIMUM = _binary("MINIMUM", _litert_max_min(np.minimum), has_activation=False)
 SQUARED_DIFFERENCE = _binary("SQUARED_DIFFERENCE", lambda a, b: np.square(a - b), has_activation=False)
 # bool in and out, as LiteRT requires (its infer shared with LOGICAL_OR)
 LOGICAL_AND = _binary("LOGICAL_AND", np.logical_and, has_activation=False, infer=infer_logical,
-                      epilogue_inputs=None, computed_at_load=False)
+                      fusion=Fusion(stores_once=True))

@@ -45,10 +45,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tflite_taichi.errors import InputError
-
-from .base import DataDependentShape, OpDef, register_op
+from .base import DataDependentShape, Fusion, OpDef, register_op
+from .common import check_range, invoke_error
 from .kit import split_count, ti
+from .tables import RunTable, arithmetic_runs, runs_reason
 
 # tflite.TensorType codes an output_type may name.
 _FLOAT32, _INT32, _INT64 = 0, 2, 4
@@ -87,77 +87,6 @@ def _axis(node, axis: int, rank: int, what: str = "axis") -> int:
         raise node.fail(f"{what} {axis} is out of range for rank {rank} "
                         f"(valid: {-rank}..{rank - 1})")
     return axis % rank
-
-
-def _invoke_error(node, message: str) -> InputError:
-    """A value only known at invoke (a run-time index) that the op cannot take."""
-    return InputError(f"op #{node.index} ({node.op}): {message}")
-
-
-def _check_range(node, idx: np.ndarray, size: int, what: str, at_prepare: bool):
-    """Every entry of `idx` in [0, size), else a ModelError (constant indices) or an
-    InputError (run-time indices), naming the op and the first bad entry."""
-    idx = np.asarray(idx)
-    bad = (idx < 0) | (idx >= size)
-    if bad.any():
-        where = tuple(int(c) for c in np.argwhere(bad)[0])
-        message = (f"{what} {int(idx[where])} at {list(where)} is out of range "
-                   f"[0, {size})")
-        raise node.fail(message) if at_prepare else _invoke_error(node, message)
-
-
-# -- Taichi helpers: constant integer tables as arithmetic runs ------------------------------
-MAX_RUNS = 64
-
-
-def arithmetic_runs(values, limit: int = MAX_RUNS):
-    """A 1-D integer sequence as maximal arithmetic runs ((start, base, step), ...), greedily
-    from the front (value at j of the run starting at s: base + (j - s) * step); None when it
-    takes more than `limit` runs."""
-    v = np.asarray(values, dtype=np.int64).reshape(-1)
-    n = v.size
-    if n == 0:
-        return ((0, 0, 0),)
-    d = np.diff(v)
-    runs, j = [], 0
-    while j < n:
-        if len(runs) == limit:
-            return None
-        if j == n - 1:
-            runs.append((j, int(v[j]), 0))
-            break
-        step = int(d[j])
-        other = np.flatnonzero(d[j:] != step)
-        end = j + int(other[0]) if other.size else n - 1     # last element of this run
-        runs.append((j, int(v[j]), step))
-        j = end + 1
-    return tuple(runs)
-
-
-@ti.data_oriented
-class RunTable:
-    """A constant integer table compiled into the kernel: `at(j)` walks the runs (static)."""
-
-    def __init__(self, runs):
-        self.starts = tuple(int(r[0]) for r in runs)
-        self.bases = tuple(int(r[1]) for r in runs)
-        self.steps = tuple(int(r[2]) for r in runs)
-        self.n = len(runs)
-
-    @ti.func
-    def at(self, j):
-        v = self.bases[0] + j * self.steps[0]
-        for r in ti.static(range(1, self.n)):
-            if j >= self.starts[r]:
-                v = self.bases[r] + (j - self.starts[r]) * self.steps[r]
-        return v
-
-
-def _runs_reason(values, what: str):
-    if arithmetic_runs(values) is None:
-        return (f"the constant {what} form more than {MAX_RUNS} arithmetic runs (the delegate "
-                "compiles index tables into the kernel)")
-    return None
 
 
 # -- GATHER -----------------------------------------------------------------------------------
@@ -206,7 +135,7 @@ def _infer_gather(node):
     axis, batch_dims = _gather_dims(node)
     params, indices = node.inputs
     if indices.value is not None:
-        _check_range(node, indices.value, params.shape[axis], "index", at_prepare=True)
+        check_range(node, indices.value, params.shape[axis], "index", at_prepare=True)
     return [tuple(params.shape[:axis]) + tuple(indices.shape[batch_dims:])
             + tuple(params.shape[axis + 1:])]
 
@@ -214,7 +143,7 @@ def _infer_gather(node):
 def _gather(node, inputs):
     params, indices = np.asarray(inputs[0]), np.asarray(inputs[1]).astype(np.int64)
     axis, batch_dims = _gather_dims(node)
-    _check_range(node, indices, params.shape[axis], "index", at_prepare=False)
+    check_range(node, indices, params.shape[axis], "index", at_prepare=False)
     b, o, a, i, k = _gather_sizes(params.shape, indices.shape, axis, batch_dims)
     p = params.reshape(b, o, a, i)
     t = indices.reshape(b, k)
@@ -253,7 +182,7 @@ def _gather_ranges(node) -> dict:
 def _gather_supports(node):
     if node.inputs[1].value is None:
         return "the indices are known only at run time"
-    return _runs_reason(node.inputs[1].value, "indices")
+    return runs_reason(node.inputs[1].value, "indices")
 
 
 def _gather_taichi(node, io):
@@ -266,7 +195,7 @@ def _gather_taichi(node, io):
 GATHER = register_op(OpDef(name="GATHER", infer=_infer_gather, reference=_gather,
                            parse=_parse_gather, options_class="GatherOptions",
                            taichi=_gather_taichi, supports=_gather_supports,
-                           input_ranges=_gather_ranges, moves_values=True, min_inputs=2,
+                           input_ranges=_gather_ranges, fusion=Fusion(moves_values=True), min_inputs=2,
                            max_inputs=2))
 
 
@@ -290,7 +219,7 @@ def _gather_nd_range(node, indices, at_prepare: bool):
     m = indices.shape[-1]
     shape = node.inputs[0].shape
     for d in range(m):          # a static count: the index row length
-        _check_range(node, indices[..., d], shape[d], f"index (dimension {d})", at_prepare)
+        check_range(node, indices[..., d], shape[d], f"index (dimension {d})", at_prepare)
 
 
 def _infer_gather_nd(node):
@@ -335,7 +264,7 @@ class GatherNdStep:
 def _gather_nd_supports(node):
     if node.inputs[1].value is None:
         return "the indices are known only at run time"
-    return _runs_reason(_gather_nd_offsets(node), "indices")
+    return runs_reason(_gather_nd_offsets(node), "indices")
 
 
 def _gather_nd_taichi(node, io):
@@ -424,7 +353,7 @@ class OneHotStep:
 def _one_hot_supports(node):
     if node.inputs[0].value is None:
         return "the indices are known only at run time"
-    return _runs_reason(node.inputs[0].value, "indices")
+    return runs_reason(node.inputs[0].value, "indices")
 
 
 def _one_hot_taichi(node, io):
@@ -603,7 +532,7 @@ def _cumsum(node, inputs):
     x = np.asarray(inputs[0])
     axis = _ints(inputs[1])[0]
     if not -x.ndim <= axis < x.ndim:
-        raise _invoke_error(node, f"axis {axis} is out of range for rank {x.ndim}")
+        raise invoke_error(node, f"axis {axis} is out of range for rank {x.ndim}")
     axis %= x.ndim
     if node.options.reverse:
         x = np.flip(x, axis)

@@ -239,7 +239,7 @@ def _take_place(ref_like, ref):
 @ti.data_oriented
 class LoadRef:
     """The output of an op computed again at each load of its only reader (codegen's load
-    fusion, OpDef.computed_at_load: a PAD, or an ADD/MUL with a broadcast operand): never
+    fusion, Fusion.computed_at_load: a PAD, or an ADD/MUL with a broadcast operand): never
     stored; `load(flat)` asks the op's step for element `flat` (its `fused_load`), snapped to the
     tensor's grid as storing it would. Quacks like the TensorRef it replaces. `step` is set once
     the op's step is built (codegen builds readers first)."""
@@ -272,35 +272,11 @@ SPLIT_THREADS = 65536      # an op with fewer outputs than this leaves a GPU mos
 SHARED_MEMORY_ARCHS = ("cuda", "vulkan", "opengl", "metal", "amdgpu", "dx11", "dx12")
 
 
-_claimed_backend = None       # what the delegate told claim_backend() (ops never import it)
-
-
-def claim_backend(name) -> None:
-    """The delegate's word (backend.ensure_runtime) on which Taichi backend this process runs,
-    or None when that claim is given up: ops read it through current_arch()."""
-    global _claimed_backend
-    _claimed_backend = name
-
-
-def current_arch() -> str:
-    """The Taichi arch this process's delegate runs on ('cuda', 'vulkan', 'x64', ...): the
-    backend the process claimed (backend.ensure_runtime -> claim_backend), which is known
-    before Taichi's Python runtime starts - a process whose kernels all come from the cache
-    (Taichi's C API) never starts it, and ops ask this while the partitioner runs, before any
-    compile."""
-    claimed = _claimed_backend
-    if claimed is not None:
-        return "x64" if claimed == "cpu" else claimed
-    if ti.lang.impl.get_runtime().prog is None:    # no delegate in this process (inspect)
-        return "none"
-    return ti.lang.impl.current_cfg().arch.name
-
-
-def has_shared_memory(arch: str = None) -> bool:
-    """Whether `arch` (default: the delegate's) gives kernels block-shared memory."""
+def has_shared_memory(arch: str) -> bool:
+    """Whether Taichi arch `arch` (a step's StepIO.arch) gives kernels block-shared memory."""
     if switches.value("TFLITE_TAICHI_NO_SHARED_TILES"):    # bench/'s A/B switch, see gpu_bench.sh
         return False
-    return (arch or current_arch()) in SHARED_MEMORY_ARCHS
+    return arch in SHARED_MEMORY_ARCHS
 
 
 def split_count(n_out: int, terms: int, min_terms: int) -> int:

@@ -54,8 +54,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import OpDef, register_op
-from .indexing import RunTable, _runs_reason, arithmetic_runs
+from .base import Fusion, OpDef, register_op
+from .tables import RunTable, arithmetic_runs, runs_reason
 from .shape import Move, MoveStep, gather_move
 from .kit import ti
 
@@ -123,7 +123,7 @@ def _tile_taichi(node, io):
 
 
 TILE = register_op(OpDef(name="TILE", infer=_infer_tile, reference=_tile, taichi=_tile_taichi,
-                         moves_values=True, min_inputs=2, max_inputs=2))
+                         fusion=Fusion(moves_values=True), min_inputs=2, max_inputs=2))
 
 
 # -- BROADCAST_TO -----------------------------------------------------------------------------
@@ -641,12 +641,12 @@ def _matrix_set_diag_taichi(node, io):
 
 MATRIX_DIAG = register_op(OpDef(name="MATRIX_DIAG", infer=_infer_matrix_diag,
                                 reference=_matrix_diag, options_class="MatrixDiagOptions",
-                                taichi=_matrix_diag_taichi, stores_once=True,
+                                taichi=_matrix_diag_taichi, fusion=Fusion(stores_once=True),
                                 min_inputs=1, max_inputs=1))
 MATRIX_SET_DIAG = register_op(OpDef(name="MATRIX_SET_DIAG", infer=_infer_matrix_set_diag,
                                     reference=_matrix_set_diag,
                                     options_class="MatrixSetDiagOptions",
-                                    taichi=_matrix_set_diag_taichi, stores_once=True,
+                                    taichi=_matrix_set_diag_taichi, fusion=Fusion(stores_once=True),
                                     min_inputs=2, max_inputs=2))
 
 
@@ -739,7 +739,7 @@ class ReverseSequenceStep:
 def _reverse_sequence_supports(node):
     if node.inputs[1].value is None:
         return "seq_lengths are known only at run time (the delegate carries no int32 tensors)"
-    return _runs_reason(node.inputs[1].value, "seq_lengths")
+    return runs_reason(node.inputs[1].value, "seq_lengths")
 
 
 def _reverse_sequence_taichi(node, io):
@@ -753,5 +753,5 @@ REVERSE_SEQUENCE = register_op(OpDef(name="REVERSE_SEQUENCE", infer=_infer_rever
                                      reference=_reverse_sequence, parse=_parse_reverse_sequence,
                                      options_class="ReverseSequenceOptions",
                                      taichi=_reverse_sequence_taichi,
-                                     supports=_reverse_sequence_supports, stores_once=True,
+                                     supports=_reverse_sequence_supports, fusion=Fusion(stores_once=True),
                                      min_inputs=2, max_inputs=2))

@@ -109,7 +109,7 @@ def realize():
             import os
             os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "False")
             import taichi
-            from tflite_taichi.runtime import taichi_frontend
+            from . import taichi_frontend
             taichi_frontend.apply()         # source positions built only for errors (its docstring)
             _taichi = taichi
         while _classes:

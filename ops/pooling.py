@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 from .common import (PADDING_SAME, apply_activation, check_activation, check_padding,
                      positive_ints)
 from .conv import spatial_geometry, tap_windows
@@ -206,14 +206,14 @@ def _pool_taichi(node, io):
 AVERAGE_POOL_2D = register_op(OpDef(
     name="AVERAGE_POOL_2D", infer=_infer_pool, reference=_reference_average, parse=_parse_pool,
     options_class="Pool2DOptions", taichi=_pool_taichi, scratch=_pool_scratch, min_inputs=1,
-    max_inputs=1, stores_once=True, numpy_faster_on_cpu=True))
+    max_inputs=1, fusion=Fusion(stores_once=True), numpy_faster_on_cpu=True))
 
 MAX_POOL_2D = register_op(OpDef(
     name="MAX_POOL_2D", infer=_infer_pool, reference=_reference_max, parse=_parse_pool,
     options_class="Pool2DOptions", taichi=_pool_taichi, scratch=_pool_scratch, min_inputs=1,
-    max_inputs=1, stores_once=True, numpy_faster_on_cpu=True))
+    max_inputs=1, fusion=Fusion(stores_once=True), numpy_faster_on_cpu=True))
 
 L2_POOL_2D = register_op(OpDef(
     name="L2_POOL_2D", infer=_infer_pool, reference=_reference_l2, parse=_parse_pool,
     options_class="Pool2DOptions", taichi=_pool_taichi, scratch=_pool_scratch, min_inputs=1,
-    max_inputs=1, stores_once=True))
+    max_inputs=1, fusion=Fusion(stores_once=True)))

@@ -10,13 +10,13 @@ with clamping. Float16 weights behind DEQUANTIZE are constants, so they fold at 
 Taichi: both are a `CopyStep` (one thread per element). DEQUANTIZE of a run-time tensor hands
 the float view on (float16 -> float32 is the load's cast); QUANTIZE writes its input through the
 output's store, which snaps it to the output's grid: float -> int8 quantization and int8 -> int8
-requantization alike. Both fuse into their producer's store (OpDef.epilogue_inputs): there a
+requantization alike. Both fuse into their producer's store (Fusion.epilogue_inputs): there a
 QUANTIZE is the snap alone. A quantized model input is dequantized on the CPU before the partition, so
 a QUANTIZE/DEQUANTIZE at the model boundary still runs here, as a snap or an identity.
 """
 import numpy as np
 
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 from .kit import CopyStep
 
 _QUANTIZED_INTS = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
@@ -82,9 +82,9 @@ def _copy_taichi(node, io):
 
 DEQUANTIZE = register_op(OpDef(name="DEQUANTIZE", infer=_infer_dequantize,
                                reference=_dequantize_reference, taichi=_copy_taichi,
-                               min_inputs=1, max_inputs=1, stores_once=True,
-                               epilogue_inputs=lambda _node: (0,)))
+                               min_inputs=1, max_inputs=1,
+                             fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))))
 QUANTIZE = register_op(OpDef(name="QUANTIZE", infer=_infer_quantize,
                              reference=_quantize_reference, taichi=_copy_taichi,
-                             min_inputs=1, max_inputs=1, stores_once=True,
-                             epilogue_inputs=lambda _node: (0,)))
+                             min_inputs=1, max_inputs=1,
+                             fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 from .kit import ti
 
 
@@ -296,11 +296,12 @@ def _nearest_supports(node):
 # bench/results/cpu_2core.md.
 RESIZE_BILINEAR = register_op(OpDef(
     name="RESIZE_BILINEAR", infer=_infer_bilinear, reference=_bilinear, parse=_parse,
-    options_class="ResizeBilinearOptions", taichi=_bilinear_taichi, min_inputs=2, max_inputs=2, stores_once=True,
+    options_class="ResizeBilinearOptions", taichi=_bilinear_taichi, min_inputs=2, max_inputs=2,
+    fusion=Fusion(stores_once=True),
     numpy_faster_on_cpu=True))
 
 RESIZE_NEAREST_NEIGHBOR = register_op(OpDef(
     name="RESIZE_NEAREST_NEIGHBOR", infer=_infer, reference=_nearest, parse=_parse,
     options_class="ResizeNearestNeighborOptions", taichi=_nearest_taichi,
-    supports=_nearest_supports, min_inputs=2, max_inputs=2, stores_once=True,
+    supports=_nearest_supports, min_inputs=2, max_inputs=2, fusion=Fusion(stores_once=True),
     numpy_faster_on_cpu=True))

@@ -63,8 +63,9 @@ an out-of-range id raises the same InputError as on the CPU and never reaches a 
 """
 import numpy as np
 
-from .base import OpDef, register_op
-from .indexing import MAX_RUNS, RunTable, _check_range, _invoke_error, arithmetic_runs
+from .base import Fusion, OpDef, register_op
+from .common import check_range, invoke_error
+from .tables import MAX_RUNS, RunTable, arithmetic_runs
 from .kit import ti
 
 INT32 = np.dtype(np.int32)
@@ -163,7 +164,7 @@ def _ids_source(node, io, i: int, values=None):
     return RuntimeIds(io.inputs[i])
 
 
-def _runs_reason(values, what: str):
+def runs_reason(values, what: str):
     if arithmetic_runs(np.asarray(values, np.int64).reshape(-1)) is None:
         return (f"the constant {what} form more than {MAX_RUNS} arithmetic runs (the delegate "
                 "compiles constant index tables into the kernel)")
@@ -222,14 +223,14 @@ def _infer_embedding(node):
     else:
         _require_same_type(node, table, "table")
     if ids.value is not None:
-        _check_range(node, ids.value, table.shape[0], "id", at_prepare=True)
+        check_range(node, ids.value, table.shape[0], "id", at_prepare=True)
     return [tuple(ids.shape) + tuple(table.shape[1:])]
 
 
 def _check_ids(node):
     """The run-time range check of the ids (also run by the delegate's host, index_inputs)."""
     rows = node.inputs[1].shape[0]
-    return lambda ids: _check_range(node, np.asarray(ids), rows, "id", at_prepare=False)
+    return lambda ids: check_range(node, np.asarray(ids), rows, "id", at_prepare=False)
 
 
 def _reference_embedding(node, inputs):
@@ -257,7 +258,7 @@ class EmbeddingStep:
 def _embedding_supports(node):
     ids, table = node.inputs[0], node.inputs[1]
     if ids.value is not None:
-        return _runs_reason(ids.value, "ids")
+        return runs_reason(ids.value, "ids")
     return _exact_reason(table.shape[0], "a table of rows numbering")
 
 
@@ -267,7 +268,7 @@ def _embedding_taichi(node, io):
 
 EMBEDDING_LOOKUP = register_op(OpDef(
     name="EMBEDDING_LOOKUP", infer=_infer_embedding, reference=_reference_embedding,
-    taichi=_embedding_taichi, supports=_embedding_supports, stores_once=True,
+    taichi=_embedding_taichi, supports=_embedding_supports, fusion=Fusion(stores_once=True),
     index_inputs=lambda node: {0: _check_ids(node)},
     input_ranges=lambda node: {0: (0, node.inputs[1].shape[0])}, min_inputs=2, max_inputs=2))
 
@@ -329,7 +330,7 @@ def _scatter_range(node, shape, at_prepare=False):
     def check(indices):
         indices = np.asarray(indices)
         for d in range(indices.shape[-1]):
-            _check_range(node, indices[..., d], shape[d], f"index (dimension {d})", at_prepare)
+            check_range(node, indices[..., d], shape[d], f"index (dimension {d})", at_prepare)
     return check
 
 
@@ -398,7 +399,7 @@ def _scatter_supports(node):
         return "index rows of length 0 (every update lands on the whole output)"
     reason = _work_reason(_prod(shape), k, "index rows")
     if reason is None and node.inputs[0].value is not None:
-        return _runs_reason(_scatter_cells(node, shape, m), "indices' offsets")
+        return runs_reason(_scatter_cells(node, shape, m), "indices' offsets")
     return reason or _exact_reason(max(shape[:m]), "an output dimension of")
 
 
@@ -422,7 +423,7 @@ def _scatter_index_inputs(node):
 
 SCATTER_ND = register_op(OpDef(
     name="SCATTER_ND", infer=_infer_scatter, reference=_reference_scatter,
-    taichi=_scatter_taichi, supports=_scatter_supports, stores_once=True,
+    taichi=_scatter_taichi, supports=_scatter_supports, fusion=Fusion(stores_once=True),
     index_inputs=_scatter_index_inputs, min_inputs=3, max_inputs=3))
 
 
@@ -452,7 +453,7 @@ def _segment_count(node, ids, at_prepare: bool) -> int:
         message = (f"segment id {int(ids[i])} at [{i}] follows {int(ids[i - 1])}; sorted segment "
                    "ids rise by 0 or 1 (LiteRT refuses gaps)")
     if message is not None:
-        raise node.fail(message) if at_prepare else _invoke_error(node, message)
+        raise node.fail(message) if at_prepare else invoke_error(node, message)
     return int(ids[-1]) + 1
 
 
@@ -502,14 +503,14 @@ def _segment_starts(node):
 
 
 def _segment_sum_supports(node):
-    return _runs_reason(_segment_starts(node), "segment starts")
+    return runs_reason(_segment_starts(node), "segment starts")
 
 
 SEGMENT_SUM = register_op(OpDef(
     name="SEGMENT_SUM", infer=_infer_segment_sum, reference=_reference_segment_sum,
     taichi=lambda node, io: SegmentSumStep(arithmetic_runs(_segment_starts(node)), io.inputs[0],
                                            io.outputs[0]),
-    supports=_segment_sum_supports, stores_once=True, min_inputs=2, max_inputs=2))
+    supports=_segment_sum_supports, fusion=Fusion(stores_once=True), min_inputs=2, max_inputs=2))
 
 
 # -- UNSORTED_SEGMENT_SUM ---------------------------------------------------------------------
@@ -542,7 +543,7 @@ def _check_segment_ids(node, n: int, at_prepare=False):
             where = tuple(int(c) for c in np.argwhere(bad)[0])
             message = (f"segment id {int(ids[where])} at {list(where)} is not below "
                        f"num_segments {n}")
-            raise node.fail(message) if at_prepare else _invoke_error(node, message)
+            raise node.fail(message) if at_prepare else invoke_error(node, message)
     return check
 
 
@@ -571,7 +572,7 @@ def _unsorted_supports(node):
     n_out = _prod(node.outputs[0].shape)
     reason = _work_reason(n_out, _prod(ids.shape), "segment ids")
     if reason is None and ids.value is not None:
-        return _runs_reason(ids.value, "segment ids")
+        return runs_reason(ids.value, "segment ids")
     return reason or _exact_reason(node.outputs[0].shape[0], "num_segments")
 
 
@@ -590,7 +591,7 @@ def _unsorted_index_inputs(node):
 
 UNSORTED_SEGMENT_SUM = register_op(OpDef(
     name="UNSORTED_SEGMENT_SUM", infer=_infer_unsorted, reference=_reference_unsorted,
-    taichi=_unsorted_taichi, supports=_unsorted_supports, stores_once=True,
+    taichi=_unsorted_taichi, supports=_unsorted_supports, fusion=Fusion(stores_once=True),
     index_inputs=_unsorted_index_inputs, min_inputs=3, max_inputs=3))
 
 __all__ = ["EMBEDDING_LOOKUP", "SCATTER_ND", "SEGMENT_SUM", "UNSORTED_SEGMENT_SUM"]

@@ -573,10 +573,9 @@ def _cell_act(v, act: ti.template()):
     return r
 
 
-def block_barriers(arch: str = None) -> bool:
-    """Whether `arch` (default: the delegate's) gives this op block-shared memory and barriers."""
+def block_barriers(arch: str) -> bool:
+    """Whether Taichi arch `arch` gives this op block-shared memory and barriers."""
     from . import kit
-    arch = arch or kit.current_arch()
     return kit.has_shared_memory(arch) and arch in BARRIER_ARCHS
 
 
@@ -894,18 +893,6 @@ class SequenceLstmStep:
                 self._sequence(arena, weights, io, self.s, 0, b, 1)
 
 
-def _full_supports(node):
-    if node.options.kernel_type == KERNEL_BASIC:
-        return None
-    L = layout(node)
-    floats = _state_layout(L)[1]
-    if block_barriers() and floats > MAX_SHARED_FLOATS:
-        return (f"its state ({floats} floats: h, c, h' and layer-norm sums over {L.n_batch} "
-                f"batch row(s)) does not fit the {MAX_SHARED_FLOATS} floats of block-shared "
-                "memory the delegate gives it")
-    return None
-
-
 def _full_scratch(node):
     if node.options.kernel_type == KERNEL_BASIC:
         B = basic_layout(node)
@@ -961,17 +948,24 @@ def _taichi(node, io):
     if node.options.kernel_type == KERNEL_BASIC:
         return BasicLstmStep(basic_layout(node), io.inputs, io.outputs, io.scratch)
     return SequenceLstmStep(layout(node), node.options, io.inputs, io.outputs[0], io.scratch,
-                            shared=block_barriers(io.arch), state=io.state)
+                            shared=_state_in_shared_memory(node, io.arch), state=io.state)
+
+
+def _state_in_shared_memory(node, arch: str) -> bool:
+    """Whether the state lives in block-shared memory (one block of MAX_LANES threads, with
+    barriers) or, where the arch has none or the state does not fit MAX_SHARED_FLOATS, in the
+    scratch buffer with a thread per batch row."""
+    return block_barriers(arch) and _state_layout(layout(node))[1] <= MAX_SHARED_FLOATS
 
 
 LSTM = register_op(OpDef(
     name="LSTM", infer=_infer, reference=_reference, parse=_parse, options_class="LSTMOptions",
-    taichi=_taichi, supports=_full_supports, scratch=_full_scratch, foldable=False,
+    taichi=_taichi, scratch=_full_scratch, foldable=False,
     state_inputs=_state_inputs, taichi_writes_state=True, numpy_faster_on_cpu=True,
     min_inputs=5, max_inputs=24))
 
 UNIDIRECTIONAL_SEQUENCE_LSTM = register_op(OpDef(
     name=SEQUENCE_OP, infer=_infer_sequence, reference=_reference, parse=_parse_sequence,
-    options_class="UnidirectionalSequenceLSTMOptions", taichi=_taichi, supports=_full_supports,
+    options_class="UnidirectionalSequenceLSTMOptions", taichi=_taichi,
     scratch=_full_scratch, foldable=False, state_inputs=_state_inputs, taichi_writes_state=True,
     numpy_faster_on_cpu=True, min_inputs=20, max_inputs=24))

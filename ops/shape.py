@@ -37,7 +37,7 @@ import numpy as np
 
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 from .common import apply_activation, check_activation, positive_ints
 from .kit import activation, ti
 
@@ -204,7 +204,7 @@ def _reshape(node, inputs):
 
 RESHAPE = register_op(OpDef(name="RESHAPE", infer=_infer_reshape, reference=_reshape,
                             parse=_parse_reshape, options_class="ReshapeOptions",
-                            taichi=_copy_taichi, min_inputs=1, max_inputs=2, alias_input=0))
+                            taichi=_copy_taichi, min_inputs=1, max_inputs=2, fusion=Fusion(alias_input=0)))
 
 
 # -- SHAPE ------------------------------------------------------------------------------------
@@ -281,7 +281,7 @@ def _pack_taichi(node, io):
 
 
 PACK = register_op(OpDef(name="PACK", infer=_infer_pack, reference=_pack, parse=_parse_pack,
-                         options_class="PackOptions", taichi=_pack_taichi, moves_values=True,
+                         options_class="PackOptions", taichi=_pack_taichi, fusion=Fusion(moves_values=True),
                          min_inputs=1))
 
 
@@ -326,7 +326,7 @@ def _unpack_taichi(node, io):
 
 UNPACK = register_op(OpDef(name="UNPACK", infer=_infer_unpack, reference=_unpack,
                            parse=_parse_unpack, options_class="UnpackOptions",
-                           taichi=_unpack_taichi, moves_values=True, min_inputs=1,
+                           taichi=_unpack_taichi, fusion=Fusion(moves_values=True), min_inputs=1,
                            max_inputs=1))
 
 
@@ -351,7 +351,7 @@ def _expand_dims(node, inputs):
 
 EXPAND_DIMS = register_op(OpDef(name="EXPAND_DIMS", infer=_infer_expand_dims,
                                 reference=_expand_dims, taichi=_copy_taichi,
-                                min_inputs=2, max_inputs=2, alias_input=0))
+                                min_inputs=2, max_inputs=2, fusion=Fusion(alias_input=0)))
 
 
 @dataclass(frozen=True)
@@ -385,7 +385,7 @@ def _squeeze(node, inputs):
 
 SQUEEZE = register_op(OpDef(name="SQUEEZE", infer=_infer_squeeze, reference=_squeeze,
                             parse=_parse_squeeze, options_class="SqueezeOptions",
-                            taichi=_copy_taichi, min_inputs=1, max_inputs=1, alias_input=0))
+                            taichi=_copy_taichi, min_inputs=1, max_inputs=1, fusion=Fusion(alias_input=0)))
 
 
 # -- TRANSPOSE --------------------------------------------------------------------------------
@@ -414,7 +414,7 @@ def _transpose_taichi(node, io):
 
 
 TRANSPOSE = register_op(OpDef(name="TRANSPOSE", infer=_infer_transpose, reference=_transpose,
-                              taichi=_transpose_taichi, moves_values=True, min_inputs=2,
+                              taichi=_transpose_taichi, fusion=Fusion(moves_values=True), min_inputs=2,
                               max_inputs=2))
 
 
@@ -468,7 +468,7 @@ def _concatenation_taichi(node, io):
 CONCATENATION = register_op(OpDef(name="CONCATENATION", infer=_infer_concatenation,
                                   reference=_concatenation, parse=_parse_concatenation,
                                   options_class="ConcatenationOptions",
-                                  taichi=_concatenation_taichi, moves_values=True,
+                                  taichi=_concatenation_taichi, fusion=Fusion(moves_values=True),
                                   min_inputs=1))
 
 

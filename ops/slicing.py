@@ -27,7 +27,7 @@ from typing import Optional
 
 import numpy as np
 
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 from .shape import MoveStep, gather_move
 from .kit import ti, unravel
 
@@ -136,7 +136,7 @@ class PadStep:
 
     @ti.func
     def fused_load(self, arena: ti.template(), weights: ti.template(), io: ti.template(), flat):
-        """Output element `flat`, as its reader's load asks for it (OpDef.computed_at_load):
+        """Output element `flat`, as its reader's load asks for it (Fusion.computed_at_load):
         the padding becomes a bounds test in the reader's addressing."""
         return self.out.snap(self._value_at(arena, weights, io, unravel(flat, self.out)))
 
@@ -154,9 +154,9 @@ def _pad_taichi(node, io):
 
 
 PAD = register_op(OpDef(name="PAD", infer=_infer_pad, reference=_pad, taichi=_pad_taichi,
-                        min_inputs=2, max_inputs=2, computed_at_load=True))
+                        min_inputs=2, max_inputs=2, fusion=Fusion(computed_at_load=True)))
 PADV2 = register_op(OpDef(name="PADV2", infer=_infer_pad, reference=_pad, taichi=_pad_taichi,
-                          min_inputs=2, max_inputs=3, computed_at_load=True))
+                          min_inputs=2, max_inputs=3, fusion=Fusion(computed_at_load=True)))
 
 
 # -- SLICE ------------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ def _slice_taichi(node, io):
 
 
 SLICE = register_op(OpDef(name="SLICE", infer=_infer_slice, reference=_slice,
-                          taichi=_slice_taichi, moves_values=True, min_inputs=3,
+                          taichi=_slice_taichi, fusion=Fusion(moves_values=True), min_inputs=3,
                           max_inputs=3))
 
 
@@ -360,7 +360,7 @@ STRIDED_SLICE = register_op(OpDef(name="STRIDED_SLICE", infer=_infer_strided_sli
                                   reference=_strided_slice, parse=_parse_strided_slice,
                                   options_class="StridedSliceOptions",
                                   supports=_strided_slice_supports, taichi=_strided_slice_taichi,
-                                  moves_values=True, min_inputs=4, max_inputs=4))
+                                  fusion=Fusion(moves_values=True), min_inputs=4, max_inputs=4))
 
 
 # -- SPLIT / SPLIT_V --------------------------------------------------------------------------
@@ -455,11 +455,11 @@ def _split_taichi(node, io):
 
 SPLIT = register_op(OpDef(name="SPLIT", infer=_infer_split, reference=_split,
                           parse=_parse_split, options_class="SplitOptions",
-                          taichi=_split_taichi, moves_values=True, min_inputs=2,
+                          taichi=_split_taichi, fusion=Fusion(moves_values=True), min_inputs=2,
                           max_inputs=2))
 SPLIT_V = register_op(OpDef(name="SPLIT_V", infer=_infer_split, reference=_split,
                             parse=_parse_split, options_class="SplitVOptions",
-                            taichi=_split_taichi, moves_values=True, min_inputs=3,
+                            taichi=_split_taichi, fusion=Fusion(moves_values=True), min_inputs=3,
                             max_inputs=3))
 
 

@@ -81,7 +81,7 @@ import numpy as np
 from tflite_taichi.errors import ModelError
 from tflite_taichi.quant import is_float_view
 
-from .base import OpDef, register_op
+from .base import Fusion, OpDef, register_op
 from .common import flexbuffer_map
 from .kit import ti
 
@@ -385,7 +385,7 @@ def _resampler_taichi(node, io):
 
 RESAMPLER = register_op(OpDef(
     name="CUSTOM:Resampler", infer=_infer_resampler, reference=_reference_resampler,
-    taichi=_resampler_taichi, versions=(1, 1), min_inputs=2, max_inputs=2, stores_once=True))
+    taichi=_resampler_taichi, versions=(1, 1), min_inputs=2, max_inputs=2, fusion=Fusion(stores_once=True)))
 
 
 # -- TransformTensorBilinear -----------------------------------------------------------------
@@ -499,7 +499,7 @@ def _transform_tensor_taichi(node, io):
 _TRANSFORM_TENSOR = dict(
     infer=_infer_transform_tensor, reference=_reference_transform_tensor,
     parse=_parse_transform_tensor, taichi=_transform_tensor_taichi, versions=(1, 2),
-    min_inputs=2, max_inputs=2, stores_once=True)
+    min_inputs=2, max_inputs=2, fusion=Fusion(stores_once=True))
 TRANSFORM_TENSOR_BILINEAR = register_op(OpDef(name="CUSTOM:TransformTensorBilinear",
                                               **_TRANSFORM_TENSOR))
 TRANSFORM_TENSOR = register_op(OpDef(name="CUSTOM:TransformTensor", **_TRANSFORM_TENSOR))
@@ -819,7 +819,7 @@ _LANDMARKS_MATRIX = dict(
     infer=_infer_landmarks_matrix, reference=_reference_landmarks_matrix,
     parse=_parse_landmarks_matrix, taichi=_landmarks_matrix_taichi,
     supports=_landmarks_matrix_supports, versions=(1, 2), min_inputs=1, max_inputs=1,
-    stores_once=True)
+    fusion=Fusion(stores_once=True))
 LANDMARKS_TO_TRANSFORM_MATRIX = register_op(OpDef(name="CUSTOM:Landmarks2TransformMatrix",
                                                   **_LANDMARKS_MATRIX))
 LANDMARKS_TO_TRANSFORM_MATRIX_V2 = register_op(OpDef(name="CUSTOM:Landmarks2TransformMatrixV2",
@@ -904,7 +904,7 @@ TRANSFORM_LANDMARKS = register_op(OpDef(
     name="CUSTOM:TransformLandmarks", infer=_infer_transform_landmarks,
     reference=_reference_transform_landmarks, parse=_parse_transform_landmarks,
     taichi=_transform_landmarks_taichi, versions=(1, 2), min_inputs=2, max_inputs=2,
-    stores_once=True))
+    fusion=Fusion(stores_once=True)))
 
 __all__ = ["RESAMPLER", "TRANSFORM_TENSOR_BILINEAR", "TRANSFORM_TENSOR",
            "LANDMARKS_TO_TRANSFORM_MATRIX", "LANDMARKS_TO_TRANSFORM_MATRIX_V2",

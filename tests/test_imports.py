@@ -1,4 +1,4 @@
-"""The layers' import directions (issue 16): model <- quant <- ops <- delegate <- interpreter,
+"""The layers' import directions (issues 16 and 32): model <- quant <- ops <- delegate <- interpreter,
 nothing upward; and Taichi imported only by what compiles, never by backend='reference'."""
 import ast
 import os
@@ -60,7 +60,7 @@ RUNTIME = ["backend", "cache", "capi", "codegen", "delegate", "device", "executo
 
 def test_ops_never_import_the_runtime_above_them():
     """ops <- delegate: an op learns what it must of the runtime from what it is handed (its
-    node, StepIO, the Runtime protocol) or told (kit.claim_backend), never by importing it."""
+    node, StepIO with its arch, the Runtime protocol), never by importing it."""
     upward = {}
     for name in sorted(os.listdir(os.path.join(ROOT, "ops"))):
         if name.endswith(".py"):
@@ -152,3 +152,119 @@ def test_test_files_import_shared_cases_not_each_other():
                 if bad:
                     found[name] = bad
     assert not found, found
+
+
+# -- the house, drawn from its imports (issue 32) ----------------------------------------------
+# Its floors, top first. A module imports from its own floor or below (imports inside functions
+# included), never from above, and no modules import each other in a loop: the runtime's line is
+# interpreter -> executor -> delegate -> runtime -> codegen -> planner -> partition -> graph ->
+# ops -> quant/model -> tensors. Every module of the package stands on a floor: a new one is
+# placed here. (Optional third-party dependencies, such as Ray and pyarrow, are not arrows.)
+FLOORS = [
+    ("the command line", ["__main__", "cli"]),
+    ("tools beside the runtime", ["tools", "batch"]),
+    ("user helpers", ["cli_inputs", "testing"]),
+    ("the tf.lite face", ["__init__", "interpreter"]),
+    ("the executor", ["executor"]),
+    ("the delegate", ["delegate"]),
+    ("the runtime wing", ["backend", "runtime", "_probe"]),
+    ("kernel generation", ["codegen"]),
+    ("memory planning", ["planner"]),
+    ("partitioning", ["partition", "costs"]),
+    ("the prepared graph", ["graph", "variables"]),
+    ("model writing", ["builder"]),
+    ("the ops", ["ops"]),
+    ("the model and quantization", ["quant", "model", "metadata"]),
+    ("tensors", ["tensors"]),
+    ("the ground", ["switches", "threads", "errors", "version"]),
+]
+
+
+def _package_modules() -> dict:
+    """dotted module name -> (file, the package its relative imports start from), for every
+    module of tflite_taichi, ops and quant (as installed: tflite_taichi.ops, tflite_taichi.quant)."""
+    found = {}
+    for top in ("tflite_taichi", "ops", "quant"):
+        for folder, dirs, files in os.walk(os.path.join(ROOT, top)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"
+                       and not os.path.islink(os.path.join(folder, d))]
+            for name in files:
+                if name.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(folder, name), ROOT)[:-3].split(os.sep)
+                    dotted = ".".join(rel if rel[0] == "tflite_taichi" else ["tflite_taichi"] + rel)
+                    package = dotted.rpartition(".")[0]
+                    if name == "__init__.py":
+                        dotted = package
+                        package = dotted
+                    found[dotted] = (os.path.join(folder, name), package)
+    return found
+
+
+def _floor(module: str):
+    name = "__init__" if module == "tflite_taichi" else module[len("tflite_taichi."):]
+    for level, (_, names) in enumerate(FLOORS):
+        if any(name == n or name.startswith(n + ".") for n in names):
+            return level
+    return None
+
+
+def _package_arrows() -> dict:
+    """module -> the package modules it imports: `from a import b` is a.b where that is a
+    module, else a; `import a.b.c` its longest prefix that is a module."""
+    modules = _package_modules()
+
+    def module_of(name):
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    arrows = {}
+    for module, (path, package) in modules.items():
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename=path)
+        targets = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets.update(module_of(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(node, package)
+                targets.update(module_of(f"{base}.{alias.name}") for alias in node.names)
+        arrows[module] = {t for t in targets if t.startswith("tflite_taichi") and t != module}
+    return arrows
+
+
+def test_every_module_stands_on_a_floor():
+    assert not [m for m in _package_modules() if _floor(m) is None]
+
+
+def test_no_arrow_runs_back_up():
+    upward = sorted(f"{a} -> {b}" for a, targets in _package_arrows().items() for b in targets
+                    if _floor(b) < _floor(a))
+    assert not upward, "imports from a higher floor (FLOORS):\n" + "\n".join(upward)
+
+
+def test_no_import_loop():
+    arrows = _package_arrows()
+    state, loops = {}, []
+
+    def visit(module, path):
+        state[module] = "open"
+        for target in sorted(arrows.get(module, ())):
+            if state.get(target) == "open":
+                loops.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = "done"
+
+    for module in sorted(arrows):
+        if module not in state:
+            visit(module, [module])
+    assert not loops, "\n".join(" -> ".join(loop) for loop in loops)
+
+
+def test_the_floors_catch_an_arrow_up():
+    """The check itself: a module of a low floor that imported the interpreter is caught."""
+    arrows = _package_arrows()
+    arrows["tflite_taichi.graph"].add("tflite_taichi.interpreter")
+    upward = [a for a, targets in arrows.items() for b in targets if _floor(b) < _floor(a)]
+    assert upward == ["tflite_taichi.graph"]

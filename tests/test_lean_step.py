@@ -5,7 +5,7 @@
   to the device and the outputs straight back into them. It answers exactly as the general path
   does (which profiling and preserve_all keep), float and int8 (codes at the edges), state
   included, and steps aside wherever the host has work between.
-- Ops that only move values (OpDef.moves_values: slices, concatenations, ...) store without
+- Ops that only move values (Fusion.moves_values: slices, concatenations, ...) store without
   snapping to the output's grid where every data input is on that grid already; the planner
   keeps the snap where an input has another scale or the op clamps (a fused RELU6).
 Measured: bench/results/issue29_cpu_2core.md."""

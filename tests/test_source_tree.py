@@ -22,7 +22,7 @@ print("RESULT " + json.dumps({m.__name__: m.__file__ for m in (tflite_taichi, tf
 def test_the_source_tree_imports_from_its_root(tmp_path):
     # a copy of the source tree: the installed package (editable or not) lives elsewhere
     for folder in ("tflite_taichi", "ops", "quant"):
-        shutil.copytree(os.path.join(ROOT, folder), tmp_path / folder,
+        shutil.copytree(os.path.join(ROOT, folder), tmp_path / folder, symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=env, capture_output=True,

@@ -1,4 +1,4 @@
-"""The patch of Taichi 1.7.4's frontend (tflite_taichi/runtime/taichi_frontend.py): positions
+"""The patch of Taichi 1.7.4's frontend (ops/taichi_frontend.py): positions
 in full where an error is reported, source lookups remembered, and nothing touched on another
 Taichi version or with the switch off. Each case runs in a fresh process: Taichi's frontend is
 one per process and the patch is applied once."""
@@ -31,7 +31,7 @@ def _run(script: str, env: dict) -> str:
 BROKEN_KERNEL = """
     import warnings
     from tflite_taichi.ops.lazy_taichi import realize
-    from tflite_taichi.runtime import taichi_frontend
+    from tflite_taichi.ops import taichi_frontend
     ti = realize()
     print("applied", taichi_frontend.applied())
     ti.init(arch=ti.cpu, offline_cache=False, log_level=ti.ERROR)
@@ -89,7 +89,7 @@ def test_the_patch_replaces_what_it_says_and_is_idempotent():
         from taichi.lang import kernel_impl
         from taichi.lang.ast import ast_transformer_utils as utils
         original = utils.ASTTransformerContext.get_pos_info
-        from tflite_taichi.runtime import taichi_frontend
+        from tflite_taichi.ops import taichi_frontend
         print(taichi_frontend.apply(), taichi_frontend.apply())
         patched = utils.ASTTransformerContext.get_pos_info
         print(patched is not original, patched.__wrapped__ is original)
@@ -107,7 +107,7 @@ def test_another_taichi_version_is_left_alone():
         from taichi.lang.ast import ast_transformer_utils as utils
         before = (utils.ASTTransformerContext.get_pos_info, kernel_impl.getsourcelines,
                   kernel_impl.textwrap)
-        from tflite_taichi.runtime import taichi_frontend
+        from tflite_taichi.ops import taichi_frontend
         print(taichi_frontend.apply(), taichi_frontend.applied())
         after = (utils.ASTTransformerContext.get_pos_info, kernel_impl.getsourcelines,
                  kernel_impl.textwrap)

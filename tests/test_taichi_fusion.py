@@ -1,6 +1,6 @@
 """Fusion declared by the op (issue #13, item 1): element-wise ops run inside their producer's
-store (`OpDef.epilogue_inputs`, `stores_once`, kit.EpilogueRef), reshape-like ops address
-their input (`OpDef.alias_input`). Chains of random element-wise ops after a conv, a pool or
+store (`Fusion.epilogue_inputs`, `Fusion.stores_once`, kit.EpilogueRef), reshape-like ops address
+their input (`Fusion.alias_input`). Chains of random element-wise ops after a conv, a pool or
 an ADD, float32 and int8, against the reference on every Taichi backend under test; and each
 condition under which nothing may be fused."""
 import numpy as np
@@ -206,7 +206,7 @@ def test_reshapes_address_their_input(taichi_workers):
         assert s["runtime"]["steps_per_invoke"] == 3, (backend, s["runtime"])     # + RESHAPE's copy
 
 
-# -- ops computed at their reader's load (OpDef.computed_at_load, kit.LoadRef) -------------
+# -- ops computed at their reader's load (Fusion.computed_at_load, kit.LoadRef) -------------
 # what runs between the model's input and the reader: PAD (spatial or of the channels, as
 # BlazeFace's residuals), binary arithmetic with a per-channel constant
 LOAD_OPS = ["PAD", "PAD_CHANNELS", "ADD", "MUL", "SUB", "MAXIMUM"]

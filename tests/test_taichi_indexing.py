@@ -9,7 +9,8 @@ import pytest
 from hypothesis import assume, strategies as st
 
 from tflite_taichi.ops.base import Node, TensorSpec, lookup
-from tflite_taichi.ops.indexing import MAX_RUNS, CumsumOptions, arithmetic_runs
+from tflite_taichi.ops.indexing import CumsumOptions
+from tflite_taichi.ops.tables import MAX_RUNS, arithmetic_runs
 from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op,
                                    one_op_model, strategies)
 from cases.indexing import (cumsum_case, cumsum_model, gather_case, gather_indices, gather_model,

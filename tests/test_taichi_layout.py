@@ -278,7 +278,7 @@ def test_reverse_sequence_with_run_time_lengths_stays_on_the_cpu(taichi_workers)
 def test_reverse_sequence_supports_names_its_reasons():
     # run-time lengths (the partitioner's int32 rule answers first) and too many runs
     from tflite_taichi.ops.base import Node, TensorSpec, lookup
-    from tflite_taichi.ops.indexing import MAX_RUNS
+    from tflite_taichi.ops.tables import MAX_RUNS
     from tflite_taichi.ops.layout import ReverseSequenceOptions
 
     def node(lengths_value, n):

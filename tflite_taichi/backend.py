@@ -172,6 +172,9 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
             ok, _software, detail = probe(name, cache_root=cache_root)
             if not ok:
                 raise BackendUnavailable(f"{name} does not work here: {detail}")
+            # process-wide on purpose: libEGL reads EGL_PLATFORM at every display it opens (the
+            # C API device's, Taichi's Python runtime's when it compiles later) and the compile
+            # workers inherit it; set only where the user left it unset and has no display
             os.environ.update({k: v for k, v in _env_for(name).items() if k == "EGL_PLATFORM"})
         s.claim(name, cache_root)
     from tflite_taichi.runtime import cache, device

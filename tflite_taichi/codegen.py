@@ -85,11 +85,11 @@ def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
         return _load_reader(k, steps, specs, outputs, reading)
 
     for j, st in enumerate(steps):
-        if st.opdef.epilogue_inputs is None or len(st.op.outputs) != 1:
+        if st.opdef.fusion.epilogue_inputs is None or len(st.op.outputs) != 1:
             continue
         # an operand that can be computed at this op's load (a PAD) is better read there than
         # made the head of a chain: try the others first
-        candidates = sorted(st.opdef.epilogue_inputs(st.node),
+        candidates = sorted(st.opdef.fusion.epilogue_inputs(st.node),
                             key=lambda pos: load_reader(producer.get(st.op.inputs[pos], -1)) == j)
         for pos in candidates:
             t = st.op.inputs[pos]
@@ -97,7 +97,7 @@ def epilogue_fusions(partition: Partition, graph: PreparedGraph) -> dict:
             if i is None:
                 continue
             prod = steps[i]
-            if not (prod.opdef.stores_once or i in fused) or len(prod.op.outputs) != 1:
+            if not (prod.opdef.fusion.stores_once or i in fused) or len(prod.op.outputs) != 1:
                 continue
             if i not in fused and load_reader(i) == j and load_reader(j) is not None:
                 continue        # both can run at the next op's loads: neither is a task
@@ -124,7 +124,7 @@ def aliases(partition: Partition, graph: PreparedGraph) -> dict:
     (it would need its own place in io) and keeps the input's quantization."""
     specs, outputs, found = graph.specs, set(partition.outputs), {}
     for j, st in enumerate(partition.steps):
-        k = st.opdef.alias_input
+        k = st.opdef.fusion.alias_input
         if k is None or k >= len(st.op.inputs) or st.op.inputs[k] == -1 or len(st.op.outputs) != 1:
             continue
         src, out = st.op.inputs[k], st.op.outputs[0]
@@ -212,18 +212,18 @@ def _load_reader(k, steps, specs, outputs, reading):
     computing selfie_segmentation's squeeze-excite MULs at the 1x1 convs' loads made it 1.5x
     slower on the H200's cuda (3.41 vs 2.22 ms, bench/results/kernels_h200.md)."""
     st = steps[k]
-    if not st.opdef.computed_at_load or st.opdef.alias_input is not None or len(st.op.outputs) != 1:
+    if not st.opdef.fusion.computed_at_load or st.opdef.fusion.alias_input is not None or len(st.op.outputs) != 1:
         return None
     t = st.op.outputs[0]
     users = reading.get(t, [])
     if t in outputs or len(users) != 1 or not _fusable(specs[t]):
         return None
     reader = steps[users[0]]
-    if reader.opdef.epilogue_inputs is not None:
+    if reader.opdef.fusion.epilogue_inputs is not None:
         positions = [p for p, u in enumerate(reader.op.inputs) if u == t]
-        if not set(positions) <= set(reader.opdef.epilogue_inputs(reader.node)):
+        if not set(positions) <= set(reader.opdef.fusion.epilogue_inputs(reader.node)):
             return None
-    elif not reader.opdef.computed_at_load:     # a PAD reading a PAD: each element once
+    elif not reader.opdef.fusion.computed_at_load:     # a PAD reading a PAD: each element once
         return None
     return users[0]
 
@@ -396,30 +396,6 @@ def build_kernels(code: PartitionCode) -> list:
         at_load[partition.steps[j].op.outputs[0]].step = steps[j]
     code.kernels = [_make_kernel([steps[i] for i in chunk], code.fp16) for chunk in code.chunks]
     return code.kernels
-
-
-def aot_module(caps=()):
-    """A `ti.aot.Module` for the current arch, compiled for device capabilities `caps` (Taichi's
-    names, "spirv_has_float16=1": SPIR-V archs generate code for them, and the C API loads the
-    module only on a device with exactly these). Taichi 1.7.4's constructor finalizes the root
-    FieldsBuilder and refuses a second module per process ("can only finalize the root
-    FieldsBuilder once"); we declare no fields, so every module after the first skips that step
-    and is otherwise built as the constructor does (same private calls, pinned taichi)."""
-    from taichi.lang import impl
-    from tflite_taichi.runtime import flavour
-    arch = impl.current_cfg().arch
-    fmt = flavour.artifact_format(arch.name)        # taichi-forge: PTX on cuda (flavour.py)
-    fb = impl._root_fb
-    if not fb.finalized:
-        return (ti.aot.Module(caps=list(caps)) if fmt is None
-                else ti.aot.Module(caps=list(caps), artifact_format=fmt))
-    module = ti.aot.Module.__new__(ti.aot.Module)
-    module._arch = arch
-    module._kernels, module._fields, module._content = [], {}, []
-    module._aot_builder = impl.get_runtime().prog.make_aot_module_builder(module._arch, list(caps))
-    if fmt is not None:
-        module._aot_builder.set_artifact_format(fmt)
-    return module
 
 
 def module_tasks(path: str, llvm: bool) -> dict:

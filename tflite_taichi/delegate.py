@@ -23,7 +23,6 @@ What `allocate_tensors()` builds for a Taichi backend, and what `invoke()` runs:
 from __future__ import annotations
 
 import hashlib
-import time
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -144,10 +143,8 @@ class Program:
         io_codes: the subgraph's quantized inputs and outputs may cross as integer codes
         (IoLayout.codes); False for a called subgraph (executor.DelegatedCall)."""
         self.graph, self.schedule, self.backend, self.fp16 = graph, schedule, backend, fp16
-        self._variables = variables
-        self._state = state
-        self._slot_version = {}                 # resource -> the version its slot holds
         self.layout = io_layout(schedule, graph, preserve_all, io_codes)
+        self._slots = _SlotVariables(self.layout, variables, state)
         # what the host takes each tensor back as: its codes in the model's dtype, else its
         # float view (float32, float16 or bool), and the shape it has
         self._host_forms = {t: (np.dtype(graph.specs[t].dtype if t in self.layout.codes
@@ -168,10 +165,10 @@ class Program:
         self._modules = []                      # modules of this program alone (no cache)
         self._buffers = []
         self._links = []                        # the host link, once the buffers exist
+        self._memory = None                     # _Memory, once the kernels exist
         env = (lambda: _driver_env(model_cache)) if model_cache is not None else None
         self.device = device_mod.get(backend, env)
         self.device.affinity.check_thread("allocate_tensors()")
-        self._link = None
         self.kernels = None                     # runtime.kernels.ProgramKernels (C API devices)
         if self.device.kind == "capi":
             shapes = {t: graph.specs[t].shape for t in graph.subgraph.inputs}
@@ -277,21 +274,20 @@ class Program:
     def _allocate(self) -> None:
         d = self.device
         storage = "f16" if self.fp16 else "f32"
-        arena = max((c.plan.arena_size for c in self.codes), default=1)
-        scratch = max((c.plan.scratch_size for c in self.codes), default=1)
-        self.arena = self._buffer(d.allocate(arena, storage))
-        self.scratch = self._buffer(d.allocate(scratch, "f32"))
-        self.io = self._buffer(d.allocate(self.layout.size, "f32"))
-        self._link = d.link(self.io)
-        self._links.append(self._link)
-        self.weights, self._launches = [], []
+        arena = self._buffer(d.allocate(max((c.plan.arena_size for c in self.codes), default=1),
+                                        storage))
+        scratch = self._buffer(d.allocate(max((c.plan.scratch_size for c in self.codes), default=1),
+                                          "f32"))
+        io = self._buffer(d.allocate(self.layout.size, "f32"))
+        link = d.link(io)
+        self._links.append(link)
+        launches = {}
         for code, kernels in zip(self.codes, self._kernels):
-            w = self._buffer(d.allocate(max(code.plan.weights.size, 1), storage))
-            d.fill(w, code.plan.weights)
-            self.weights.append(w)
-            self._launches.append([d.launcher(k, (self.arena, w, self.io, self.scratch))
-                                   for k in kernels])
-        self._launch_of = {id(c.partition): ls for c, ls in zip(self.codes, self._launches)}
+            weights = self._buffer(d.allocate(max(code.plan.weights.size, 1), storage))
+            d.fill(weights, code.plan.weights)
+            launches[id(code.partition)] = [d.launcher(k, (arena, weights, io, scratch))
+                                            for k in kernels]
+        self._memory = _Memory(link, launches)
 
     def _buffer(self, b):
         self._buffers.append(b)
@@ -303,7 +299,7 @@ class Program:
         buffers, whose results nobody reads)."""
         with TAICHI_LOCK, codegen.intended_unrolling():
             compiled = kernel_compiled_reporter(self.launches)
-            for launches in self._launches:
+            for launches in self._memory.launches.values():
                 for launch in launches:
                     launch()                # the first launch compiles
                     compiled()
@@ -329,83 +325,46 @@ class Program:
                 waits, pending, launched = waits + 1, set(), False
         return waits + (1 if pending or launched else 0)
 
-    def run(self, values: dict, run_cpu_step, timings: Optional[dict] = None,
-            into: Optional[dict] = None) -> dict:
-        """Run the schedule: partitions on the device, CPU steps through `run_cpu_step(step,
-        values)` (which stores its outputs in values). `values` holds the constants and feeds:
-        real values (float views), except the tensors in `layout.codes`, which come and go as
-        integer codes in the model's dtype. `into`: tensor -> a host array to take it into when
-        it has the tensor's shape and host dtype (the interpreter's output arrays): values[t]
-        is then that array."""
-        layout, link, d = self.layout, self._link, self.device
-        d.affinity.check_thread("invoke()")
-        self.waits = 0
-        host_forms, into = self._host_forms, into or {}     # host_forms: the tensors it reads
-        pending, launched = [], False
+    def start_invoke(self, values: dict, into: Optional[dict] = None) -> "DeviceRun":
+        """One invoke's traffic with the device (the executor's schedule loop drives it): puts
+        what the host holds of `values` and returns the DeviceRun that launches partitions and
+        takes their outputs back into `values`. `values` holds the constants and feeds: real
+        values (float views), except the tensors in `layout.codes`, which come and go as integer
+        codes in the model's dtype. `into`: tensor -> a host array to take it into when it has
+        the tensor's shape and host dtype (the interpreter's output arrays): values[t] is then
+        that array."""
+        return DeviceRun(self, values, into or {})
 
-        def put(tensors):
-            for t in tensors:       # int32 ids the kernels read: refused values raise here
-                for check in self._index_checks.get(t, ()):
-                    check(values[t])
-            items = [(layout.offsets[t], np.asarray(values[t], dtype=np.float32).reshape(-1))
-                     for t in tensors]
-            link.put(items)
+    def put(self, tensors, values: dict) -> None:
+        """Host values of `tensors` into io (int32 ids the kernels read are checked first:
+        refused values raise here)."""
+        for t in tensors:
+            for check in self._index_checks.get(t, ()):
+                check(values[t])
+        offsets = self.layout.offsets
+        self._memory.link.put([(offsets[t], np.asarray(values[t], dtype=np.float32).reshape(-1))
+                               for t in tensors])
 
-        def destination(t):
-            dest = into.get(t)
-            dtype, shape = host_forms[t]
-            if dest is None or dest.dtype != dtype or dtype == np.bool_ or dest.shape != shape:
-                return None
-            return dest
+    def launch(self, partition: Partition) -> None:
+        """Enqueue `partition`'s launches (its variables made current in their slots first)."""
+        memory = self._memory
+        if partition.reads_first:
+            memory.link.put(self._slots.stale(partition))
+        with TAICHI_LOCK:
+            for launch in memory.launches[id(partition)]:
+                launch()
+        self._slots.hold_assigned(partition, self)
 
-        def take_pending():
-            nonlocal launched
-            ranges = [layout.range(t) for t in pending]
-            with TAICHI_LOCK:
+    def wait_and_take(self, tensors, destinations=None) -> list:
+        """Wait for everything enqueued and take `tensors` back (flat float32, into
+        `destinations`' arrays where given); counts the wait."""
+        link, ranges = self._memory.link, [self.layout.range(t) for t in tensors]
+        with TAICHI_LOCK:
+            if ranges:
                 link.request(ranges)
-                d.wait()
-            self.waits += 1
-            launched = False
-            for t, flat in zip(pending, link.take(ranges, [destination(t) for t in pending])):
-                dtype, shape = host_forms[t]
-                value = flat.reshape(shape)
-                values[t] = value > 0.5 if dtype == np.bool_ else value.astype(dtype, copy=False)
-            pending.clear()
-
-        written = set(layout.host_written)
-        put([t for t in layout.host_written if t in values])
-        for position, item in enumerate(self.schedule.items):
-            start = time.perf_counter() if timings is not None else 0.0
-            launches = self._launch_of.get(id(item))
-            if launches is not None:
-                if item.reads_first:
-                    link.put(self._stale_slots(item))
-                with TAICHI_LOCK:
-                    for launch in launches:
-                        launch()
-                launched = True
-                self._hold_assigned(item)
-                pending.extend(t for t in item.outputs if t in host_forms)
-                if timings is not None:         # profiling: wait, so the time is the partition's
-                    if pending:
-                        take_pending()
-                    else:
-                        d.wait()
-                        self.waits += 1
-                        launched = False
-            else:
-                if any(t in pending for t in item.op.inputs):
-                    take_pending()
-                run_cpu_step(item, values)
-                put([t for t in item.op.outputs if t in written])
-            if timings is not None:
-                timings.setdefault(position, []).append(time.perf_counter() - start)
-        if pending:
-            take_pending()
-        elif launched:                  # nothing to read, but the device must be idle before the
-            d.wait()                    # next invoke writes the upload buffer again
-            self.waits += 1
-        return values
+            self.device.wait()
+        self.waits += 1
+        return link.take(ranges, destinations or [None] * len(ranges)) if ranges else []
 
     def lean_step(self, inputs: dict, outputs: dict):
         """A callable running an invoke with the least Python, where the schedule's one
@@ -435,67 +394,37 @@ class Program:
                 return None
         ranges = [layout.range(t) for t in takes]
         dests = [outputs[t] for t in takes]
-        launches, link, device, check = self._launch_of[id(p)], self._link, self.device, \
-            self.device.affinity.check_thread
+        launches, link, device, check = self._memory.launches[id(p)], self._memory.link, \
+            self.device, self.device.affinity.check_thread
+        slots = self._slots
 
         def step():
             check("invoke()")
             items = [(offset, np.asarray(a, np.float32).reshape(-1)) for offset, a in puts]
             if p.reads_first:
-                items += self._stale_slots(p)
+                items += slots.stale(p)
             link.put(items)
             with TAICHI_LOCK:
                 for launch in launches:
                     launch()
                 link.request(ranges)
                 device.wait()
-            self._hold_assigned(p)
+            slots.hold_assigned(p, self)
             link.take(ranges, dests)
             self.waits = 1
         return step
 
     # -- resource variables in io slots (partition.VariableSlot) ------------------------------
-    def _stale_slots(self, partition: Partition) -> list:
-        """(offset, values) to put before `partition` runs: the variables it reads before
-        writing whose slot is older than their value (the host, or another program, wrote
-        since), as float32 (a quantized variable's codes, as the host stores them)."""
-        items = []
-        for resource, step in partition.reads_first.items():
-            store = self._store(resource)
-            if self._slot_version.get(resource) == store.version(resource):
-                continue
-            value = store.get(resource)        # another program's newer value comes back first
-            offset, slot = self.layout.slots[resource]
-            if value is None:
-                raise step.node.fail(f"reads variable {resource} before any ASSIGN_VARIABLE gave "
-                                     "it a value")
-            if value.shape != slot.shape or value.dtype != slot.dtype:
-                raise step.node.fail(f"variable {resource} holds {value.dtype} {list(value.shape)}; "
-                                     f"this subgraph reads and writes it as {np.dtype(slot.dtype).name} "
-                                     f"{list(slot.shape)}")
-            items.append((offset, np.asarray(value, np.float32).reshape(-1)))
-            self._slot_version[resource] = store.version(resource)
-        return items
-
-    def _hold_assigned(self, partition: Partition) -> None:
-        """After `partition`'s launches: the device holds the newest value of what it assigns."""
-        for key in partition.assigns:
-            self._slot_version[key] = self._store(key).written_on_device(key, self)
-
-    def _store(self, key):
-        """The store a slot's value belongs to: the interpreter's resource variables, or the
-        subgraph's variable tensors."""
-        return self._state if self.layout.slots[key][1].kind == "tensor" else self._variables
-
     def take_variable(self, resource) -> np.ndarray:
         """The value this program's slot holds, in the model's dtype (for the host: a CPU op or
         another program reads the variable). Waits for the launches enqueued so far."""
         offset, slot = self.layout.slots[resource]
         ranges = [(offset, slot.count)]
+        link = self._memory.link
         with TAICHI_LOCK:
-            self._link.request(ranges)
+            link.request(ranges)
             self.device.wait()
-        flat = self._link.take(ranges)[0]
+        flat = link.take(ranges)[0]
         if np.dtype(slot.dtype).kind in "iub":      # codes (or 0/1): exact in float32
             flat = np.rint(flat)
         return flat.astype(slot.dtype).reshape(slot.shape)
@@ -507,9 +436,9 @@ class Program:
         nothing more. Variables only its slots hold come to the host first."""
         if not self._closed:
             # (variable tensors need no such care: the next allocation resets them)
-            if self._link is not None and self._variables is not None:
+            if self._memory is not None and self._slots.variables is not None:
                 try:
-                    self._variables.release(self)
+                    self._slots.variables.release(self)
                 except Exception as e:      # the device is gone: the host keeps what it had
                     warnings.warn(f"tflite_taichi: resource variables kept on the device could "
                                   f"not be read back when the delegate closed ({type(e).__name__}: "
@@ -519,6 +448,120 @@ class Program:
             if self.kernels is not None:
                 self.kernels.abandon()
             self._finalizer()
+
+
+@dataclass
+class _Memory:
+    """A program's device memory once its kernels exist: the host link to its io buffer, and
+    each partition's launchers bound to the arena, its weights, io and scratch."""
+    link: object
+    launches: dict                          # id(partition) -> [launcher]
+
+
+class _SlotVariables:
+    """Which value each variable slot of io holds (partition.VariableSlot): the versions the
+    host's stores gave them, so a slot is put only when the host's value is newer."""
+
+    def __init__(self, layout: IoLayout, variables, state):
+        self.layout = layout
+        self.variables = variables          # the interpreter's resource variables
+        self.state = state                  # the subgraph's variable tensors
+        self._version = {}                  # slot key -> the version its slot holds
+
+    def stale(self, partition: Partition) -> list:
+        """(offset, values) to put before `partition` runs: the variables it reads before
+        writing whose slot is older than their value (the host, or another program, wrote
+        since), as float32 (a quantized variable's codes, as the host stores them)."""
+        items = []
+        for resource, step in partition.reads_first.items():
+            store = self._store(resource)
+            if self._version.get(resource) == store.version(resource):
+                continue
+            value = store.get(resource)        # another program's newer value comes back first
+            offset, slot = self.layout.slots[resource]
+            if value is None:
+                raise step.node.fail(f"reads variable {resource} before any ASSIGN_VARIABLE gave "
+                                     "it a value")
+            if value.shape != slot.shape or value.dtype != slot.dtype:
+                raise step.node.fail(f"variable {resource} holds {value.dtype} {list(value.shape)}; "
+                                     f"this subgraph reads and writes it as {np.dtype(slot.dtype).name} "
+                                     f"{list(slot.shape)}")
+            items.append((offset, np.asarray(value, np.float32).reshape(-1)))
+            self._version[resource] = store.version(resource)
+        return items
+
+    def hold_assigned(self, partition: Partition, program: Program) -> None:
+        """After `partition`'s launches: `program` holds the newest value of what it assigns."""
+        for key in partition.assigns:
+            self._version[key] = self._store(key).written_on_device(key, program)
+
+    def _store(self, key):
+        """The store a slot's value belongs to: the interpreter's resource variables, or the
+        subgraph's variable tensors."""
+        return self.state if self.layout.slots[key][1].kind == "tensor" else self.variables
+
+
+class DeviceRun:
+    """One invoke's traffic with a program's device, as the executor's schedule loop walks it:
+    the host's puts, the launches enqueued, and the partition outputs the host reads, pending
+    until the next wait. One wait per invoke, plus one before each CPU op that reads a pending
+    output (everything pending comes back at that wait); `settle()` waits at once (profiling,
+    so a partition's time is its own)."""
+
+    def __init__(self, program: Program, values: dict, into: dict):
+        program.device.affinity.check_thread("invoke()")
+        program.waits = 0
+        self.program, self.values, self.into = program, values, into
+        self._host_forms = program._host_forms      # the tensors the host reads, and as what
+        self._written = set(program.layout.host_written)
+        self._pending, self._launched = [], False
+        program.put([t for t in program.layout.host_written if t in values], values)
+
+    def delegated(self, item) -> bool:
+        """Whether the program runs `item` (a partition of its schedule)."""
+        return id(item) in self.program._code_of
+
+    def launch(self, partition: Partition) -> None:
+        self.program.launch(partition)
+        self._launched = True
+        self._pending.extend(t for t in partition.outputs if t in self._host_forms)
+
+    def settle(self) -> None:
+        """Wait now for what was launched (and take back what is pending)."""
+        self._take_pending()
+
+    def before_host(self, step) -> None:
+        """Before a CPU step: the pending outputs it reads (and all others) come back."""
+        if any(t in self._pending for t in step.op.inputs):
+            self._take_pending()
+
+    def after_host(self, step) -> None:
+        """After a CPU step: its outputs a partition reads go to the device."""
+        self.program.put([t for t in step.op.outputs if t in self._written], self.values)
+
+    def finish(self) -> None:
+        """The invoke's last wait: the outputs back, and the device idle before the next invoke
+        writes the upload buffer again (a wait even when nothing is read)."""
+        if self._pending or self._launched:
+            self._take_pending()
+
+    def _take_pending(self) -> None:
+        pending, values = self._pending, self.values
+        destinations = [self._destination(t) for t in pending]
+        for t, flat in zip(pending, self.program.wait_and_take(pending, destinations)):
+            dtype, shape = self._host_forms[t]
+            value = flat.reshape(shape)
+            values[t] = value > 0.5 if dtype == np.bool_ else value.astype(dtype, copy=False)
+        pending.clear()
+        self._launched = False
+
+    def _destination(self, t):
+        """The caller's array to take `t` into, where it has the host's dtype and shape."""
+        dest = self.into.get(t)
+        dtype, shape = self._host_forms[t]
+        if dest is None or dest.dtype != dtype or dtype == np.bool_ or dest.shape != shape:
+            return None
+        return dest
 
 
 def _index_checks(schedule: Schedule) -> dict:

@@ -93,17 +93,14 @@ class DelegatedCall:
         program = self.program
         if program is None or not program.adopt():
             return None
-        values = program.run({**self.prepared.constants, **feeds}, self._run_cpu_step)
+        values = {**self.prepared.constants, **feeds}
+        run_schedule(self.schedule.items, values, cpu_step(self._runtime),
+                     program.start_invoke(values))
         self.runs += 1
         specs = self.prepared.specs
         for t in self.prepared.subgraph.outputs:
             values[t] = _reference_form(specs[t], values[t])
         return values
-
-    def _run_cpu_step(self, item, values: dict) -> None:
-        inputs = [values[t] if t != -1 else None for t in item.op.inputs]
-        for t, v in zip(item.op.outputs, graph_mod.run_step(item, inputs, self._runtime)):
-            values[t] = v
 
     def info(self) -> dict:
         """What summary()["calls"] says of it."""
@@ -278,7 +275,8 @@ class ModelRuntime:
             call = self._delegated.get(id(prepared))
             values = call.run(feeds) if call is not None else None
             if values is None:
-                values = graph_mod.run_reference(prepared, feeds, self)
+                values = run_schedule(prepared.steps, {**prepared.constants, **feeds},
+                                      cpu_step(self))
             return values
 
     def has_run_init(self, subgraph_index: int) -> bool:
@@ -396,7 +394,8 @@ class SubgraphState:
             self.schedule = build_schedule(self.prepared, self.options.max_partitions,
                                            preserve_all=self.options.preserve_all,
                                            fp16=fp16, reference_ops=self.options.reference_ops,
-                                           cost_backend=self.options.cost_backend)
+                                           cost_backend=self.options.cost_backend,
+                                           backend=self.options.backend)
             if self.schedule.partitions:
                 self.program = Program(self.prepared, self.schedule, self.options.backend, fp16,
                                        self.options.cache, self.options.preserve_all,
@@ -427,23 +426,18 @@ class SubgraphState:
             self.variables[t] = np.array(v)     # a host write: the device's copies are stale
 
     def _run_schedule(self, feeds: dict, program) -> dict:
+        """The schedule (partitions on `program`'s device, the rest on numpy), or every step on
+        numpy where no program answers (the reference backend, or kernels still compiling)."""
         values = {**self.prepared.constants, **feeds}
-        timings = self.timings if self.options.profile else None
-        if program is not None:             # outputs straight into the io arrays, where they fit
-            into = {t: self.io[t] for t in self.subgraph.outputs}
-            return program.run(values, self._run_cpu_step, timings, into)
-        for position, item in enumerate(self.schedule.items):
-            start = time.perf_counter() if timings is not None else 0.0
-            self._run_cpu_step(item, values)
-            if timings is not None:
-                timings.setdefault(position, []).append(time.perf_counter() - start)
-        return values
-
-    def _run_cpu_step(self, item, values: dict) -> None:
-        inputs = [values[t] if t != -1 else None for t in item.op.inputs]
-        for t, v in zip(item.op.outputs, graph_mod.run_step(item, inputs, self.runtime,
-                                                             self.variables)):
-            values[t] = v
+        host = cpu_step(self.runtime, self.variables)
+        if program is None:
+            items = self.schedule.items if self.schedule is not None else self.prepared.steps
+            timings = self.timings if self.options.profile and self.schedule is not None else None
+            return run_schedule(items, values, host, timings=timings)
+        # outputs straight into the io arrays, where they fit
+        device = program.start_invoke(values, {t: self.io[t] for t in self.subgraph.outputs})
+        return run_schedule(self.schedule.items, values, host, device,
+                            self.timings if self.options.profile else None)
 
     def close(self) -> None:
         """Free the device memory and kernels (the interpreter must be allocated again)."""
@@ -530,14 +524,15 @@ class SubgraphState:
         feeds.update(self.variables.snapshot(exclude=program.layout.slots if program is not None else ()))
         self.values = {}
         self.invoked = False
-        if self.schedule is None or (self.program is not None and program is None):
-            values = graph_mod.run_reference(self.prepared, feeds, self.runtime, self.variables)
+        if self.program is not None and program is None:     # compiling: the reference path
+            values = run_schedule(self.prepared.steps, {**self.prepared.constants, **feeds},
+                                  cpu_step(self.runtime, self.variables))
         else:
             values = self._run_schedule(feeds, program)
         self.answered_by = "delegate" if program is not None else "reference"
         for t in self.subgraph.outputs:
             value = self._to_model_dtype(t, values[t])
-            if value is self.io[t]:     # the delegate took it there (Program.run's `into`)
+            if value is self.io[t]:     # the delegate took it there (Program.start_invoke's `into`)
                 continue
             if value.shape == self.io[t].shape:
                 np.copyto(self.io[t], value)
@@ -590,6 +585,42 @@ class SubgraphState:
                 "with experimental_preserve_all_tensors=True to read intermediates")
         raise NotReadyError(f"tensor {t} ('{name}') has no value: it is an intermediate and no "
                             "invoke() has computed it")
+
+
+def cpu_step(runtime=None, state=None):
+    """run(step, values): one step on numpy, its inputs from `values`, its outputs into it
+    (`state`: the variable tensors a step that updates them overwrites)."""
+    def run(step, values: dict) -> None:
+        inputs = [values[t] if t != -1 else None for t in step.op.inputs]
+        for t, v in zip(step.op.outputs, graph_mod.run_step(step, inputs, runtime, state)):
+            values[t] = v
+    return run
+
+
+def run_schedule(items: list, values: dict, host, device=None, timings: Optional[dict] = None) -> dict:
+    """The one loop over a schedule: each item a partition that `device` (a
+    delegate.DeviceRun) launches, or a step `host(step, values)` runs on numpy, whose inputs
+    the device hands back first and whose outputs a later partition reads it takes. `values`
+    holds the constants and feeds and receives every result. `timings`: schedule position ->
+    seconds, appended per invoke (profile=True: the device waits after each partition, so
+    its time is its own)."""
+    for position, item in enumerate(items):
+        start = time.perf_counter() if timings is not None else 0.0
+        if device is not None and device.delegated(item):
+            device.launch(item)
+            if timings is not None:
+                device.settle()
+        else:
+            if device is not None:
+                device.before_host(item)
+            host(item, values)
+            if device is not None:
+                device.after_host(item)
+        if timings is not None:
+            timings.setdefault(position, []).append(time.perf_counter() - start)
+    if device is not None:
+        device.finish()
+    return values
 
 
 def init_subgraphs(model, resolved) -> list:

@@ -4,7 +4,8 @@
 where known, values) of its inputs. An op whose inputs are all known at prepare time is folded:
 its reference runs once here (this is how SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE chains and
 float16 weights behind DEQUANTIZE become constants; SHAPE needs only its input's shape, which
-prepare always knows). The rest are `Step`s for `run_reference`.
+prepare always knows). The rest are `Step`s, each run
+on numpy by `run_step` (the executor's schedule loop walks them).
 
 A stateful op whose infer names a `runtime` parameter (IF, WHILE: their output shapes are
 those of the subgraphs they call) gets the interpreter's runtime there too, as its reference
@@ -466,14 +467,3 @@ def _check_invoke_shapes(step: Step, node: Node) -> None:
             f"{[list(s.shape) for s in node.outputs]} would take {total} bytes{also}, above the "
             f"{max(headroom, 0)} bytes the model's other tensors leave of its limit of "
             f"{model_ir.TOTAL_FACTOR} x {step.budget.per_tensor} bytes (Interpreter(max_tensor_bytes=...))")
-
-
-def run_reference(graph: PreparedGraph, values: dict, runtime=None, state=None) -> dict:
-    """Run the remaining steps on numpy; `values` holds the float views of the inputs (and of
-    the variable tensors, whose new values go to `state`)."""
-    values = {**graph.constants, **values}
-    for step in graph.steps:
-        inputs = [values[t] if t != -1 else None for t in step.op.inputs]
-        for t, v in zip(step.op.outputs, run_step(step, inputs, runtime, state)):
-            values[t] = v
-    return values

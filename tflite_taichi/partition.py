@@ -238,12 +238,14 @@ def _tensor_reason(specs, fp16: bool) -> Optional[str]:
 
 def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = False,
                    warn: bool = True, preserve_all: bool = False,
-                   reference_ops=frozenset(), cost_backend=None, called: bool = False) -> Schedule:
+                   reference_ops=frozenset(), cost_backend=None, called: bool = False,
+                   backend: Optional[str] = None) -> Schedule:
     """preserve_all: every tensor a partition writes is copied back to the host (LiteRT's
     experimental_preserve_all_tensors), so get_tensor reads intermediates; costs transfers.
     cost_backend: backend='auto' on this GPU backend: a partition that numpy runs faster by
     costs.py's estimate stays on the CPU. called: the subgraph is one that IF/WHILE call
-    (executor.DelegatedCall), whose every call pays the host's round trips too."""
+    (executor.DelegatedCall), whose every call pays the host's round trips too. backend: the
+    Taichi backend the delegate runs on, as its warnings name it."""
     reasons = {s.op.index: delegate_reason(s, fp16, reference_ops) for s in graph.steps}
     slots = _variable_slots(graph, reasons)
     groups = _group_by_dependencies(graph, {i for i, r in reasons.items() if r is None})
@@ -287,7 +289,7 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
             items.extend(group)
     schedule = Schedule(items=items, refused={i: r for i, r in reasons.items() if r is not None})
     if warn:
-        _warn(schedule, graph)
+        _warn(schedule, graph, backend)
     return schedule
 
 
@@ -394,7 +396,7 @@ def _address_variables(p: Partition, slots: dict, graph: PreparedGraph) -> None:
                 access(t, VariableSlot(t, tuple(value.shape), value.dtype, "tensor"), s, t in written)
 
 
-def _warn(schedule: Schedule, graph: PreparedGraph):
+def _warn(schedule: Schedule, graph: PreparedGraph, backend: Optional[str]):
     """TFLite's delegate warnings, one line per op kind and reason (with the op codes), then
     one summary line naming where the delegated ops run. The full list, op by op, is
     summary()["fallback"] (and `tflite-taichi inspect`)."""
@@ -415,14 +417,12 @@ def _warn(schedule: Schedule, graph: PreparedGraph):
                 reason += f" (op #{indices[0]}'s words; the others name their own tensors)"
         _warn_user(f"WARNING: {ops}{where} cannot be handled by this delegate: {reason}")
     delegated = sum(len(p.steps) for p in schedule.partitions)
-    _warn_user(f"INFO: {delegated} of {len(graph.steps)} ops{where} run on {_delegate_name()} in "
+    _warn_user(f"INFO: {delegated} of {len(graph.steps)} ops{where} run on {_delegate_name(backend)} in "
                f"{len(schedule.partitions)} partition(s); {len(graph.steps) - delegated} run on "
                f"the CPU ({len(graph.folded)} folded at prepare)")
 
 
-def _delegate_name() -> str:
-    from tflite_taichi import backend
-    name = backend.current()
+def _delegate_name(name: Optional[str]) -> str:
     if name == "cpu":
         return "the delegate's cpu backend (Taichi on the CPU, no GPU)"
     return f"the GPU delegate ({name})" if name else "the GPU delegate"
@@ -436,10 +436,10 @@ def _warn_user(message: str) -> None:
     Interpreter's construction), not to our internals: Python then prints that line."""
     global _PACKAGE_DIRS
     if _PACKAGE_DIRS is None:
-        import tflite_taichi
-        from tflite_taichi import ops, quant
-        _PACKAGE_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-                              for m in (tflite_taichi, ops, quant))
+        from tflite_taichi import ops, quant     # below: graph and quant import them already
+        here = os.path.dirname(os.path.abspath(__file__))       # the package's own folder
+        _PACKAGE_DIRS = (here + os.sep,) + tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                                                for m in (ops, quant))
     frame = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIRS):
         frame = frame.f_back

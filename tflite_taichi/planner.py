@@ -60,7 +60,7 @@ def _quant_of(spec):
 
 
 def _keeps_grid(step) -> bool:
-    """An op moving values (OpDef.moves_values) whose data inputs (those of its outputs'
+    """An op moving values (Fusion.moves_values) whose data inputs (those of its outputs'
     dtype) are quantized exactly as every output, per tensor: each stored value is a point of
     the output's grid already, so its store need not snap it (4-10 float operations an element:
     most of a streaming model's slices and concatenations on the CPU)."""
@@ -214,7 +214,7 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_of
         at = arena.place(born, end, _numel(specs[t].shape))
         refs[t] = TensorRef(ARENA, at, specs[t].shape, _quant_of(specs[t]), storage)
     for step in p.steps:                            # values already on the output's grid
-        if step.opdef.moves_values and _keeps_grid(step):
+        if step.opdef.fusion.moves_values and _keeps_grid(step):
             for t in step.op.outputs:
                 ref = refs.get(t)
                 if ref is not None and ref.quant is not None and not ref.codes:

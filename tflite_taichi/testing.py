@@ -144,7 +144,7 @@ def _integer_input_ranges(prepared) -> dict:
 
     def visit(t, source, seen):
         for step, position in readers.get(t, ()):
-            if step.opdef.alias_input == position and id(step) not in seen:     # a reshape
+            if step.opdef.fusion.alias_input == position and id(step) not in seen:     # a reshape
                 visit(step.op.outputs[0], source, seen | {id(step)})
             elif step.opdef.input_ranges is not None:
                 try:

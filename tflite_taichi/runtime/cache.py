@@ -202,7 +202,7 @@ def taichi_version() -> str:
 def versions() -> dict:
     """What a module depends on besides the model (a module built under others is not loaded)."""
     import numpy
-    from tflite_taichi import __version__
+    from tflite_taichi.version import __version__
     return {"format": FORMAT, "taichi": taichi_version(), "tflite_taichi": __version__,
             "tflite_taichi_source": _package_source_digest(), "numpy": numpy.__version__,
             "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),

@@ -29,9 +29,7 @@ def main(argv) -> int:
             return 0
         _take_switches(job.switches)
         if started is None:
-            from tflite_taichi.ops import kit
             from tflite_taichi.runtime.session import ensure_python_taichi
-            kit.claim_backend(job.backend)          # the ops specialise on it (kit.current_arch)
             ensure_python_taichi(job.backend, cache_root=job.cache_root)
             started = job.backend
         elif job.backend != started:

@@ -140,6 +140,31 @@ def shipped(code):
                                plan=plan, kernels=[])
 
 
+def aot_module(caps=()):
+    """A `ti.aot.Module` for the current arch, compiled for device capabilities `caps` (Taichi's
+    names, "spirv_has_float16=1": SPIR-V archs generate code for them, and the C API loads the
+    module only on a device with exactly these). Taichi 1.7.4's constructor finalizes the root
+    FieldsBuilder and refuses a second module per process ("can only finalize the root
+    FieldsBuilder once"); we declare no fields, so every module after the first skips that step
+    and is otherwise built as the constructor does (same private calls, pinned taichi)."""
+    import taichi as ti
+    from taichi.lang import impl
+    from tflite_taichi.runtime import flavour
+    arch = impl.current_cfg().arch
+    fmt = flavour.artifact_format(arch.name)        # taichi-forge: PTX on cuda (flavour.py)
+    fb = impl._root_fb
+    if not fb.finalized:
+        return (ti.aot.Module(caps=list(caps)) if fmt is None
+                else ti.aot.Module(caps=list(caps), artifact_format=fmt))
+    module = ti.aot.Module.__new__(ti.aot.Module)
+    module._arch = arch
+    module._kernels, module._fields, module._content = [], {}, []
+    module._aot_builder = impl.get_runtime().prog.make_aot_module_builder(module._arch, list(caps))
+    if fmt is not None:
+        module._aot_builder.set_artifact_format(fmt)
+    return module
+
+
 # -- compiling: here or in workers ----------------------------------------------------------------
 def save_module(codes, kernels, folder: str, caps, llvm: bool,
                 compiled: Callable[[str], None] = lambda name: None) -> str:
@@ -147,11 +172,11 @@ def save_module(codes, kernels, folder: str, caps, llvm: bool,
     frontend (started in this process on its arch) and save them as one AOT module in `folder`;
     returns the module's file or folder name there. `compiled(name)` after each kernel."""
     from tflite_taichi import codegen
-    from tflite_taichi.runtime import taichi_frontend
+    from tflite_taichi.ops import taichi_frontend
     from tflite_taichi.runtime.device import TAICHI_LOCK
     built = {}
     with TAICHI_LOCK, codegen.intended_unrolling():
-        module = codegen.aot_module(caps)
+        module = aot_module(caps)
         for name, code_at, chunk_at in kernels:
             if code_at not in built:
                 built[code_at] = codegen.build_kernels(codes[code_at])

@@ -3,7 +3,7 @@ one session (`SESSION`): the backend it claimed and the cache folder it was clai
 GPU drivers' caches point there), Taichi's Python runtime (started or not, on which arch, and
 the thread its GL context belongs to), and what the backend probes found. `backend.py` decides
 (which backend, the probes); `device.py` runs kernels; both keep their state here, and the ops
-learn the arch from `ops.kit.claim_backend` (set by `claim`), never from this module."""
+learn the arch from their step's IO (ops.kit.StepIO.arch), never from this module."""
 from __future__ import annotations
 
 import contextlib
@@ -73,7 +73,6 @@ class Session:
     def claim(self, name: str, cache_root: Optional[str]) -> bool:
         """Claim `name` for this process (under self.lock); False if it was claimed before.
         Another backend than the one claimed is refused."""
-        from tflite_taichi.ops import kit
         if self.backend is not None and self.backend != name:
             raise BackendUnavailable(
                 f"Taichi already runs on {self.backend!r} in this process and cannot switch to "
@@ -82,14 +81,11 @@ class Session:
         if self.backend == name:
             return False
         self.backend, self.cache_root = name, cache_root
-        kit.claim_backend(name)
         return True
 
     def release(self) -> None:
         """Give the claim up (its device did not start; under self.lock)."""
-        from tflite_taichi.ops import kit
         self.backend = None
-        kit.claim_backend(None)
 
 
 SESSION = Session()
