@@ -1,5 +1,5 @@
 """Where an invoke's time goes on one backend: the whole step (set inputs, invoke, get outputs),
-the invoke alone, per partition and CPU op (`profile=True`, which waits after every partition to
+the invoke alone, per partition and CPU op (`profile=True`, which waits after every kernel to
 time it), launches and waits per invoke; with `--kernel-profiler` on cuda, Taichi's per-task
 kernel profiler, mapped back to the ops (it needs Taichi's Python runtime, so that run uses
 TFLITE_TAICHI_RUNTIME=python).
@@ -84,7 +84,7 @@ def main(argv=None):
     for _ in range(args.runs):
         profiled.invoke()
     report = profiled.profile()
-    print("profile=True (a wait after every partition):")
+    print("profile=True (a wait after every kernel):")
     for row in report["items"]:
         what = (f"partition of {len(row['ops'])} ops, {row['launches']} launch(es)"
                 if row["kind"] == "partition" else f"cpu {row['op']} #{row['ops'][0]}")

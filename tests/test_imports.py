@@ -164,7 +164,7 @@ FLOORS = [
     ("the command line", ["__main__", "cli"]),
     ("tools beside the runtime", ["tools", "batch"]),
     ("user helpers", ["cli_inputs", "testing"]),
-    ("the tf.lite face", ["__init__", "interpreter"]),
+    ("the tf.lite face", ["__init__", "interpreter", "node_data"]),
     ("the executor", ["executor"]),
     ("the delegate", ["delegate"]),
     ("the runtime wing", ["backend", "runtime", "_probe"]),

@@ -141,3 +141,17 @@ def test_a_child_takes_the_callers_switches_exactly(monkeypatch):
 def test_the_docs_are_the_table():
     with open(os.path.join(ROOT, "docs", "switches.md"), encoding="utf-8") as f:
         assert switches.table() in f.read(), "docs/switches.md: paste switches.table() again"
+
+
+def test_overriding_sets_switches_for_a_block_and_puts_them_back(monkeypatch):
+    monkeypatch.setenv("TFLITE_TAICHI_CHUNK_STEPS", "7")
+    monkeypatch.delenv("TFLITE_TAICHI_GEMM_TILES", raising=False)
+    with switches.overriding({"TFLITE_TAICHI_CHUNK_STEPS": "1", "TFLITE_TAICHI_GEMM_TILES": "32,32,2,2"}):
+        assert switches.value("TFLITE_TAICHI_CHUNK_STEPS") == 1
+        assert switches.value("TFLITE_TAICHI_GEMM_TILES") == (32, 32, 2, 2)
+    assert switches.value("TFLITE_TAICHI_CHUNK_STEPS") == 7
+    assert switches.raw("TFLITE_TAICHI_GEMM_TILES") is None
+    typo = switches.PREFIX + "CHUNK_STEP"          # (spelled apart: the table's test reads names)
+    with pytest.raises(KeyError, match=typo):
+        with switches.overriding({typo: "1"}):
+            pass

@@ -287,7 +287,13 @@ def _write_outputs(path: str, outputs: list) -> None:
 
 def cmd_inspect(args) -> int:
     """A summary first (what the model is, its IO, its ops by kind, what the delegate would
-    take and why not the rest); --ops lists every op, --tensors every tensor."""
+    take and why not the rest); --ops lists every op, --tensors every tensor; --explore and
+    --node-data show what the delegate did on the graph (tools/explore.py)."""
+    extras = [flag for flag, given in (("--backend", args.backend is not None), ("--profile", args.profile),
+                                       ("--port", args.port is not None), ("--no-browser", args.no_browser))
+              if given]
+    if extras and not (args.explore or args.node_data):
+        raise UsageError(f"{', '.join(extras)}: only with --explore or --node-data")
     it = Interpreter(model_path=args.model, backend="reference")
     m = it.model
     print(f"{args.model}: {m.size} bytes, schema v{m.version}, {len(m.subgraphs)} subgraph(s)")
@@ -327,6 +333,25 @@ def cmd_inspect(args) -> int:
             print(f"  {d['index']:<5} {_fmt_tensor(d)}  [{kind}]")
     if not (args.ops and args.tensors):
         print("  (--ops: every op and whether the delegate takes it; --tensors: every tensor)")
+    if args.explore or args.node_data:
+        return _explore(args)
+    return 0
+
+
+def _explore(args) -> int:
+    """--node-data: write the overlays; --explore: show them in Model Explorer."""
+    from tflite_taichi.tools import explore
+    if args.explore:
+        explore.model_explorer()        # says how to get it before anything compiles
+    from tflite_taichi.partition import DelegateWarning
+    with warnings.catch_warnings():     # the summary above said what the delegate takes
+        warnings.simplefilter("ignore", DelegateWarning)
+        data = explore.collect(args.model, args.backend or "auto", args.profile, args.shape)
+    if args.node_data:
+        for name, path in explore.write(data, args.node_data).items():
+            print(f"node data ({name}): {path}")
+    if args.explore:
+        explore.serve(args.model, data, port=args.port, open_browser=not args.no_browser)
     return 0
 
 
@@ -517,6 +542,23 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--tensors", action="store_true", help="also list every tensor")
     ins.add_argument("--shape", action="append", metavar="NAME=D1,D2",
                      help="an input's shape where the model sizes it at run time")
+    ins.add_argument("--explore", action="store_true",
+                     help="open Google's Model Explorer on the model with what the delegate did: "
+                          "where each op runs, why not on the GPU, fusion groups (pip install "
+                          '"tflite-taichi[explore]")')
+    ins.add_argument("--node-data", metavar="FILE.json",
+                     help="write that as Model Explorer's node data instead (FILE.json: where "
+                          "each op runs; FILE.why.json, FILE.fusion.json, FILE.time.json beside "
+                          "it); needs no Model Explorer")
+    ins.add_argument("--backend", default=None, choices=BACKENDS,
+                     help="the backend whose decisions --explore/--node-data show (default auto)")
+    ins.add_argument("--profile", action="store_true",
+                     help="with --explore/--node-data: time each op (12 invokes on random "
+                          "inputs, one kernel per fusion group)")
+    ins.add_argument("--port", type=int, default=None,
+                     help="Model Explorer's port on 127.0.0.1 (default: 8080 or the next free)")
+    ins.add_argument("--no-browser", action="store_true",
+                     help="start Model Explorer without opening a browser (print its address)")
     ins.set_defaults(func=cmd_inspect)
     demo = sub.add_parser("demo", help="build a small model and run it")
     demo.add_argument("--runs", type=at_least_one, default=5, help="invokes to time (default 5)")

@@ -23,6 +23,7 @@ What `allocate_tensors()` builds for a Taichi backend, and what `invoke()` runs:
 from __future__ import annotations
 
 import hashlib
+import time
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -345,14 +346,22 @@ class Program:
         self._memory.link.put([(offsets[t], np.asarray(values[t], dtype=np.float32).reshape(-1))
                                for t in tensors])
 
-    def launch(self, partition: Partition) -> None:
-        """Enqueue `partition`'s launches (its variables made current in their slots first)."""
+    def launch(self, partition: Partition, times: Optional[list] = None) -> None:
+        """Enqueue `partition`'s launches (its variables made current in their slots first).
+        `times` (profiling): wait after each kernel and append its seconds, launch included."""
         memory = self._memory
         if partition.reads_first:
             memory.link.put(self._slots.stale(partition))
         with TAICHI_LOCK:
             for launch in memory.launches[id(partition)]:
+                if times is None:
+                    launch()
+                    continue
+                start = time.perf_counter()
                 launch()
+                self.device.wait()
+                times.append(time.perf_counter() - start)
+                self.waits += 1
         self._slots.hold_assigned(partition, self)
 
     def wait_and_take(self, tensors, destinations=None) -> list:
@@ -521,8 +530,8 @@ class DeviceRun:
         """Whether the program runs `item` (a partition of its schedule)."""
         return id(item) in self.program._code_of
 
-    def launch(self, partition: Partition) -> None:
-        self.program.launch(partition)
+    def launch(self, partition: Partition, times: Optional[list] = None) -> None:
+        self.program.launch(partition, times)
         self._launched = True
         self._pending.extend(t for t in partition.outputs if t in self._host_forms)
 

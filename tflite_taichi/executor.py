@@ -252,6 +252,10 @@ class ModelRuntime:
         """The delegated calls prepared so far (summary()["calls"])."""
         return list(self._delegated.values())
 
+    def prepared_calls(self) -> list:
+        """(PreparedGraph, its DelegatedCall or None) of every call prepared so far."""
+        return [(prepared, self._delegated.get(id(prepared))) for prepared in self._calls.values()]
+
     def _close_delegated(self) -> None:
         for call in self._delegated.values():
             call.close()
@@ -326,6 +330,7 @@ class SubgraphState:
         self.variables = Variables()
         self.invoked = False
         self.timings = {}               # schedule position -> list of seconds (profile=True)
+        self.kernel_timings = {}        # (schedule position, kernel) -> list of seconds (same)
         self._good = None               # the _KEPT fields after the last successful allocate
         self.failed = None              # why the last invoke() failed ("Type: message"), or None
         self.closed = False             # close() freed the device memory
@@ -418,7 +423,7 @@ class SubgraphState:
         self.invoked = False
         self._answering, self.answered_by = None, None
         self._lean = (None, None)
-        self.timings = {}
+        self.timings, self.kernel_timings = {}, {}
 
     def reset_variables(self):
         """Variable tensors (an LSTM's state) back to their values in the model (or zeros)."""
@@ -436,8 +441,10 @@ class SubgraphState:
             return run_schedule(items, values, host, timings=timings)
         # outputs straight into the io arrays, where they fit
         device = program.start_invoke(values, {t: self.io[t] for t in self.subgraph.outputs})
+        profiling = self.options.profile
         return run_schedule(self.schedule.items, values, host, device,
-                            self.timings if self.options.profile else None)
+                            self.timings if profiling else None,
+                            self.kernel_timings if profiling else None)
 
     def close(self) -> None:
         """Free the device memory and kernels (the interpreter must be allocated again)."""
@@ -597,17 +604,22 @@ def cpu_step(runtime=None, state=None):
     return run
 
 
-def run_schedule(items: list, values: dict, host, device=None, timings: Optional[dict] = None) -> dict:
+def run_schedule(items: list, values: dict, host, device=None, timings: Optional[dict] = None,
+                 kernel_timings: Optional[dict] = None) -> dict:
     """The one loop over a schedule: each item a partition that `device` (a
     delegate.DeviceRun) launches, or a step `host(step, values)` runs on numpy, whose inputs
     the device hands back first and whose outputs a later partition reads it takes. `values`
     holds the constants and feeds and receives every result. `timings`: schedule position ->
     seconds, appended per invoke (profile=True: the device waits after each partition, so
-    its time is its own)."""
+    its time is its own); `kernel_timings`: (position, kernel) -> seconds, the device waiting
+    after each kernel too."""
     for position, item in enumerate(items):
         start = time.perf_counter() if timings is not None else 0.0
         if device is not None and device.delegated(item):
-            device.launch(item)
+            kernels = [] if kernel_timings is not None else None
+            device.launch(item, kernels)
+            for k, seconds in enumerate(kernels or ()):
+                kernel_timings.setdefault((position, k), []).append(seconds)
             if timings is not None:
                 device.settle()
         else:

@@ -88,6 +88,10 @@ _DETAILS_TYPES = {"STRING": np.bytes_, "COMPLEX128": np.complex128, "RESOURCE": 
                   "VARIANT": np.object_}
 
 
+def _median_ms(seconds: list):
+    return float(np.median(seconds)) * 1e3 if seconds else None
+
+
 def _invoked_shape(state, t, declared):
     """A tensor of run-time shape: the last invoke's shape once it has run (an output's, or an
     intermediate's the run kept), as LiteRT reports it; until then the declared one, as LiteRT."""
@@ -610,7 +614,9 @@ class Interpreter:
     @_serialised
     def profile(self) -> dict:
         """Times of the invokes since allocate_tensors() (needs profile=True): per partition and
-        per CPU op, median milliseconds and kernel launches per invoke."""
+        per CPU op, median milliseconds and kernel launches per invoke; per kernel of a
+        partition, the ops that run as its steps (the ops fused into them ride along) and its
+        median milliseconds (profiling waits after every kernel, so each time is its own)."""
         if not self._options.profile:
             raise InterpreterStateError("profiling is off: create the Interpreter with profile=True")
         state = self._require_prepared("profile()")
@@ -619,21 +625,48 @@ class Interpreter:
         program = state.program
         for position, item in enumerate(items):
             times = state.timings.get(position, [])
-            median_ms = float(np.median(times)) * 1e3 if times else None
+            median_ms = _median_ms(times)
             if hasattr(item, "steps"):
-                count = program.code(item).launches
-                launches += count
+                code = program.code(item)
+                launches += code.launches
+                kernels = [{"ops": [item.steps[j].op.index for j in chunk],
+                            "ms": _median_ms(state.kernel_timings.get((position, k), []))}
+                           for k, chunk in enumerate(code.chunks)]
                 rows.append({"kind": "partition", "ops": [s.op.index for s in item.steps],
-                             "launches": count, "ms": median_ms, "invokes": len(times)})
+                             "launches": code.launches, "ms": median_ms, "invokes": len(times),
+                             "kernels": kernels})
             else:
                 rows.append({"kind": "cpu", "ops": [item.op.index], "op": item.op.name,
                              "launches": 0, "ms": median_ms, "invokes": len(times)})
-        # profiling waits after every partition to time it; without profile=True an invoke
+        # profiling waits after every kernel to time it; without profile=True an invoke
         # waits `waits_per_invoke` times
         return {"backend": self._backend, "items": rows, "launches_per_invoke": launches,
                 "tasks_per_invoke": program.tasks if program is not None else 0,
                 "waits_per_invoke": program.planned_waits() if program is not None else 0,
                 "device": program.device.kind if program is not None else None}
+
+    @_serialised
+    def node_data(self) -> dict:
+        """What the delegate did, per op of every subgraph, as node data for Google's Model
+        Explorer: {overlay: {graph id: {"results": {node id: {"value", "bgColor"}}}}}, the
+        overlays "where" (the partition, the CPU, or folded at prepare), "why" (an op's reason
+        to stay on the CPU), "fusion" (the op whose store or loop runs it) and, after invokes
+        with profile=True, "time" (median microseconds per invoke; ops that share a kernel
+        show the kernel's time). Each overlay is a JSON file Model Explorer's UI loads
+        (`json.dump`); node ids are the ones its TFLite adapter gives (tflite_taichi/node_data.py,
+        docs/explore.md)."""
+        from tflite_taichi import node_data
+        self._main.require_allocated("node_data()")
+        views = {index: node_data.SubgraphView(s.prepared, s.schedule, s.program, s.timings,
+                                               s.kernel_timings)
+                 for index, s in self._states.items() if s.prepared is not None}
+        for prepared, call in self._runtime.prepared_calls():
+            views.setdefault(prepared.subgraph.index, node_data.SubgraphView(
+                prepared, call.schedule if call else None, call.program if call else None))
+        facts = {sg.index: node_data.subgraph_facts(sg, views.get(sg.index), self._backend)
+                 for sg in self._model.subgraphs}
+        profiled = self._options.profile and any(s.timings for s in self._states.values())
+        return node_data.overlays(self._model, facts, profiled)
 
     # -- lifetime ----------------------------------------------------------------------------
     @_serialised

@@ -13,6 +13,7 @@ Switches are read when asked, not at import: tests and bench/ scripts set them b
 interpreters. Most are A/B switches of bench/ (measurements name them); `docs/switches.md`
 is this table in prose.
 """
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -202,6 +203,20 @@ def apply(variables: dict) -> None:
         if name not in variables:
             del os.environ[name]
     os.environ.update(variables)
+
+
+@contextlib.contextmanager
+def overriding(variables: dict):
+    """These switches set (as text) while the block runs; every switch as it was after."""
+    unknown_names = sorted(set(variables) - set(SWITCHES))
+    if unknown_names:
+        raise KeyError(f"no such switch: {', '.join(unknown_names)}")
+    saved = inherited()
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        apply(saved)
 
 
 def unknown() -> list:
