@@ -4,29 +4,51 @@ TFLITE_TAICHI_BATCH_FAULT="KIND:SUFFIX:MARKER", the first worker to run a batch 
 whose key ends with SUFFIX creates the file MARKER and then, for KIND "kill", kills its own
 process (SIGKILL, as the OOM killer would), or for "hang", sleeps for an hour (a hung driver);
 later attempts run. With an empty MARKER every attempt does it.
+KIND "lose_gpu" (SUFFIX: a GPU, as CUDA_VISIBLE_DEVICES names it): the first worker on that GPU to
+run a batch creates MARKER and kills itself, and from then on no worker starts on that GPU (its
+interpreter raises BackendUnavailable): a GPU lost mid-run. KIND "no_gpu": no worker starts on
+that GPU at all ("*": on any).
 
 Importing this module wraps BatchRunner.run in that process: the runtime holds no test hook.
 Workers find it on sys.path (a local pool's spawned workers take the test process's sys.path;
 Ray's actors and a CLI subprocess get TESTS_DIR through PYTHONPATH)."""
 import functools
+import multiprocessing
 import os
 import signal
 import time
 
 from tflite_taichi import switches
 from tflite_taichi.batch.runner import BatchRunner
+from tflite_taichi.errors import BackendUnavailable
 
 FAULT_ENV = "TFLITE_TAICHI_BATCH_FAULT"
 FAULTS = ("batch_faults",)                   # batch.run's imports=
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def inject_fault(keys: list) -> None:
+def _fault():
     spec = switches.value(FAULT_ENV)
-    if not spec:
-        return
-    kind, suffix, marker = spec.split(":", 2)
-    if kind not in ("kill", "hang") or not any(k.endswith(suffix) for k in keys):
+    return spec.split(":", 2) if spec else (None, None, None)
+
+
+def _on_gpu(gpu: str) -> bool:
+    return gpu == "*" or os.environ.get("CUDA_VISIBLE_DEVICES") == gpu
+
+
+def refuse_start() -> None:
+    """At a worker's start (when it imports this module): a GPU that is gone (lose_gpu once its MARKER
+    exists, no_gpu always) refuses it, as a driver refuses a device that fell off the bus."""
+    kind, gpu, marker = _fault()
+    if kind == "no_gpu" and _on_gpu(gpu) or kind == "lose_gpu" and _on_gpu(gpu) and os.path.exists(marker):
+        raise BackendUnavailable(f"GPU {os.environ.get('CUDA_VISIBLE_DEVICES')} is gone (a test)")
+
+
+def inject_fault(keys: list) -> None:
+    kind, suffix, marker = _fault()
+    if kind == "lose_gpu" and _on_gpu(suffix):
+        keys = [suffix]                         # any batch on that GPU is the victim
+    elif kind not in ("kill", "hang") or not any(k.endswith(suffix) for k in keys):
         return
     if marker:
         try:
@@ -34,7 +56,7 @@ def inject_fault(keys: list) -> None:
         except FileExistsError:
             return
         os.close(fd)
-    if kind == "kill":
+    if kind in ("kill", "lose_gpu"):
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(3600)
 
@@ -50,6 +72,8 @@ def _with_fault(run):
 
 if not getattr(BatchRunner.run, "with_fault", False):
     BatchRunner.run = _with_fault(BatchRunner.run)
+if multiprocessing.parent_process() is not None:    # a local pool's worker, importing this at
+    refuse_start()                                   # its start (BatchRunner: --import modules)
 
 
 def with_tests_on_path(env: dict) -> dict:

@@ -644,3 +644,51 @@ def test_cli_batch_on_ray(ray_cluster, model, tmp_path, capsys):
     assert status == 0, printed
     assert "70 of 70 inputs written" in printed and "Ray, 2 actor(s) of 0 GPU and 0.5 CPU" in printed
     assert len(batch.read_outputs(str(out))) == 70
+
+
+# -- several GPUs, faked (issue 33: what one machine without them can hold) ----------------------
+def _four_fake_gpus(monkeypatch):
+    """The local pool's workers on four GPUs, as on a machine with four: worker i gets
+    CUDA_VISIBLE_DEVICES=i (the runs are on the reference path, which needs none)."""
+    from tflite_taichi.batch import pool
+    real = pool.worker_environments
+    monkeypatch.setattr(pool, "worker_environments",
+                        lambda backend, workers, devices: real("cuda", workers, ["0", "1", "2", "3"]))
+
+
+def test_a_gpu_lost_mid_run_retires_its_slot_and_the_others_finish(model, tmp_path, monkeypatch):
+    """The worker on GPU 2 dies running its first task, and no worker starts on GPU 2 again:
+    its slot is retired, the other three GPUs run its work, nothing is lost or written twice."""
+    folder = str(tmp_path / "in")
+    bad = write_dataset(folder, np.random.default_rng(3), n_npy=160)["bad"]
+    expected = expected_outputs(model, folder, reference_one(model))
+    marker = str(tmp_path / "gpu2-lost")
+    monkeypatch.setenv(FAULT_ENV, f"lose_gpu:2:{marker}")
+    _four_fake_gpus(monkeypatch)
+    out = str(tmp_path / "out")
+    result = batch.run(model, [folder], out, backend="reference", batch_size=8, workers=4,
+                       imports=FAULTS)
+    assert os.path.exists(marker), "the worker on GPU 2 was not killed"
+    check_run(result, out, expected, bad)
+    by_gpu = {w.get("gpu"): w for w in result.workers}
+    assert sorted(by_gpu) == ["0", "1", "2", "3"]
+    assert "GPU 2 is gone" in by_gpu["2"]["retired"]
+    assert all(by_gpu[g]["items"] > 0 and "retired" not in by_gpu[g] for g in "013")
+    assert any("worker 2 (GPU 2) was retired" in note for note in result.notes)
+    assert result.restarts >= 1
+
+
+def test_the_run_ends_only_when_no_gpu_is_left(model, tmp_path, monkeypatch):
+    folder = str(tmp_path / "in")
+    write_arrays(tmp_path / "in", 40, ITEM, seed=0, zeros=True)
+    _four_fake_gpus(monkeypatch)
+    monkeypatch.setenv(FAULT_ENV, "no_gpu:1:")             # one GPU missing from the start
+    result = batch.run(model, [folder], str(tmp_path / "one"), backend="reference", batch_size=4,
+                       workers=4, imports=FAULTS)
+    assert result.written == 40
+    assert [w["worker"] for w in result.workers if "retired" in w] == [1]
+    monkeypatch.setenv(FAULT_ENV, "no_gpu:*:")             # every GPU missing
+    with pytest.raises(BatchError, match=r"no worker could start: worker 0 \(GPU 0\): it cannot "
+                                         r"start an interpreter: .*GPU 0 is gone.*; worker 3 \(GPU 3\)"):
+        batch.run(model, [folder], str(tmp_path / "none"), backend="reference", batch_size=4,
+                  workers=4, imports=FAULTS)

@@ -16,6 +16,11 @@ status. Tasks it had only queued go back as they were. A task's part file is wri
 final name only when complete, a retried task rewrites the same name, and a split task's files
 are removed before its halves run, so no input is lost or written twice.
 
+A worker slot that cannot start an interpreter (its GPU gone, out of memory, a driver that
+refuses it) or dies START_ATTEMPTS times in a row while starting is retired: its tasks go to the
+others and the run goes on on the remaining slots (GPUs), the report saying which slot went and
+why. Only when every slot is retired does the run end (a model no worker can load, say).
+
 A driver that dies takes its workers with it (_die_with_driver): a worker left running would
 write parts into a folder that a rerun of the driver now owns.
 """
@@ -39,7 +44,7 @@ from tflite_taichi.batch.runner import BatchRunner, RunConfig
 from tflite_taichi.runtime.children import die_with_parent
 
 PREFETCH = 2                 # tasks queued per worker: the next one is ready when one finishes
-START_ATTEMPTS = 3           # a worker slot that dies this many times while starting ends the run
+START_ATTEMPTS = 3           # a worker slot that dies this many times while starting is retired
 
 
 def _worker_main(slot: int, config: RunConfig, conn) -> None:
@@ -113,6 +118,7 @@ class _Worker:
         self.info = None
         self.last_heard = 0.0            # time.monotonic() of its last message, or of work given
         self.kill_reason = None          # why the driver killed it (a task that took too long)
+        self.retired = None              # why its slot takes no more work (it cannot start)
 
 
 class LocalPool:
@@ -171,8 +177,11 @@ class LocalPool:
         finally:
             self._stop()
         report = {"given_up": self.given_up, "restarts": self.restarts,
-                  "workers": [{"worker": w.slot, "items": w.done_items, **(w.info or {})}
-                              for w in self.workers]}
+                  "workers": [{"worker": w.slot, "items": w.done_items, **(w.info or {}),
+                               **({"retired": w.retired} if w.retired else {})}
+                              for w in self.workers],
+                  "notes": [f"worker {w.slot}{_device_of(w.env)} was retired ({w.retired}); the "
+                            f"others ran its work" for w in self.workers if w.retired]}
         if self.ready_marks and elapsed > self.ready_marks[-1][0]:
             ready_s, done = self.ready_marks[-1]
             report["workers_ready_s"] = round(ready_s, 3)
@@ -230,7 +239,8 @@ class LocalPool:
                 self.ready_marks.append((time.perf_counter() - self.started, self.items_done))
             w.ready, w.info, w.start_failures = True, message[2], 0
         elif kind == "failed":
-            raise BatchError(f"worker {w.slot} cannot start an interpreter: {message[2]}")
+            w.process.join(timeout=10)
+            self._retire(w, f"it cannot start an interpreter: {message[2]}")
         elif kind == "done":
             _, _, task_id, written, errors, _seconds, w.info = message
             if task_id in w.outstanding:
@@ -252,8 +262,8 @@ class LocalPool:
         if not w.ready:
             w.start_failures += 1
             if w.start_failures >= START_ATTEMPTS:
-                raise BatchError(f"worker {w.slot} died {w.start_failures} times while starting "
-                                 f"({why})")
+                self._retire(w, f"it died {w.start_failures} times while starting (last: {why})")
+                return
         # a worker runs its tasks in the order sent, and the driver has read every "done" it sent:
         # the first outstanding task is the one it died running, the others were only queued
         running = [t for t in w.outstanding[:1] if t not in self.finished]
@@ -280,6 +290,20 @@ class LocalPool:
             self._start(w)
         else:
             w.process = None
+
+    def _retire(self, w: _Worker, why: str) -> None:
+        """Worker slot `w` takes no more work (it cannot start: its GPU is gone, say); what it
+        had goes back to the pool. With no slot left, the run ends."""
+        w.retired = why
+        self.pending.extendleft((t, self.by_id[t]) for t in reversed(w.outstanding)
+                                if t not in self.finished)
+        w.outstanding, w.ready = [], False
+        with contextlib.suppress(Exception):
+            w.conn.close()
+        w.process = None
+        if all(other.retired for other in self.workers):
+            raise BatchError("no worker could start: " + "; ".join(
+                f"worker {other.slot}{_device_of(other.env)}: {other.retired}" for other in self.workers))
 
     def _split(self, task_id: int) -> None:
         """Task `task_id` killed its worker: its halves run in its place, as new tasks, and
@@ -316,6 +340,12 @@ class LocalPool:
                 w.process.join()
             with contextlib.suppress(Exception):
                 w.conn.close()
+
+
+def _device_of(env: dict) -> str:
+    """' (GPU n)' for a worker given a GPU, else ''."""
+    gpu = env.get("CUDA_VISIBLE_DEVICES")
+    return f" (GPU {gpu})" if gpu is not None else ""
 
 
 def worker_environments(backend: str, workers: int, devices: Optional[list]) -> list:
