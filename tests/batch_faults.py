@@ -7,7 +7,10 @@ later attempts run. With an empty MARKER every attempt does it.
 KIND "lose_gpu" (SUFFIX: a GPU, as CUDA_VISIBLE_DEVICES names it): the first worker on that GPU to
 run a batch creates MARKER and kills itself, and from then on no worker starts on that GPU (its
 interpreter raises BackendUnavailable): a GPU lost mid-run. KIND "no_gpu": no worker starts on
-that GPU at all ("*": on any).
+that GPU at all ("*": on any). With a MARKER, the workers on the other GPUs run nothing until the
+driver has retired the lost GPU's slot (record_retirements makes the driver create MARKER.retired
+then): otherwise they may finish the work before the slot's restart is refused, and a test of
+retirement would depend on the machine's load.
 
 Importing this module wraps BatchRunner.run in that process: the runtime holds no test hook.
 Workers find it on sys.path (a local pool's spawned workers take the test process's sys.path;
@@ -44,8 +47,35 @@ def refuse_start() -> None:
         raise BackendUnavailable(f"GPU {os.environ.get('CUDA_VISIBLE_DEVICES')} is gone (a test)")
 
 
+RETIRED = ".retired"         # MARKER + this: the driver retired the lost GPU's slot
+RETIREMENT_WAIT_S = 120      # a driver that never retires it: the others go on, and the test fails
+
+
+def record_retirements(monkeypatch, marker: str) -> None:
+    """In the driver (the test's process): each retirement of a local pool's slot creates
+    MARKER.retired, which the workers on the other GPUs wait for (inject_fault)."""
+    from tflite_taichi.batch import pool
+    real = pool.LocalPool._retire
+
+    def retire_and_record(self, w, why):
+        try:
+            real(self, w, why)
+        finally:
+            open(marker + RETIRED, "a").close()
+    monkeypatch.setattr(pool.LocalPool, "_retire", retire_and_record)
+
+
+def _wait_for_retirement(marker: str) -> None:
+    deadline = time.monotonic() + RETIREMENT_WAIT_S
+    while not os.path.exists(marker + RETIRED) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def inject_fault(keys: list) -> None:
     kind, suffix, marker = _fault()
+    if kind in ("lose_gpu", "no_gpu") and marker and not _on_gpu(suffix):
+        _wait_for_retirement(marker)
+        return
     if kind == "lose_gpu" and _on_gpu(suffix):
         keys = [suffix]                         # any batch on that GPU is the victim
     elif kind not in ("kill", "hang") or not any(k.endswith(suffix) for k in keys):

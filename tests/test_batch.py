@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from batch_faults import FAULT_ENV, FAULTS, with_tests_on_path
+from batch_faults import FAULT_ENV, FAULTS, record_retirements, with_tests_on_path
 from tflite_taichi import batch
 from tflite_taichi.batch.inputs import ItemError, decode, input_spec, parse_preprocess
 from tflite_taichi.builder import ModelBuilder
@@ -224,8 +224,12 @@ def test_local_pool_cpu_equals_one_interpreter(model, dataset, cpu_worker, tmp_p
     out = str(tmp_path / "out")
     result = batch.run(model, [folder], out, backend="cpu", batch_size=8, workers=2)
     check_run(result, out, expected, bad)
-    assert result.backend == "cpu" and {w["backend"] for w in result.workers} == {"cpu"}
-    assert {w["items_per_invoke"] for w in result.workers} == {8}
+    # a worker still starting when the other had done the work reports no interpreter (on a
+    # loaded machine Taichi's start can outlast the run): the ones that started are on cpu
+    started = [w for w in result.workers if "backend" in w]
+    assert started and all(w in started for w in result.workers if w["items"])
+    assert result.backend == "cpu" and {w["backend"] for w in started} == {"cpu"}
+    assert {w["items_per_invoke"] for w in started} == {8}
 
 
 def test_local_pool_killed_worker_loses_nothing(model, tmp_path, monkeypatch):
@@ -664,6 +668,7 @@ def test_a_gpu_lost_mid_run_retires_its_slot_and_the_others_finish(model, tmp_pa
     expected = expected_outputs(model, folder, reference_one(model))
     marker = str(tmp_path / "gpu2-lost")
     monkeypatch.setenv(FAULT_ENV, f"lose_gpu:2:{marker}")
+    record_retirements(monkeypatch, marker)     # GPUs 0, 1 and 3 wait for GPU 2's slot to go
     _four_fake_gpus(monkeypatch)
     out = str(tmp_path / "out")
     result = batch.run(model, [folder], out, backend="reference", batch_size=8, workers=4,
@@ -682,7 +687,9 @@ def test_the_run_ends_only_when_no_gpu_is_left(model, tmp_path, monkeypatch):
     folder = str(tmp_path / "in")
     write_arrays(tmp_path / "in", 40, ITEM, seed=0, zeros=True)
     _four_fake_gpus(monkeypatch)
-    monkeypatch.setenv(FAULT_ENV, "no_gpu:1:")             # one GPU missing from the start
+    marker = str(tmp_path / "gpu1-missing")
+    monkeypatch.setenv(FAULT_ENV, f"no_gpu:1:{marker}")    # one GPU missing from the start
+    record_retirements(monkeypatch, marker)
     result = batch.run(model, [folder], str(tmp_path / "one"), backend="reference", batch_size=4,
                        workers=4, imports=FAULTS)
     assert result.written == 40
