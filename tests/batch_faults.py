@@ -11,6 +11,9 @@ that GPU at all ("*": on any). With a MARKER, the workers on the other GPUs run 
 driver has retired the lost GPU's slot (record_retirements makes the driver create MARKER.retired
 then): otherwise they may finish the work before the slot's restart is refused, and a test of
 retirement would depend on the machine's load.
+KIND "together" (SUFFIX: a number of workers N, MARKER: a folder): a worker's first batch waits
+until N workers hold one, so that each of them takes work (on a loaded machine one worker can
+otherwise do all of it while the other is still starting).
 
 Importing this module wraps BatchRunner.run in that process: the runtime holds no test hook.
 Workers find it on sys.path (a local pool's spawned workers take the test process's sys.path;
@@ -48,7 +51,8 @@ def refuse_start() -> None:
 
 
 RETIRED = ".retired"         # MARKER + this: the driver retired the lost GPU's slot
-RETIREMENT_WAIT_S = 120      # a driver that never retires it: the others go on, and the test fails
+RETIREMENT_WAIT_S = 120      # a driver that never retires it (or a worker that never starts): the
+                             # others go on, and the test fails
 
 
 def record_retirements(monkeypatch, marker: str) -> None:
@@ -71,8 +75,19 @@ def _wait_for_retirement(marker: str) -> None:
         time.sleep(0.02)
 
 
+def _wait_together(workers: int, folder: str) -> None:
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, str(os.getpid())), "a").close()
+    deadline = time.monotonic() + RETIREMENT_WAIT_S
+    while len(os.listdir(folder)) < workers and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def inject_fault(keys: list) -> None:
     kind, suffix, marker = _fault()
+    if kind == "together":
+        _wait_together(int(suffix), marker)
+        return
     if kind in ("lose_gpu", "no_gpu") and marker and not _on_gpu(suffix):
         _wait_for_retirement(marker)
         return
