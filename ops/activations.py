@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Fusion, OpDef, register_op
+from .base import ELEMENTWISE_UNARY, NO_FUSION, OpDef, register_op
 from .common import broadcast_shapes
 from .kit import BroadcastBinaryStep, ElementwiseStep, keep_nan, ti
 
@@ -57,8 +57,7 @@ def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape, ta
                              options_class=options_class, min_inputs=1, max_inputs=1,
                              taichi=taichi if taichi is not None else _unary_taichi,
                              scratch=scratch,
-                             fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))
-                             if elementwise else Fusion()))
+                             fusion=ELEMENTWISE_UNARY if elementwise else NO_FUSION))
 
 
 # -- Taichi ------------------------------------------------------------------------------------
@@ -330,4 +329,4 @@ def _prelu_reference(node, inputs):
 
 PRELU = register_op(OpDef(name="PRELU", infer=_infer_prelu, reference=_prelu_reference,
                           taichi=_prelu_taichi, min_inputs=2, max_inputs=2,
-                          fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))))
+                          fusion=ELEMENTWISE_UNARY))

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .activations import _TANH_SATURATION
-from .base import Fusion, OpDef, register_op
+from .base import ELEMENTWISE_UNARY, Fusion, OpDef, register_op
 from .common import broadcast_shapes, register_binary, unbroadcast_inputs
 from .kit import BroadcastBinaryStep, ElementwiseStep, ti
 
@@ -506,8 +506,7 @@ def _unary(name, fn, ints=(), parse=None, options_class=None):
     return register_op(OpDef(name=name, infer=infer, reference=reference,
                              parse=parse if parse is not None else (lambda _o: None),
                              options_class=options_class, taichi=_unary_taichi,
-                             min_inputs=1, max_inputs=1,
-    fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))))
+                             min_inputs=1, max_inputs=1, fusion=ELEMENTWISE_UNARY))
 
 
 def _log(node, x):

@@ -123,6 +123,15 @@ class Fusion:
 NO_FUSION = Fusion()
 
 
+def _first_input(_node) -> tuple:
+    return (0,)
+
+
+# an element-wise op of one data input (activations, casts, (de)quantization): it stores each
+# element once, and runs inside its producer's store
+ELEMENTWISE_UNARY = Fusion(stores_once=True, epilogue_inputs=_first_input)
+
+
 @dataclass(frozen=True)
 class OpDef:
     """One op, defined once. See the module docstring for the parts."""

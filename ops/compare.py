@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .base import Fusion, OpDef, register_op
+from .base import ELEMENTWISE_UNARY, OpDef, register_op
 from .common import broadcast_shapes
 from .kit import BroadcastBinaryStep, ElementwiseStep, broadcast_flat, ti
 
@@ -570,4 +570,4 @@ CAST = register_op(OpDef(
     name="CAST", infer=_infer_cast, reference=_cast_reference, parse=_parse_cast,
     options_class="CastOptions", supports=_cast_supports,
     taichi=lambda node, io: CastStep(_cast_code(node), io.inputs[0], io.outputs[0]),
-    min_inputs=1, max_inputs=1, fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))))
+    min_inputs=1, max_inputs=1, fusion=ELEMENTWISE_UNARY))

@@ -292,7 +292,7 @@ def split_count(n_out: int, terms: int, min_terms: int) -> int:
 class ElementwiseStep:
     """The one-thread-per-element step: out[i] = self.formula(x[i]). A subclass gives `formula`
     (a ti.func of one float32 value); `fused_store` applies it to a value the producer's store
-    hands over (an op declaring stores_once and epilogue_inputs=lambda node: (0,))."""
+    hands over (an op declaring base.ELEMENTWISE_UNARY)."""
 
     def __init__(self, x, out):
         self.x, self.out = x, out

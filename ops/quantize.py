@@ -16,7 +16,7 @@ a QUANTIZE/DEQUANTIZE at the model boundary still runs here, as a snap or an ide
 """
 import numpy as np
 
-from .base import Fusion, OpDef, register_op
+from .base import ELEMENTWISE_UNARY, OpDef, register_op
 from .kit import CopyStep
 
 _QUANTIZED_INTS = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
@@ -82,9 +82,7 @@ def _copy_taichi(node, io):
 
 DEQUANTIZE = register_op(OpDef(name="DEQUANTIZE", infer=_infer_dequantize,
                                reference=_dequantize_reference, taichi=_copy_taichi,
-                               min_inputs=1, max_inputs=1,
-                             fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))))
+                               min_inputs=1, max_inputs=1, fusion=ELEMENTWISE_UNARY))
 QUANTIZE = register_op(OpDef(name="QUANTIZE", infer=_infer_quantize,
                              reference=_quantize_reference, taichi=_copy_taichi,
-                             min_inputs=1, max_inputs=1,
-                             fusion=Fusion(stores_once=True, epilogue_inputs=lambda _node: (0,))))
+                             min_inputs=1, max_inputs=1, fusion=ELEMENTWISE_UNARY))

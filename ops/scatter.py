@@ -65,7 +65,7 @@ import numpy as np
 
 from .base import Fusion, OpDef, register_op
 from .common import check_range, invoke_error
-from .tables import MAX_RUNS, RunTable, arithmetic_runs
+from .tables import RunTable, arithmetic_runs, runs_reason
 from .kit import ti
 
 INT32 = np.dtype(np.int32)
@@ -162,13 +162,6 @@ def _ids_source(node, io, i: int, values=None):
     if values is not None:
         return ConstantIds(np.asarray(values, np.int64).reshape(-1))
     return RuntimeIds(io.inputs[i])
-
-
-def runs_reason(values, what: str):
-    if arithmetic_runs(np.asarray(values, np.int64).reshape(-1)) is None:
-        return (f"the constant {what} form more than {MAX_RUNS} arithmetic runs (the delegate "
-                "compiles constant index tables into the kernel)")
-    return None
 
 
 def _exact_reason(bound: int, what: str):

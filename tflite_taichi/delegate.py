@@ -151,6 +151,7 @@ class Program:
         self._host_forms = {t: (np.dtype(graph.specs[t].dtype if t in self.layout.codes
                                          else _host_dtype(graph.specs[t])),
                                 tuple(graph.specs[t].shape)) for t in self.layout.host_read}
+        self._host_written = frozenset(self.layout.host_written)   # looked up per CPU step
         if self.layout.size > codegen.MAX_BUFFER_ELEMENTS:
             raise ModelError(f"the tensors passed between the delegate's partitions and the host "
                              f"need {self.layout.size:,} float32 elements in one buffer; Taichi "
@@ -522,7 +523,7 @@ class DeviceRun:
         program.waits = 0
         self.program, self.values, self.into = program, values, into
         self._host_forms = program._host_forms      # the tensors the host reads, and as what
-        self._written = set(program.layout.host_written)
+        self._written = program._host_written
         self._pending, self._launched = [], False
         program.put([t for t in program.layout.host_written if t in values], values)
 

@@ -436,9 +436,11 @@ class SubgraphState:
         values = {**self.prepared.constants, **feeds}
         host = cpu_step(self.runtime, self.variables)
         if program is None:
-            items = self.schedule.items if self.schedule is not None else self.prepared.steps
-            timings = self.timings if self.options.profile and self.schedule is not None else None
-            return run_schedule(items, values, host, timings=timings)
+            if self.schedule is None or self.program is not None:
+                # no schedule, or kernels still compiling (its partitions cannot run here)
+                return run_schedule(self.prepared.steps, values, host)
+            timings = self.timings if self.options.profile else None   # a schedule of CPU steps
+            return run_schedule(self.schedule.items, values, host, timings=timings)
         # outputs straight into the io arrays, where they fit
         device = program.start_invoke(values, {t: self.io[t] for t in self.subgraph.outputs})
         profiling = self.options.profile
@@ -531,11 +533,7 @@ class SubgraphState:
         feeds.update(self.variables.snapshot(exclude=program.layout.slots if program is not None else ()))
         self.values = {}
         self.invoked = False
-        if self.program is not None and program is None:     # compiling: the reference path
-            values = run_schedule(self.prepared.steps, {**self.prepared.constants, **feeds},
-                                  cpu_step(self.runtime, self.variables))
-        else:
-            values = self._run_schedule(feeds, program)
+        values = self._run_schedule(feeds, program)
         self.answered_by = "delegate" if program is not None else "reference"
         for t in self.subgraph.outputs:
             value = self._to_model_dtype(t, values[t])

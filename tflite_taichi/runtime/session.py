@@ -70,18 +70,16 @@ class Session:
     python_affinity: object = None          # its device.ThreadAffinity
     probes: dict = field(default_factory=dict)   # arch -> (ok, software, detail)
 
-    def claim(self, name: str, cache_root: Optional[str]) -> bool:
-        """Claim `name` for this process (under self.lock); False if it was claimed before.
+    def claim(self, name: str, cache_root: Optional[str]) -> None:
+        """Claim `name` for this process (under self.lock; claiming it again changes nothing).
         Another backend than the one claimed is refused."""
         if self.backend is not None and self.backend != name:
             raise BackendUnavailable(
                 f"Taichi already runs on {self.backend!r} in this process and cannot switch to "
                 f"{name!r} without destroying the other interpreters' memory; use one Taichi "
                 "backend per process (or backend='reference')")
-        if self.backend == name:
-            return False
-        self.backend, self.cache_root = name, cache_root
-        return True
+        if self.backend is None:
+            self.backend, self.cache_root = name, cache_root
 
     def release(self) -> None:
         """Give the claim up (its device did not start; under self.lock)."""

@@ -309,16 +309,18 @@ class _Strides:
         return stride, 1
 
 
-def _inverted_residual(net, x, expansion, filters, stride, dilation, name):
-    """MobileNet v2's block: 1x1 expand + ReLU6 (not in the first block), depthwise 3x3 + ReLU6,
-    linear 1x1 projection, residual ADD when shapes allow."""
+def _inverted_residual(net, x, expansion, filters, stride, dilation, name, kernel=3, sep="_"):
+    """MobileNet v2's block (EfficientNet-lite's MBConv too): 1x1 expand + ReLU6 (not with
+    expansion 1), depthwise kernel x kernel + ReLU6, linear 1x1 projection, residual ADD when
+    shapes allow. Its tensors are named NAME + sep + part (Keras's names for each model)."""
     shortcut, cin = x, x.shape[3]
     if expansion != 1:
-        x = _conv(net, x, expansion * cin, f"{name}_expand", activation="RELU6")
-    x = _depthwise(net, x, f"{name}_depthwise", stride=stride, dilation=dilation)
-    x = _conv(net, x, filters, f"{name}_project")
+        x = _conv(net, x, expansion * cin, f"{name}{sep}expand", activation="RELU6")
+    x = _depthwise(net, x, f"{name}{sep}depthwise", kernel=kernel, stride=stride,
+                   dilation=dilation)
+    x = _conv(net, x, filters, f"{name}{sep}project")
     if stride == 1 and cin == filters:
-        x = _add(net, shortcut, x, f"{name}_add")
+        x = _add(net, shortcut, x, f"{name}{sep}add")
     return x
 
 
@@ -464,14 +466,8 @@ def efficientnet_lite0(input_size=224, classes=1000, int8=False, seed=0) -> byte
     block = 0
     for repeats, kernel, first_stride, expansion, filters in EFFICIENTNET_BLOCKS:
         for i in range(repeats):
-            stride, shortcut, cin = (first_stride if i == 0 else 1), x, x.shape[3]
-            name = f"blocks_{block}"
-            if expansion != 1:
-                x = _conv(net, x, cin * expansion, f"{name}/expand", activation="RELU6")
-            x = _depthwise(net, x, f"{name}/depthwise", kernel=kernel, stride=stride)
-            x = _conv(net, x, filters, f"{name}/project")
-            if stride == 1 and cin == filters:
-                x = _add(net, shortcut, x, f"{name}/add")
+            x = _inverted_residual(net, x, expansion, filters, first_stride if i == 0 else 1, 1,
+                                   f"blocks_{block}", kernel=kernel, sep="/")
             block += 1
     x = _conv(net, x, 1280, "head", activation="RELU6")
     x = _global_mean(net, x, "head/global_average_pooling", keep_dims=False)
