@@ -1,7 +1,8 @@
 """Interpreter(answer_while_compiling=True): while a cold program's kernels compile (in worker
 processes), invoke() answers on the reference path with the same state; the first invoke after
 they are loaded runs them; a compile that fails warns and keeps the reference path, and
-wait_for_kernels() raises it. Each case is a fresh process (one Taichi arch per process); the
+wait_for_kernels() raises it. The subgraphs IF and WHILE call, delegated on their own, answer
+the same way. Each case is a fresh process (one Taichi arch per process); the
 compile is held behind a gate the script opens, so which path answers each step is certain."""
 import json
 import os
@@ -11,13 +12,16 @@ import sys
 import numpy as np
 import pytest
 from cases.state import check_nabu_steps, litert_nabu_tensors, nabu_sequence
+from cases.control import I32, delegated_around_if_model
 
 from tflite_taichi import Interpreter
+from tflite_taichi.testing import assert_float_close, run_sequence
 from tflite_taichi.tools.demo import build_demo_model
 
 TAICHI_BACKENDS = [b for b in os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl").split(",") if b]
 
-RUN = r'''
+# every compile waits at `gate` until the script opens it
+GATE = r'''
 import json, sys, threading, warnings
 import numpy as np
 args = json.loads(sys.argv[1])
@@ -31,6 +35,9 @@ def gated(*a, **k):
         raise RuntimeError("the compile broke on purpose")
     return build(*a, **k)
 compile_workers.build_modules = gated
+'''
+
+RUN = GATE + r'''
 if args.get("gate_loads"):           # cached modules' loads wait at the gate too (LLVM archs only:
     from tflite_taichi.runtime import kernels   # elsewhere allocate_tensors() itself loads them)
     loaded = kernels.ProgramKernels._loaded
@@ -81,7 +88,12 @@ def run(tmp_path, model, backend, steps, tensors, open_at, **options):
     args = {"model": str(model), "backend": backend, "cache_dir": str(tmp_path / "cache"),
             "inputs": str(tmp_path / "steps.npy"), "tensors": [int(t) for t in tensors],
             "open_at": open_at, **options}
-    proc = subprocess.run([sys.executable, "-c", RUN, json.dumps(args)], capture_output=True,
+    return _result(RUN, args)
+
+
+def _result(script: str, args: dict) -> dict:
+    """What `script` prints after RESULT, run in a fresh process (one Taichi arch each)."""
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(args)], capture_output=True,
                           text=True, timeout=600,
                           env={**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False"})
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
@@ -184,3 +196,63 @@ print("RESULT", json.dumps(it.summary()["runtime"]["kernels"]))
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == 'RESULT "ready"'
+
+
+# An IF/WHILE model, its invokes' inputs from an .npz per step; per step its outputs and, per
+# called subgraph, how many times its program answered and where its kernels stand.
+CALLS_RUN = GATE + r"""
+it = Interpreter(model_path=args["model"], backend=args["backend"], cache_dir=args["cache_dir"],
+                 answer_while_compiling=True)
+it.allocate_tensors()
+def calls():
+    return {str(c["subgraph"]): [c["runs_on_delegate"], c["kernels"]] for c in it.summary()["calls"]}
+record = {"after_allocate": calls(), "steps": []}
+for step, path in enumerate(args["steps"]):
+    if step == args["open_at"]:
+        gate.set()
+        record["waited"] = it.wait_for_kernels(timeout=300)
+    feeds = np.load(path)
+    for d, name in zip(it.get_input_details(), feeds.files):
+        it.set_tensor(d["index"], feeds[name])
+    it.invoke()
+    record["steps"].append({"outputs": [it.get_tensor(d["index"]).tolist()
+                                        for d in it.get_output_details()], "calls": calls()})
+print("RESULT " + json.dumps(record), flush=True)
+"""
+
+
+@pytest.mark.parametrize("backend", TAICHI_BACKENDS)
+def test_if_and_while_answer_on_the_reference_path_while_their_subgraphs_compile(tmp_path, backend):
+    """An IF (then: RELU; else: a WHILE whose body adds 0.5) whose called subgraphs' kernels
+    are held compiling: two invokes (one per branch) answer on the reference path, no program
+    running; then wait_for_kernels() waits for the called subgraphs' kernels too, and the next
+    two invokes run them (the then branch once, the body 3 times). Every answer equals the
+    reference path's (exactly while it answers)."""
+    shape = (2, 3)
+    model = delegated_around_if_model(shape, around=False)
+    path = tmp_path / "if_while.tflite"
+    path.write_bytes(model)
+    x = np.linspace(-1.5, 1.0, 6, dtype=np.float32).reshape(shape)
+    steps = [[np.array(True), I32(1), x], [np.array(False), I32(2), x],
+             [np.array(True), I32(1), -x], [np.array(False), I32(3), -x]]
+    paths = []
+    for k, inputs in enumerate(steps):
+        paths.append(str(tmp_path / f"step{k}.npz"))
+        np.savez(paths[-1], *inputs)
+    record = _result(CALLS_RUN, {"model": str(path), "backend": backend, "steps": paths,
+                                 "open_at": 2, "cache_dir": str(tmp_path / "cache")})
+    # subgraphs: 1 then (RELU), 2 else (the WHILE), 3 cond, 4 body (its ADD)
+    compiling = {"1": [0, "compiling"], "2": [0, None], "3": [0, None], "4": [0, "compiling"]}
+    assert record["after_allocate"] == compiling
+    assert [s["calls"] for s in record["steps"][:2]] == [compiling] * 2
+    assert record["waited"] is True
+    ran = [{"1": [1, "ready"], "2": [0, None], "3": [0, None], "4": [0, "ready"]},
+           {"1": [1, "ready"], "2": [0, None], "3": [0, None], "4": [3, "ready"]}]
+    assert [s["calls"] for s in record["steps"][2:]] == ran
+    expected = run_sequence(Interpreter(model_content=model, backend="reference"), steps)
+    for k, (got, want) in enumerate(zip(record["steps"], expected)):
+        ours = np.array(got["outputs"][0], np.float32)
+        if k < 2:
+            np.testing.assert_array_equal(ours, want[0])
+        else:
+            assert_float_close(ours, want[0], what=f"{backend}, invoke {k} on the delegate")

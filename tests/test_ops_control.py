@@ -5,26 +5,27 @@ values crossing subgraphs under other scales; the errors LiteRT has no answer fo
 crashes on recursion); and on the delegate: the calling graph delegated around IF/WHILE,
 which run on the host, and the subgraphs they call delegated on their own
 (executor.DelegatedCall: summary()["calls"]), float and int8, held to the reference."""
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tflite_taichi import Interpreter
+from tflite_taichi import Interpreter, switches
 from tflite_taichi.builder import RESOURCE, ModelBuilder
 from tflite_taichi.errors import ModelError
 from tflite_taichi.testing import (TAICHI_EXAMPLES, examples, assert_float_close, check_against_litert,
                                    check_delegate, run_sequence, strategies)
-from cases.control import I32, _binary, _subgraph, _while_with_body
+from cases.control import (I32, LOOP_OPS, _binary, _count_cond, _counter, _loop_step, _subgraph,
+                           _unary, _while_with_body, delegated_around_if_model)
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 S = strategies()
-
-
-def _unary(g, x, op, shape, dtype=np.float32, q=None, name="y"):
-    y = g.tensor(name, shape, dtype, q)
-    g.op(op, [x], [y])
-    return y
+TAICHI_BACKENDS = list(switches.value("TFLITE_TAICHI_TEST_BACKENDS"))
 
 
 # -- IF ---------------------------------------------------------------------------------------
@@ -122,30 +123,6 @@ def test_if_int8_hands_integers_across_like_litert(shape, q_in, q_branch, q_out,
 
 
 # -- WHILE ------------------------------------------------------------------------------------
-LOOP_OPS = ["double", "add_half", "tanh", "add_y"]
-
-
-def _loop_step(g, op, x, y, shape):
-    if op == "double":
-        return _binary(g, "MUL", x, g.const("two", np.float32(2)), shape, name="x_next")
-    if op == "add_half":
-        return _binary(g, "ADD", x, g.const("half", np.float32(0.5)), shape, name="x_next")
-    if op == "tanh":
-        return _unary(g, x, "TANH", shape, name="x_next")
-    return _binary(g, "ADD", x, y, shape, name="x_next")
-
-
-def _count_cond(b, carried):
-    """cond subgraph: i < n, with (i, n) the first two loop-carried tensors."""
-    def build(g, ins):
-        return [_binary(g, "LESS", ins[0], ins[1], (), np.bool_, name="go")]
-    return _subgraph(b, "cond", carried, build)
-
-
-def _counter(g, i):
-    return _binary(g, "ADD", i, g.const("one", I32(1)), (), I32, name="i_next")
-
-
 def while_model(shape, op):
     """(i, n, x, y) -> loop while i < n: i += 1, x = op(x[, y]); outputs i and x."""
     b = ModelBuilder()
@@ -532,33 +509,6 @@ def test_a_long_loop_runs_to_its_end_without_an_iteration_limit():
 
 
 # -- on the delegate --------------------------------------------------------------------------
-def delegated_around_if_model(shape):
-    """x * 2 -> IF(c, .) (then: RELU, else: a WHILE adding 0.5 n times) -> + 1: the MUL and
-    ADD are delegated, the IF (and everything it calls) runs on the CPU."""
-    b = ModelBuilder()
-    g = b.subgraph("main")
-    c, n, x = g.input("c", (), np.bool_), g.input("n", (), I32), g.input("x", shape)
-    doubled = _binary(g, "MUL", x, g.const("two", np.float32(2)), shape, name="doubled")
-    branch = g.tensor("branch", shape)
-    g.op("IF", [c, n, doubled], [branch], then_subgraph_index=1, else_subgraph_index=2)
-    out = _binary(g, "ADD", branch, g.const("one", np.float32(1)), shape, name="out")
-    g.output(out)
-    carried = [("n", (), I32, None), ("x", shape, np.float32, None)]
-    _subgraph(b, "then", carried, lambda sg, v: [_unary(sg, v[1], "RELU", shape)])
-
-    def loop(sg, v):
-        outs = [sg.tensor("i_out", (), I32), sg.tensor("n_out", (), I32), sg.tensor("x_out", shape)]
-        sg.op("WHILE", [sg.const("i0", I32(0)), v[0], v[1]], outs, cond_subgraph_index=3,
-              body_subgraph_index=4)
-        return [outs[2]]
-    _subgraph(b, "else", carried, loop)
-    inner = [("i", (), I32, None), ("n", (), I32, None), ("x", shape, np.float32, None)]
-    _count_cond(b, inner)
-    _subgraph(b, "body", inner, lambda sg, v: [_counter(sg, v[0]), v[1],
-                                                _loop_step(sg, "add_half", v[2], None, shape)])
-    return b.finish()
-
-
 @settings(max_examples=max(TAICHI_EXAMPLES // 4, 3))   # partitioning, not kernels
 @given(shape=S.shapes(1, 3, 1, 5), n=st.integers(0, 3), seed=S.seeds())
 def test_delegate_runs_around_if_and_while_like_the_reference(taichi_workers, shape, n, seed):
@@ -579,20 +529,20 @@ def test_delegate_runs_around_if_and_while_like_the_reference(taichi_workers, sh
             calls = {c["subgraph"]: c for c in summary["calls"]}
             assert set(calls) == {1, 2, 3, 4}, (backend, summary["calls"])
             assert [calls[i]["ops_delegated"] for i in (1, 2, 3, 4)] == [1, 0, 0, 1], (backend, calls)
-            taken = 1 if cond else 4
-            assert calls[taken]["runs_on_delegate"] >= (1 if cond else n), (backend, calls[taken])
+            # one invoke: the then branch runs once, or the loop body n times
+            runs = {1: 1 if cond else 0, 2: 0, 3: 0, 4: 0 if cond else n}
+            assert {i: calls[i]["runs_on_delegate"] for i in runs} == runs, (backend, calls)
         assert expected[0].shape == shape
 
 
 def _delegated_calls(summaries: dict, subgraphs: dict) -> None:
-    """Each called subgraph in `subgraphs` (index -> how many of its ops the delegate takes)
-    delegated so on every backend, and its program answered at least once."""
+    """Each called subgraph in `subgraphs` (index -> (how many of its ops the delegate takes,
+    how many times its program answered)) delegated and run so on every backend."""
     for backend, summary in summaries.items():
         calls = {c["subgraph"]: c for c in summary["calls"]}
-        for index, delegated in subgraphs.items():
+        for index, (delegated, runs) in subgraphs.items():
             call = calls[index]
-            assert call["ops_delegated"] == delegated, (backend, call)
-            assert call["runs_on_delegate"] >= 1, (backend, call)
+            assert (call["ops_delegated"], call["runs_on_delegate"]) == (delegated, runs), (backend, call)
 
 
 @settings(max_examples=max(TAICHI_EXAMPLES // 4, 3))
@@ -607,7 +557,8 @@ def test_if_branches_run_delegated_like_the_reference(taichi_workers, shape, the
               rng.uniform(-3, 3, shape).astype(np.float32)]
     check_against_litert(model, inputs)
     summaries = check_delegate(model, taichi_workers, inputs, expect_all_delegated=False)
-    _delegated_calls(summaries, {1 if cond else 2: 2 if cond else 1})
+    # one invoke: the branch taken answers once, the other never
+    _delegated_calls(summaries, {1: (2, 1 if cond else 0), 2: (1, 0 if cond else 1)})
 
 
 @settings(max_examples=max(TAICHI_EXAMPLES // 4, 3))
@@ -623,7 +574,7 @@ def test_an_int8_loop_body_runs_delegated_like_the_reference(taichi_workers, sha
     inputs = [I32(0), I32(n), rng.integers(-128, 128, shape).astype(np.int8)]
     check_against_litert(model, inputs)
     summaries = check_delegate(model, taichi_workers, inputs, expect_all_delegated=False)
-    _delegated_calls(summaries, {2: 1})
+    _delegated_calls(summaries, {2: (1, n)})       # the body, once per iteration
 
 
 def test_delegated_calls_close_and_come_back_with_allocate():
@@ -644,6 +595,168 @@ def test_delegated_calls_close_and_come_back_with_allocate():
     for a, b, r in zip(first, again, ref):
         np.testing.assert_array_equal(a, b)
         assert_float_close(a, r, what="a delegated loop against the reference")
+
+
+def flagged_loop_model(shape):
+    """(i, n, x, flag) -> loop while i < n: i += 1 (int32, on the host), x += 0.5 and
+    flag = x > 0 (float32 and bool, delegated); outputs i, x and flag."""
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    ins = [g.input("i", (), I32), g.input("n", (), I32), g.input("x", shape),
+           g.input("flag", shape, np.bool_)]
+    outs = [g.tensor("i_out", (), I32), g.tensor("n_out", (), I32), g.tensor("x_out", shape),
+            g.tensor("flag_out", shape, np.bool_)]
+    g.op("WHILE", ins, outs, cond_subgraph_index=1, body_subgraph_index=2)
+    g.output(outs[0], outs[2], outs[3])
+    carried = [("i", (), I32, None), ("n", (), I32, None), ("x", shape, np.float32, None),
+               ("flag", shape, np.bool_, None)]
+    _count_cond(b, carried)
+
+    def body(sg, v):
+        x_next = _loop_step(sg, "add_half", v[2], None, shape)
+        flag = _binary(sg, "GREATER", x_next, sg.const("zero", np.float32(0)), shape, np.bool_,
+                       name="flag_next")
+        return [_counter(sg, v[0]), v[1], x_next, flag]
+    _subgraph(b, "body", carried, body)
+    return b.finish()
+
+
+# In a fresh process (one Taichi arch per process): the values each answer of a delegated call
+# hands back to the WHILE calling it (DelegatedCall.run, spied on), by output tensor name.
+CALL_VALUES = r"""
+import json, sys
+import numpy as np
+from tflite_taichi import Interpreter, executor
+args = json.loads(sys.argv[1])
+handed = []
+run = executor.DelegatedCall.run
+def spied(self, feeds):
+    values = run(self, feeds)
+    if values is not None:          # its program answered (None: the reference path did)
+        tensors = self.prepared.subgraph.tensors
+        handed.append({tensors[t].name: values[t].dtype.name for t in self.prepared.subgraph.outputs})
+    return values
+executor.DelegatedCall.run = spied
+feeds = np.load(args["inputs"])
+it = Interpreter(model_path=args["model"], backend=args["backend"], cache_dir=args["cache_dir"])
+it.allocate_tensors()
+for d, name in zip(it.get_input_details(), feeds.files):
+    it.set_tensor(d["index"], feeds[name])
+it.invoke()
+outputs = [it.get_tensor(d["index"]) for d in it.get_output_details()]
+print("RESULT " + json.dumps({"handed": handed,
+                              "outputs": [[o.dtype.name, o.tolist()] for o in outputs]}), flush=True)
+"""
+
+
+def _call_values(tmp_path, model: bytes, backend: str, inputs: list) -> dict:
+    path, feeds = tmp_path / "model.tflite", tmp_path / "inputs.npz"
+    path.write_bytes(model)
+    np.savez(feeds, *inputs)            # arr_0, arr_1, ... in input order
+    args = {"model": str(path), "backend": backend, "inputs": str(feeds),
+            "cache_dir": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", CALL_VALUES, json.dumps(args)], capture_output=True,
+                          text=True, timeout=600,
+                          env={**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False"})
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.mark.parametrize("backend", TAICHI_BACKENDS)
+def test_a_delegated_call_hands_back_int32_and_bool_in_their_dtypes(tmp_path, backend):
+    """The loop body's program takes x + 0.5 and its bool x > 0 back from the device (float32
+    storage), its int32 counter from the host: each of the 3 answers hands the WHILE int32,
+    float32 and bool values, as the reference path does; the outputs equal the reference's."""
+    shape = (2, 3)
+    model = flagged_loop_model(shape)
+    x = np.linspace(-1.8, 0.7, 6, dtype=np.float32).reshape(shape)
+    inputs = [I32(0), I32(3), x, np.zeros(shape, np.bool_)]
+    record = _call_values(tmp_path, model, backend, inputs)
+    body = {"i_next": "int32", "n": "int32", "x_next": "float32", "flag_next": "bool"}
+    assert record["handed"] == [body] * 3, record["handed"]
+    expected = run_sequence(Interpreter(model_content=model, backend="reference"), [inputs])[0]
+    assert expected[2].any() and not expected[2].all()     # the flag tells values apart
+    for (dtype, got), want in zip(record["outputs"], expected):
+        assert dtype == want.dtype.name
+        assert_float_close(np.array(got, want.dtype), want, what=f"{backend}: a loop's output")
+
+
+def rnn_loop_model(steps_batch=1, features=3, units=4, seed=5):
+    """A loop body with a variable tensor of its own: an RNN's hidden state (TANH), whose
+    first `features` units are the next x. LiteRT starts a called subgraph's variable tensors
+    from zeros at every eval of the op calling it (it frees that subgraph's memory after each),
+    and the WHILE's iterations carry them."""
+    rng = np.random.default_rng(seed)
+    B, I, U = steps_batch, features, units
+    b = ModelBuilder()
+    g = b.subgraph("main")
+    n, x = g.input("n", (), I32), g.input("x", (B, I))
+    outs = [g.tensor("i_out", (), I32), g.tensor("n_out", (), I32), g.tensor("x_out", (B, I))]
+    g.op("WHILE", [g.const("i0", I32(0)), n, x], outs, cond_subgraph_index=1, body_subgraph_index=2)
+    g.output(outs[2])
+    carried = [("i", (), I32, None), ("n", (), I32, None), ("x", (B, I), np.float32, None)]
+    _count_cond(b, carried)
+
+    def body(sg, v):
+        ins = [v[2], sg.const("w", rng.uniform(-1, 1, (U, I)).astype(np.float32)),
+               sg.const("r", rng.uniform(-0.6, 0.6, (U, U)).astype(np.float32)),
+               sg.const("bias", rng.uniform(-1, 1, U).astype(np.float32)),
+               sg.tensor("hidden_state", (B, U), is_variable=True)]
+        h = sg.tensor("h", (B, U))
+        sg.op("RNN", ins, [h], fused_activation_function="TANH")
+        x_next = sg.tensor("x_next", (B, I))
+        sg.op("SLICE", [h, sg.const("begin", np.array([0, 0], I32)),
+                        sg.const("size", np.array([B, I], I32))], [x_next])
+        return [_counter(sg, v[0]), v[1], x_next]
+    _subgraph(b, "body", carried, body)
+    return b.finish()
+
+
+def _across_invokes(model, sequence, taichi_workers) -> tuple:
+    """LiteRT's outputs of `sequence` (one invoke per entry, one interpreter), ours on the
+    reference path and on every worker's backend held to them; returns the summaries."""
+    expected = run_sequence(_builtin(model), sequence)
+    answers = {"reference": (run_sequence(Interpreter(model_content=model, backend="reference"),
+                                          sequence), None)}
+    for w in taichi_workers:
+        answers[w.backend] = w.run(model, [], sequence=sequence)
+    for backend, (outputs, _summary) in answers.items():
+        for step, (ours, theirs) in enumerate(zip(outputs, expected)):
+            for a, e in zip(ours, theirs):
+                assert_float_close(a, e, what=f"{backend}, invoke {step}")
+    return {backend: summary for backend, (_, summary) in answers.items() if summary is not None}
+
+
+def test_a_called_subgraph_with_variable_tensors_of_its_own_stays_on_numpy(taichi_workers):
+    """Its state is not kept in a program: the call runs on numpy (summary()['calls'] says so,
+    and its program never answers), its RNN state carried across the loop's iterations and
+    started again at each invoke's WHILE, as LiteRT does, over invokes of 2, 3, 0 and 2
+    iterations from different x."""
+    sequence = [[I32(n), np.full((1, 3), 0.4 * k - 0.5, np.float32)] for k, n in enumerate([2, 3, 0, 2])]
+    summaries = _across_invokes(rnn_loop_model(), sequence, taichi_workers)
+    for backend, summary in summaries.items():
+        body = {c["subgraph"]: c for c in summary["calls"]}[2]
+        assert (body["ops_delegated"], body["runs_on_delegate"], body["kernels"]) == (0, 0, None), \
+            (backend, body)
+        assert [f["op"] for f in body["fallback"]] == ["RNN", "SLICE", "ADD"], (backend, body)
+        assert all("variable tensors of its own" in f["reason"] for f in body["fallback"]), body
+
+
+def test_resource_variables_assigned_in_called_subgraphs_hold_across_invokes(taichi_workers):
+    """VAR_HANDLE / READ_VARIABLE / ASSIGN_VARIABLE in a loop body and an IF branch: the
+    interpreter's resource variables, not the subgraph's own, so the calls are delegated (the
+    variable lives in a slot of their io buffer) and the sum carries over every invoke."""
+    shape = (2, 2)
+    steps = [(True, 2), (False, 3), (True, 0), (False, 1)]
+    rng = np.random.default_rng(3)
+    sequence = [[np.array(c), I32(n), rng.uniform(-1, 1, shape).astype(np.float32)] for c, n in steps]
+    summaries = _across_invokes(variable_loop_model(shape), sequence, taichi_workers)
+    for backend, summary in summaries.items():
+        calls = {c["subgraph"]: c for c in summary["calls"]}
+        # body: READ_VARIABLE, ADD, ASSIGN_VARIABLE once per iteration; double: once per c
+        assert (calls[3]["ops_delegated"], calls[3]["runs_on_delegate"]) == (3, 6), (backend, calls[3])
+        assert (calls[4]["ops_delegated"], calls[4]["runs_on_delegate"]) == (3, 2), (backend, calls[4])
 
 
 # -- a converted recurrent loop: the body slices its step by the loop counter ------------------

@@ -120,11 +120,30 @@ class DelegatedCall:
                 "input_shapes": [list(self.prepared.specs[t].shape) for t in sg.inputs],
                 "ops_total": len(sg.operators),
                 "ops_delegated": sum(len(p["ops"]) for p in partitions),
-                "partitions": partitions, "fallback": fallback, "runs_on_delegate": self.runs}
+                "partitions": partitions, "fallback": fallback, "runs_on_delegate": self.runs,
+                "kernels": None if self.program is None else kernels_state(self.program)}
 
     def close(self) -> None:
         if self.program is not None:
             self.program.close()
+
+
+def kernels_state(program) -> str:
+    """Where a program's kernels stand, for summary(): 'compiling' (answer_while_compiling:
+    the reference path answers meanwhile), 'ready', or 'failed (Type: why)'."""
+    if program.compiling:
+        return "compiling"
+    if program.failed is not None:
+        return f"failed ({type(program.failed).__name__}: {program.failed})"
+    return "ready"
+
+
+def _initial_variables(prepared) -> Variables:
+    """A called subgraph's variable tensors at their values in the model (or zeros)."""
+    state = Variables()
+    for t, v in prepared.variables.items():
+        state[t] = np.array(v)
+    return state
 
 
 def _reference_form(spec, value):
@@ -161,6 +180,9 @@ class ModelRuntime:
         # the interpreter's options on a Taichi backend (None: reference): calls are delegated
         self._delegate_options = delegate_options
         self._delegated = {}            # id(PreparedGraph) -> its DelegatedCall
+        # id(PreparedGraph) -> its variable tensors during one eval of the op calling it
+        # (_start_call); only for subgraphs that have some
+        self._call_variables = {}
         self.resources = Variables()    # ResourceHandle -> array in the model's dtype
         self._called = set()            # subgraphs CALL_ONCE has run (or is running)
         self._calls = {}                # (subgraph index, input shapes) -> PreparedGraph
@@ -211,7 +233,7 @@ class ModelRuntime:
         if prepared is not None:        # its tensors count in this allocation too
             self.budget.call(("call", key), prepared.charges, f"subgraph {index} called by op "
                              f"#{node.index} ({node.op}) for inputs of shapes {list(key[1])}")
-            self._delegate(prepared, node)
+            self._start_call(prepared, node)
             return prepared
         if index in self._preparing:
             chain = " -> ".join(str(i) for i in self._preparing[self._preparing.index(index):])
@@ -228,15 +250,25 @@ class ModelRuntime:
             if isinstance(e, TensorTooLargeError):      # stays what it is
                 raise TensorTooLargeError(f"op #{node.index} ({node.op}): {where}") from None
             raise node.fail(where) from None
-        if self.budget.busy:
-            self.budget.current.calls.add(("call", key))
+        self.budget.counted(("call", key))      # charged as it was prepared
         if len(self._calls) >= self.MAX_CALL_PREPARATIONS:
             self._calls.clear()
+            self._call_variables.clear()
             self._close_delegated()
             self.budget.release(keep=lambda owner: owner[0] != "call")
         self._calls[key] = prepared
-        self._delegate(prepared, node)
+        self._start_call(prepared, node)
         return prepared
+
+    def _start_call(self, prepared, node) -> None:
+        """An IF, WHILE or composite prepares the subgraphs it calls at every eval
+        (ops/control.py), so an eval starts here: the called subgraph's variable tensors start
+        again from their values in the model, as in LiteRT, which frees a called subgraph's
+        memory after each eval of its op (a WHILE's iterations share them). On a Taichi backend
+        the call is delegated."""
+        if prepared.variables:
+            self._call_variables[id(prepared)] = _initial_variables(prepared)
+        self._delegate(prepared, node)
 
     def _delegate(self, prepared, node) -> None:
         """On a Taichi backend, the call's DelegatedCall (built once per preparation, and again
@@ -251,6 +283,10 @@ class ModelRuntime:
     def delegated_calls(self) -> list:
         """The delegated calls prepared so far (summary()["calls"])."""
         return list(self._delegated.values())
+
+    def call_programs(self) -> list:
+        """The programs of the delegated calls (wait_for_kernels waits for them too)."""
+        return [call.program for call in self._delegated.values() if call.program is not None]
 
     def prepared_calls(self) -> list:
         """(PreparedGraph, its DelegatedCall or None) of every call prepared so far."""
@@ -278,9 +314,11 @@ class ModelRuntime:
         with self._calling(prepared.subgraph.index):
             call = self._delegated.get(id(prepared))
             values = call.run(feeds) if call is not None else None
-            if values is None:
-                values = run_schedule(prepared.steps, {**prepared.constants, **feeds},
-                                      cpu_step(self))
+            if values is None:      # its variable tensors (if any) as this eval left them
+                state = self._call_variables.get(id(prepared))
+                held = state.snapshot() if state is not None else {}
+                values = run_schedule(prepared.steps, {**prepared.constants, **held, **feeds},
+                                      cpu_step(self, state))
             return values
 
     def has_run_init(self, subgraph_index: int) -> bool:

@@ -101,10 +101,14 @@ def spec_of(tensor: model_ir.Tensor, shape=None, value=None) -> TensorSpec:
 
 @dataclass
 class _Charges:
-    """What one allocation has charged to a ModelBudget."""
-    tensors: int = 0            # bytes of every tensor its preparations hold
+    """What one allocation, or one subgraph's preparation, has charged to a ModelBudget."""
+    tensors: int = 0            # bytes of every tensor it holds, its calls' included
     temporary: int = 0          # the largest temporary array one op's reference makes
     calls: set = field(default_factory=set)     # the call preparations counted (their keys)
+
+    def add(self, tensors: int, temporary: int) -> None:
+        self.tensors += tensors
+        self.temporary = max(self.temporary, temporary)
 
 
 class ModelBudget:
@@ -116,13 +120,18 @@ class ModelBudget:
     reference makes besides its outputs (OpDef.temp_bytes: CONV_2D's patches), which lives only
     while that op runs. One budget for the model, not one per subgraph: a fresh budget per
     nested IF let a 4 KB file ask for gigabytes. Charged as shapes are inferred, before the
-    memory is allocated (a folded op's result: before its reference runs)."""
+    memory is allocated (a folded op's result: before its reference runs).
+
+    Each subgraph preparation also tallies what it charges, the calls it makes included even
+    where this allocation counted them already (PreparedGraph.charges): a cached call reused
+    by a later allocation brings the calls inside it with it."""
 
     def __init__(self, per_tensor: Optional[int]):
         self.per_tensor = per_tensor
         self.limit = None if per_tensor is None else model_ir.TOTAL_FACTOR * per_tensor
         self._held = {}             # owner -> _Charges of its last successful allocation
         self._under_way = []        # _Charges of the allocations being made, outermost first
+        self._tallies = []          # _Charges of the preparations under way, outermost first
 
     @property
     def busy(self) -> bool:
@@ -151,20 +160,32 @@ class ModelBudget:
             self._under_way.remove(charges)
         self._held[owner] = charges
 
+    @contextlib.contextmanager
+    def preparing(self):
+        """A subgraph's preparation: yields the tally of what it charges (PreparedGraph.charges)."""
+        tally = _Charges()
+        self._tallies.append(tally)
+        try:
+            yield tally
+        finally:
+            self._tallies.remove(tally)
+
     def release(self, keep=lambda owner: False) -> None:
         """Forgets the charges of owners `keep` does not keep (call preparations dropped)."""
         self._held = {owner: c for owner, c in self._held.items() if keep(owner)}
 
-    def _all(self):
-        return list(self._held.values()) + self._under_way
+    def held(self) -> tuple:
+        """(bytes of every tensor charged, the largest temporary among them): the allocations
+        kept and those under way."""
+        charges = list(self._held.values()) + self._under_way
+        return sum(c.tensors for c in charges), max((c.temporary for c in charges), default=0)
 
     def headroom(self) -> Optional[int]:
         """Bytes left for what is not charged (invoke-time shapes); None without a limit."""
         if self.limit is None:
             return None
-        charges = self._all()
-        return (self.limit - sum(c.tensors for c in charges)
-                - max((c.temporary for c in charges), default=0))
+        tensors, temporary = self.held()
+        return self.limit - tensors - temporary
 
     def tensor(self, where: str, what: str, shape, dtype, quantization=None) -> int:
         """Charges a tensor (`what`, in subgraph `where`) to the allocation under way:
@@ -184,19 +205,33 @@ class ModelBudget:
                                             f"arrays the numpy reference of {what} makes")
 
     def call(self, key, charges: tuple, what: str) -> None:
-        """Charges a cached call preparation (`charges`: PreparedGraph.charges) once per allocation."""
+        """Charges a cached call preparation (`charges`: PreparedGraph.charges) once per
+        allocation, and once to each preparation under way."""
+        for tally in self._tallies:
+            if key not in tally.calls:
+                tally.calls.add(key)
+                tally.add(*charges)
         if self._under_way and key not in self.current.calls:
             self.current.calls.add(key)
-            self._charge(*charges, lambda: f"with {what}")
+            self._check(*charges, lambda: f"with {what}")
+
+    def counted(self, key) -> None:
+        """Marks a call preparation just made (its tensors charged as they were inferred) as
+        counted in the allocation and the preparations under way."""
+        for charges in self._tallies + self._under_way[-1:]:
+            charges.calls.add(key)
 
     def _charge(self, tensors: int, temporary: int, describe) -> None:
+        for tally in self._tallies:
+            tally.add(tensors, temporary)
+        self._check(tensors, temporary, describe)
+
+    def _check(self, tensors: int, temporary: int, describe) -> None:
+        """Adds to the allocation under way; TensorTooLargeError if the model passes its limit."""
         if self.limit is None or not self._under_way:
             return
-        self.current.tensors += tensors
-        self.current.temporary = max(self.current.temporary, temporary)
-        charges = self._all()
-        held = sum(c.tensors for c in charges)
-        largest = max(c.temporary for c in charges)
+        self.current.add(tensors, temporary)
+        held, largest = self.held()
         if held + largest > self.limit:
             extra = f" + {largest} bytes of an op's temporary arrays" if largest else ""
             raise TensorTooLargeError(
@@ -208,15 +243,15 @@ class ModelBudget:
 class _Budget:
     """One subgraph's preparation charging a ModelBudget, naming its tensors."""
 
-    def __init__(self, subgraph: model_ir.Subgraph, model_budget: ModelBudget):
+    def __init__(self, subgraph: model_ir.Subgraph, model_budget: ModelBudget, tally: _Charges):
         self.sg = subgraph
         self.model = model_budget
-        self._start = model_budget.current.tensors     # the allocation's, as this one begins
+        self._tally = tally
 
     def charges(self) -> tuple:
         """(tensor bytes, largest temporary) this preparation charged, its calls' included:
         what reusing it in another allocation adds (PreparedGraph.charges)."""
-        return self.model.current.tensors - self._start, self.model.current.temporary
+        return self._tally.tensors, self._tally.temporary
 
     def add(self, spec: TensorSpec, what: str = "tensor"):
         self.model.tensor(f"subgraph {self.sg.index}", f"{what} {spec.index} ('{spec.name}')",
@@ -261,16 +296,17 @@ def prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict,
     before it is allocated; None: a budget of this subgraph alone."""
     if budget is None:
         budget = ModelBudget(subgraph.max_tensor_bytes)
-    if budget.busy:                 # inside an allocation (a subgraph state's, or its calls')
-        return _prepare(subgraph, resolved, input_shapes, runtime, budget)
-    with budget.allocating(("subgraph", subgraph.index)):
-        return _prepare(subgraph, resolved, input_shapes, runtime, budget)
+    with contextlib.ExitStack() as scope:
+        if not budget.busy:         # else inside an allocation (a subgraph state's, or a call's)
+            scope.enter_context(budget.allocating(("subgraph", subgraph.index)))
+        tally = scope.enter_context(budget.preparing())
+        return _prepare(subgraph, resolved, input_shapes, runtime, _Budget(subgraph, budget, tally))
 
 
 def _prepare(subgraph: model_ir.Subgraph, resolved: dict, input_shapes: dict, runtime,
-             model_budget: ModelBudget) -> PreparedGraph:
+             budget: _Budget) -> PreparedGraph:
     specs, constants = {}, {}
-    budget = _Budget(subgraph, model_budget)
+    model_budget = budget.model
     variables = {}
     for t in subgraph.tensors:
         value = constant_value(t)

@@ -18,7 +18,8 @@ import numpy as np
 from tflite_taichi import graph as graph_mod
 from tflite_taichi import threads
 from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError)
-from tflite_taichi.executor import DelegateOptions, ModelRuntime, SubgraphState, init_subgraphs
+from tflite_taichi.executor import (DelegateOptions, ModelRuntime, SubgraphState, init_subgraphs,
+                                    kernels_state)
 from tflite_taichi.model import read_model
 from tflite_taichi.quant import model_kind
 
@@ -326,14 +327,13 @@ class Interpreter:
     @_serialised
     def wait_for_kernels(self, timeout: Optional[float] = None) -> bool:
         """Wait until every program's kernels are loaded (answer_while_compiling=True: they
-        compile in the background): True when the next invoke() runs on the delegate, False
-        when `timeout` seconds passed first. If compiling them failed, raises what it raised
-        (invoke() keeps answering on the reference path, with a RuntimeWarning)."""
+        compile in the background), those of the subgraphs IF/WHILE call included: True when
+        the next invoke() runs on the delegate, False when `timeout` seconds passed first. If
+        compiling them failed, raises what it raised (invoke() keeps answering on the
+        reference path, with a RuntimeWarning)."""
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-        for state in list(self._states.values()):
-            program = state.program
-            if program is None:
-                continue
+        programs = [state.program for state in self._states.values() if state.program is not None]
+        for program in programs + self._runtime.call_programs():
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)     # raised instead, below
@@ -605,9 +605,7 @@ class Interpreter:
                 "tensors_as_codes": sorted(state.subgraph.tensors[t].name for t in layout.codes),
                 "build_s": round(program.build_s, 3),
                 "compiled_in": program.compiled_in,
-                "kernels": ("compiling" if program.compiling else
-                            f"failed ({type(program.failed).__name__}: {program.failed})"
-                            if program.failed is not None else "ready"),
+                "kernels": kernels_state(program),
                 "answered_by": state.answered_by,      # the last invoke's path
                 **_vulkan_info(program.device)}
 
