@@ -544,8 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="an input's shape where the model sizes it at run time")
     ins.add_argument("--explore", action="store_true",
                      help="open Google's Model Explorer on the model with what the delegate did: "
-                          "where each op runs, why not on the GPU, fusion groups (pip install "
-                          '"tflite-taichi[explore]")')
+                          "where each op runs, why not on the GPU, fusion groups; served on "
+                          "127.0.0.1 to the holder of the printed address's token alone (pip "
+                          'install "tflite-taichi[explore]")')
     ins.add_argument("--node-data", metavar="FILE.json",
                      help="write that as Model Explorer's node data instead (FILE.json: where "
                           "each op runs; FILE.why.json, FILE.fusion.json, FILE.time.json beside "
@@ -558,7 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--port", type=int, default=None,
                      help="Model Explorer's port on 127.0.0.1 (default: 8080 or the next free)")
     ins.add_argument("--no-browser", action="store_true",
-                     help="start Model Explorer without opening a browser (print its address)")
+                     help="start Model Explorer without opening a browser (print its address, "
+                          "whose token is what lets a browser in: keep it to yourself)")
     ins.set_defaults(func=cmd_inspect)
     demo = sub.add_parser("demo", help="build a small model and run it")
     demo.add_argument("--runs", type=at_least_one, default=5, help="invokes to time (default 5)")

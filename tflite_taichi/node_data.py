@@ -14,12 +14,14 @@ indices here are those ids, and tests/test_explore.py holds them to the adapter'
 Nothing here imports Model Explorer: the node data is written without it."""
 from __future__ import annotations
 
+import colorsys
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-# where an op runs: a partition's colour (cycled), the CPU's, a folded op's, one never prepared
+# where an op runs: a partition's colour (these first, then partition_color's), the CPU's, a
+# folded op's, one never prepared
 PARTITION_COLORS = ("#66c2a5", "#8da0cb", "#a6d854", "#80b1d3", "#b3de69", "#bebada")
 CPU_COLOR = "#fc8d62"
 FOLDED_COLOR = "#d9d9d9"
@@ -65,6 +67,17 @@ def graph_ids(model) -> list:
     return [sg.name or ("main" if i == 0 else f"subgraph_{i}") for i, sg in enumerate(model.subgraphs)]
 
 
+def partition_color(number: int) -> str:
+    """Partition `number`'s colour, apart from every other partition's: the palette, then hues
+    a golden angle apart (light, as the palette is) for a model split further than it goes."""
+    if number < len(PARTITION_COLORS):
+        return PARTITION_COLORS[number]
+    hue = (number - len(PARTITION_COLORS)) * 0.381966 % 1.0    # a golden angle, in turns
+    # darker every 24 partitions, so that a hue that comes round again is not the same colour
+    red, green, blue = colorsys.hsv_to_rgb(hue, 0.45, 0.85 - 0.1 * (number // 24 % 4))
+    return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (red, green, blue)))
+
+
 def _median_us(seconds) -> Optional[float]:
     return float(np.median(seconds)) * 1e6 if seconds else None
 
@@ -88,9 +101,9 @@ def subgraph_facts(subgraph, view: Optional[SubgraphView], backend: str) -> dict
     partition_number = 0
     for position, item in enumerate(view.schedule.items):
         if hasattr(item, "steps"):
-            color = PARTITION_COLORS[partition_number % len(PARTITION_COLORS)]
             facts.update(_partition_facts(item, view.program.code(item), position, kernel_timings,
-                                          f"partition {partition_number} ({backend})", color))
+                                          f"partition {partition_number} ({backend})",
+                                          partition_color(partition_number)))
             partition_number += 1
         else:
             index = item.op.index

@@ -2,7 +2,8 @@
 each op runs, why an op stayed on the CPU, fusion groups, per-op times) drawn on the model's
 graph in Google's Model Explorer (docs/explore.md). The node data comes from
 `Interpreter.node_data()`; Model Explorer (`pip install "tflite-taichi[explore]"`) is needed only
-to look at it, not to write it."""
+to look at it, not to write it. `--explore` serves Model Explorer's UI from our own server
+(explore_server.py), which shows this one model to the user who started it alone."""
 from __future__ import annotations
 
 import json
@@ -76,17 +77,53 @@ def model_explorer():
 def explorer_config(model_path: str, data: dict):
     """Model Explorer's config: the model (its own TFLite adapter draws it) and our overlays."""
     from tflite_taichi.node_data import OVERLAYS
+    from tflite_taichi.tools.explore_server import TFLITE_ADAPTER
     config = model_explorer().config()
-    config.add_model_from_path(os.path.abspath(model_path))
+    config.add_model_from_path(os.path.abspath(model_path), adapterId=TFLITE_ADAPTER)
     for name, overlay in data.items():
         config.add_node_data(name=OVERLAYS[name], node_data=json.dumps(overlay))
     return config
 
 
-def serve(model_path: str, data: dict, host: str = "127.0.0.1", port: Optional[int] = None,
-          open_browser: bool = True) -> None:
-    """Start Model Explorer's server on the model with our overlays (until interrupted)."""
-    explorer = model_explorer()
+def start_server(model_path: str, data: dict, port: Optional[int] = None):
+    """Model Explorer's UI on the model with our overlays, on 127.0.0.1 for the holder of the
+    token in its `url` alone (tools/explore_server.py says what it serves); not yet serving."""
+    from tflite_taichi.tools.explore_server import ExploreServer
     config = explorer_config(model_path, data)
-    explorer.visualize_from_config(config=config, host=host, port=port or 8080,
-                                   no_open_in_browser=not open_browser)
+    node_data = [config.get_node_data(i) for i in range(len(data))]
+    return ExploreServer(model_path, node_data, config.to_url_param_value(), port=port)
+
+
+def serve(model_path: str, data: dict, port: Optional[int] = None, open_browser: bool = True) -> None:
+    """Serve the model with our overlays in Model Explorer's UI until interrupted."""
+    server = start_server(model_path, data, port)
+    print(f"Model Explorer on {model_path}, for this user only (the address holds its token):\n"
+          f"{server.url}\nCtrl-C stops it.", flush=True)
+    launch_page = open_in_browser(server.url) if open_browser else None
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        if launch_page is not None:
+            os.remove(launch_page)
+
+
+LAUNCH_PAGE = ('<!DOCTYPE html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={url}">'
+               '<title>Model Explorer</title><a href="{url}">Model Explorer</a>\n')
+
+
+def open_in_browser(url: str) -> str:
+    """Open `url` through a page only this user can read, as Jupyter does:
+    a browser started with the URL itself would show its token to every local user in its
+    command line. The page's path, to remove when the server stops."""
+    import html
+    import pathlib
+    import tempfile
+    import webbrowser
+    fd, page = tempfile.mkstemp(prefix="tflite-taichi-explore-", suffix=".html")   # mode 0600
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(LAUNCH_PAGE.format(url=html.escape(url, quote=True)))
+    webbrowser.open_new_tab(pathlib.Path(page).as_uri())
+    return page
