@@ -8,6 +8,8 @@ import stat
 import subprocess
 import sys
 import time
+import types
+import warnings
 
 import numpy as np
 import pytest
@@ -176,7 +178,7 @@ def test_without_compile_workers_the_process_compiles_and_the_cache_is_the_same(
     assert here["python_taichi"] == "cpu" and here["info"]["state"] == "cold"
     assert here["runtime"]["compiled_in"] == "this process (TFLITE_TAICHI_COMPILE_WORKERS=0)"
     np.testing.assert_array_equal(here["y"], warm[1]["y"])
-    assert [p.name for p in _modules(root)] == [p.name for p in _modules(warm[0])]
+    assert _modules(root) and [p.name for p in _modules(root)] == [p.name for p in _modules(warm[0])]
 
 
 def test_cache_dir_is_private_and_consistent(warm):
@@ -393,8 +395,10 @@ def test_default_cache_is_per_user_and_cache_dir_false_writes_nothing(setup):
     assert setup.run(False, env=env)["info"]["state"] == "cold"
 
 
-def test_default_token_is_a_fingerprint(setup):
-    """Changes with the model bytes, the precision, the backend; the same for a path and its bytes."""
+def test_default_token_is_a_fingerprint(setup, monkeypatch):
+    """Changes with the model bytes, the precision, the backend, a kernel switch; the same for a
+    path and its bytes. (The token names the model's record; what selects a cached module is
+    the module key, held below.)"""
     data = open(setup.model, "rb").read()
     token = cache.default_token(cache.token_covers(setup.model, "cpu", "fp32"))
     assert token == cache.default_token(cache.token_covers(data, "cpu", "fp32"))
@@ -407,12 +411,158 @@ def test_default_token_is_a_fingerprint(setup):
               cache.default_token(cache.token_covers(data, "cpu", "fp32", reference_ops={"CONV_2D"}))}
     assert token not in others and len(others) == 5
     assert len(token) == 64 and cache.TOKEN_PATTERN.fullmatch(token)
-    os.environ["TFLITE_TAICHI_NO_SHARED_TILES"] = "1"    # a switch that changes the kernels
-    try:
+    with monkeypatch.context() as switched:
+        switched.setenv("TFLITE_TAICHI_NO_SHARED_TILES", "1")     # a switch that changes kernels
         assert cache.default_token(cache.token_covers(data, "cpu", "fp32")) != token
-    finally:
-        del os.environ["TFLITE_TAICHI_NO_SHARED_TILES"]
     assert cache.default_token(cache.token_covers(data, "cpu", "fp32")) == token
+
+
+# -- the module key: what selects a cached module ------------------------------------------------
+def _program_keys(root, covers: dict, subgraph=0, shapes=None, plan="0" * 64, kernels=(2, 1),
+                  token=None) -> list:
+    """The cache keys of a program's modules, derived as ProgramKernels derives them for a
+    program of len(kernels) partitions of kernels[i] kernels each (no device, no compile)."""
+    from tflite_taichi.runtime.kernels import ProgramKernels
+    model_cache = cache.ModelCache(str(root), token or cache.default_token(covers),
+                                   token is not None, covers)
+    codes = [types.SimpleNamespace(chunks=[[0]] * n) for n in kernels]
+    names = [[f"p{i}_k{j}" for j in range(n)] for i, n in enumerate(kernels)]
+    shapes = {0: (1, 8)} if shapes is None else shapes
+    return ProgramKernels(None, codes, names, "cpu", False, subgraph, shapes, plan, model_cache,
+                          []).keys
+
+
+def _flip_a_byte(data: bytes) -> bytes:
+    flipped = bytearray(data)
+    flipped[len(flipped) // 2] ^= 1
+    return bytes(flipped)
+
+
+# how to change each thing the module key covers, the real way (what token_covers reads)
+COVERS_CHANGES = {
+    "model_sha256": lambda mp, args: args.update(source=_flip_a_byte(args["source"])),
+    "model_size": lambda mp, args: args.update(source=args["source"] + b"\0"),
+    "backend": lambda mp, args: args.update(backend="vulkan"),
+    "precision": lambda mp, args: args.update(precision="fp16"),
+    "max_delegated_partitions": lambda mp, args: args.update(max_delegated_partitions=2),
+    "preserve_all_tensors": lambda mp, args: args.update(preserve_all_tensors=True),
+    "reference_ops": lambda mp, args: args.update(reference_ops={"ADD"}),
+    "format": lambda mp, args: mp.setattr(cache, "FORMAT", cache.FORMAT + 1),
+    "taichi": lambda mp, args: mp.setattr(cache, "taichi_version", lambda: "0.0.1"),
+    "tflite_taichi": lambda mp, args: mp.setattr("tflite_taichi.version.__version__", "0.0.0+other"),
+    "tflite_taichi_source": lambda mp, args: mp.setattr(cache, "_source_digest", "0" * 16),
+    "numpy": lambda mp, args: mp.setattr(np, "__version__", "0.0.1"),
+    "python": lambda mp, args: mp.setattr(cache, "sys", types.SimpleNamespace(version_info=(2, 7, 18))),
+    "machine": lambda mp, args: mp.setattr(cache.platform, "machine", lambda: "riscv64"),
+    "system": lambda mp, args: mp.setattr(cache.platform, "system", lambda: "Plan9"),
+    "switches": lambda mp, args: mp.setenv("TFLITE_TAICHI_FUSION", "none"),
+}
+# a valid value other than the default for every switch that changes the kernels
+KERNEL_SWITCH_VALUES = {
+    "TFLITE_TAICHI_FUSION": "none", "TFLITE_TAICHI_CHUNK_STEPS": "1",
+    "TFLITE_TAICHI_IO_CODES": "0", "TFLITE_TAICHI_SPIRV_CAPS_OFF": "spirv_has_int64",
+    "TFLITE_TAICHI_NO_SHARED_TILES": "1", "TFLITE_TAICHI_GEMM_TILES": "8,8,2,2",
+    "TFLITE_TAICHI_GEMM_MIN_BLOCKS": "7", "TFLITE_TAICHI_POINTWISE_SPLIT": "0",
+}
+
+
+def _covers_args(setup) -> dict:
+    return {"source": open(setup.model, "rb").read(), "backend": "cpu", "precision": "fp32"}
+
+
+def test_every_input_of_the_module_key_has_a_test(setup):
+    """A field added to what the key covers, or a switch marked as changing kernels, needs a
+    way to change it above: else nothing would hold that the key changes with it."""
+    assert set(cache.token_covers(**_covers_args(setup))) == set(COVERS_CHANGES)
+    from tflite_taichi import switches
+    assert set(KERNEL_SWITCH_VALUES) == {n for n, s in switches.SWITCHES.items() if s.kernels}
+
+
+def test_the_module_key_is_the_same_for_the_same_program(setup, tmp_path):
+    """The counterpart of the tests below (a key that changed every time would pass them):
+    one key per module, the same for the same program whoever computes it, whether or not a
+    model_token was given (a token names a record, not the kernels), and distinct per module."""
+    covers = cache.token_covers(**_covers_args(setup))
+    keys = _program_keys(tmp_path, covers)
+    assert len(keys) == 3 and len(set(keys)) == 3 and all(cache.KEY_PATTERN.fullmatch(k) for k in keys)
+    again = cache.token_covers(**_covers_args(setup))
+    assert _program_keys(tmp_path, again) == keys
+    assert _program_keys(tmp_path, again, token="given-token") == keys
+
+
+@pytest.mark.parametrize("field", sorted(COVERS_CHANGES))
+def test_the_module_key_changes_with_what_the_token_covers(setup, tmp_path, monkeypatch, field):
+    """Each thing the kernels depend on, changed where token_covers reads it, changes every
+    module's key: a module built under the old value is never loaded for the new one."""
+    args = _covers_args(setup)
+    before = cache.token_covers(**args)
+    keys = _program_keys(tmp_path, before)
+    COVERS_CHANGES[field](monkeypatch, args)
+    after = cache.token_covers(**args)
+    assert after[field] != before[field]
+    assert not set(_program_keys(tmp_path, after)) & set(keys), field
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_SWITCH_VALUES))
+def test_the_module_key_changes_with_every_kernel_switch(setup, tmp_path, monkeypatch, name):
+    from tflite_taichi import switches
+    keys = _program_keys(tmp_path, cache.token_covers(**_covers_args(setup)))
+    monkeypatch.setenv(name, KERNEL_SWITCH_VALUES[name])
+    assert switches.value(name) != switches.SWITCHES[name].default      # a real change
+    assert not set(_program_keys(tmp_path, cache.token_covers(**_covers_args(setup)))) & set(keys)
+
+
+def test_a_switch_that_leaves_the_kernels_alone_leaves_the_module_key(setup, tmp_path, monkeypatch):
+    """Where the kernels are compiled (workers or this process) caches the same modules."""
+    keys = _program_keys(tmp_path, cache.token_covers(**_covers_args(setup)))
+    monkeypatch.setenv("TFLITE_TAICHI_COMPILE_WORKERS", "0")
+    assert _program_keys(tmp_path, cache.token_covers(**_covers_args(setup))) == keys
+
+
+@pytest.mark.parametrize("change", [
+    {"subgraph": 1},                                     # a WHILE's body, say
+    {"shapes": {0: (1, 9)}},                             # resize_tensor_input
+    {"shapes": {1: (1, 8)}},                             # another input tensor
+    {"plan": "1" * 64},                                  # another offset, fusion, budget...
+    {"kernels": (2, 2)},                                 # split into more modules
+], ids=["subgraph", "shape", "input-tensor", "plan", "module-split"])
+def test_the_module_key_changes_with_the_program(setup, tmp_path, change):
+    """What the program adds to the model's covers: the subgraph, its input shapes, its plan's
+    digest (every offset and choice the kernels bake in) and how its kernels are split."""
+    covers = cache.token_covers(**_covers_args(setup))
+    assert not set(_program_keys(tmp_path, covers, **change)) & set(_program_keys(tmp_path, covers))
+
+
+class _KeysTaken(BaseException):
+    """Raised in place of getting the kernels: the keys were all a test wanted (not an
+    Exception, which the delegate would take for a C API failure and compile in Python)."""
+
+
+def test_the_thread_budget_reaches_the_module_key(tmp_path, monkeypatch):
+    """The cpu backend's loops are compiled for the interpreter's thread budget (serial on one
+    thread), so another budget must select other modules: the keys a real program asks the
+    cache for differ, not only its plan's digest (nothing is compiled)."""
+    from tflite_taichi.builder import ModelBuilder
+    from tflite_taichi.runtime import kernels
+    b = ModelBuilder()
+    g = b.subgraph()
+    x, y = g.input("x", (1, 1 << 18)), g.tensor("y", (1, 1 << 18))    # big: threads pay
+    g.op("ADD", [x, g.const("c", np.ones((1, 1 << 18), np.float32))], [y])
+    g.output(y)
+    model = b.finish()
+
+    def take_keys(program):
+        raise _KeysTaken(list(program.keys))
+    monkeypatch.setattr(kernels.ProgramKernels, "get", take_keys)
+    asked = []
+    for threads in (1, 2):
+        it = Interpreter(model_content=model, backend="cpu", cache_dir=str(tmp_path),
+                         num_threads=threads)
+        with pytest.raises(_KeysTaken) as taken, warnings.catch_warnings():
+            warnings.simplefilter("ignore")         # which ops run where: not this test's
+            it.allocate_tensors()
+        asked.append(taken.value.args[0])
+    assert all(asked) and not set(asked[0]) & set(asked[1]), asked
 
 
 # -- more of issue #7 (robust): records, killed processes, atomic writes, modes, eviction ------
@@ -451,10 +601,14 @@ def test_a_process_killed_mid_run_leaves_a_sound_cache(warm, setup):
     (half / "module").write_bytes(b"half")
     after = setup.run(root, token="killed")
     assert not after["warnings"] and after["info"]["state"] == "warm", after
+    store = cache.ModuleStore(str(root))
+    with cache.locked(str(root)):               # as a commit evicts
+        store._evict(keep="")
+    assert half.exists()                        # young: it may be another process's build
     old = time.time() - cache.STALE_TEMP_S - 5
     os.utime(half, (old, old))
-    store = cache.ModuleStore(str(root))
-    store._evict(keep="")
+    with cache.locked(str(root)):
+        store._evict(keep="")
     assert not half.exists() and len(_modules(root)) == 1
 
 

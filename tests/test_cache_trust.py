@@ -4,15 +4,18 @@ every parent of DIR owned by root or you and writable by nobody else (or sticky,
 and everything in it yours alone; checked on the descriptors actually read, at the moment of
 loading. CI runs as root: a second user (uid 65534, nobody) is made with os.chown and, for the
 attacker's own steps, a child process run as that user."""
+import fcntl
 import json
 import os
 import pathlib
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -129,32 +132,133 @@ def test_the_cache_is_checked_again_for_each_interpreter(tmp_path):
         Interpreter(model_path=str(model), backend="cpu", cache_dir=str(root))
 
 
+def _commit(store, key: str, data: bytes = b"kernels") -> None:
+    """A one-file module (what a gfx arch caches) committed under `key`."""
+    with store.building() as folder:
+        with open(os.path.join(folder, "module.tcm"), "wb") as f:
+            f.write(data)
+        store.commit(key, folder, "module.tcm", "vulkan", {})
+
+
+def _lock_held(root: str) -> str:
+    """What another holder has of DIR/lock right now, seen from a new open file description
+    (flock conflicts between those even in one process): 'exclusive', 'shared' or 'free'."""
+    fd = os.open(os.path.join(root, cache.LOCK), os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "exclusive"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "shared"
+        return "free"
+    finally:
+        os.close(fd)
+
+
 def test_eviction_waits_while_a_module_is_being_loaded(tmp_path, monkeypatch):
     """A module is checked and loaded under a shared lock; removing, replacing and evicting take
     it whole. Before, another process's eviction between the check and the load made the C API
-    read a half-removed folder (a segfault on cpu)."""
+    read a half-removed folder (a segfault on cpu). The evictor's request for the lock is seen
+    being refused (no sleep: the test does not depend on how fast its thread starts)."""
     monkeypatch.setenv("TFLITE_TAICHI_CACHE_MAX_MB", "0")          # every other module goes
     monkeypatch.setattr(cache, "EVICT_EVERY", 1)
     store = cache.ModuleStore(cache.prepare_dir(tmp_path / "cache"))
     loading, other = "a" * 64, "b" * 64
+    _commit(store, loading, bytes(1000))
+    asked = queue.Queue()           # what the evictor's tries at the lock met
+    loader = threading.current_thread()
 
-    def commit(key):
-        with store.building() as folder:
-            with open(os.path.join(folder, "module.tcm"), "wb") as f:
-                f.write(bytes(1000))
-            store.commit(key, folder, "module.tcm", "vulkan", {})
-
-    commit(loading)
+    def flock(fd, operation):
+        if threading.current_thread() is not loader:
+            try:
+                fcntl.flock(fd, operation | fcntl.LOCK_NB)
+                asked.put("granted")
+                return
+            except BlockingIOError:
+                asked.put("refused")
+        fcntl.flock(fd, operation)
+    monkeypatch.setattr(cache, "fcntl", types.SimpleNamespace(
+        flock=flock, LOCK_SH=fcntl.LOCK_SH, LOCK_EX=fcntl.LOCK_EX, LOCK_NB=fcntl.LOCK_NB))
     evicted = threading.Event()
     with store.opened(loading, "vulkan") as (found, problem):
         assert problem is None and found.data == bytes(1000)
-        evictor = threading.Thread(target=lambda: (commit(other), evicted.set()))
+        evictor = threading.Thread(target=lambda: (_commit(store, other), evicted.set()))
         evictor.start()
-        time.sleep(0.5)
-        assert not evicted.is_set()                    # blocked on the lock
+        assert asked.get(timeout=120) == "refused"     # it waits for the load to finish
+        assert not evicted.is_set()
         assert os.path.isfile(os.path.join(store.path(loading), "module.tcm"))
-    evictor.join(10)
+    evictor.join(120)
     assert evicted.is_set() and not os.path.exists(store.path(loading))
+
+
+def test_eviction_removes_modules_only_under_the_exclusive_lock(tmp_path, monkeypatch):
+    """Every folder eviction removes (least recently used modules, a crashed build's temporary
+    folder) goes while DIR/lock is held exclusively: no process is loading it meanwhile (they
+    hold the lock shared) and no other process is evicting or committing."""
+    monkeypatch.setenv("TFLITE_TAICHI_CACHE_MAX_MB", "0")          # every other module goes
+    monkeypatch.setattr(cache, "EVICT_EVERY", 1)
+    root = cache.prepare_dir(tmp_path / "cache")
+    store = cache.ModuleStore(root)
+    old, new = "a" * 64, "b" * 64
+    _commit(store, old, bytes(1000))
+    crashed = os.path.join(store.modules, ".tmp-" + "0" * 32)
+    os.mkdir(crashed, 0o700)
+    long_ago = time.time() - cache.STALE_TEMP_S - 5
+    os.utime(crashed, (long_ago, long_ago))
+    seen = {}
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        seen[os.path.basename(path)] = _lock_held(root)
+        return real_rmtree(path, *args, **kwargs)
+    monkeypatch.setattr(cache.shutil, "rmtree", rmtree)
+    _commit(store, new, bytes(1000))
+    assert not os.path.exists(store.path(old)) and not os.path.exists(crashed)
+    assert os.path.isdir(store.path(new))
+    assert {name: seen.get(name) for name in (old, os.path.basename(crashed))} == {
+        old: "exclusive", os.path.basename(crashed): "exclusive"}, seen
+
+
+def _meta_made_untrusted(tmp_path, change) -> tuple:
+    """A sound module whose meta.json `change(path)` then makes untrusted: (store, key, path)."""
+    store = cache.ModuleStore(cache.prepare_dir(tmp_path / "cache"))
+    key = "c" * 64
+    _commit(store, key)
+    assert store.check(key, "vulkan") is None                       # sound before the change
+    meta = os.path.join(store.path(key), cache.META)
+    change(meta)
+    return store, key, meta
+
+
+def _refused_and_removed(store, key: str, meta: str, says: str) -> None:
+    """The module is not loaded: a CacheWarning naming meta.json and why, and it is removed
+    (it is built again), as for any other file of the module that is not yours alone."""
+    problem = store.check(key, "vulkan")
+    assert problem is not None and says in problem and meta in problem, problem
+    with pytest.warns(cache.CacheWarning, match="are not used") as caught:
+        with store.opened(key, "vulkan") as (found, problem):
+            assert found is None and says in problem and meta in problem
+    assert says in str(caught[0].message)
+    assert not os.path.lexists(store.path(key))
+
+
+@pytest.mark.parametrize("mode", [0o620, 0o602], ids=["group-writable", "world-writable"])
+def test_a_meta_json_others_could_write_is_not_trusted(tmp_path, mode):
+    """meta.json holds the hashes the module's files are checked against: whoever can write it
+    can re-sign a module of theirs, so it is checked like every other file in the folder."""
+    store, key, meta = _meta_made_untrusted(tmp_path, lambda path: os.chmod(path, mode))
+    _refused_and_removed(store, key, meta, f"group- or world-writable (mode {mode:04o})")
+
+
+@as_root
+def test_a_meta_json_another_user_owns_is_not_trusted(tmp_path):
+    store, key, meta = _meta_made_untrusted(
+        tmp_path, lambda path: os.chown(path, OTHER_UID, OTHER_UID))
+    assert os.stat(meta).st_mode & 0o777 == 0o600                    # only its owner changed
+    _refused_and_removed(store, key, meta, f"owned by uid {OTHER_UID}")
 
 
 # -- the attacks, end to end (a Taichi process each) -------------------------------------------
@@ -253,6 +357,7 @@ def test_a_module_replaced_between_check_and_load_is_not_what_runs(tmp_path, bac
     out = models.run("ADD", models.victim, "between", key=models.key,
                      planted=str(models.planted_module))
     assert "error" not in out, out
+    assert (models.victim / cache.MODULES / (models.key + "-moved")).is_dir()   # it was swapped
     assert out["state"] == "warm", out
     np.testing.assert_array_equal(np.array(out["y"], np.float32), models.add)
 

@@ -261,7 +261,7 @@ def _uid() -> int:
     return os.getuid() if hasattr(os, "getuid") else 0
 
 
-def _parent_problem(st: os.stat_result, path: str) -> Optional[str]:
+def parent_problem(st: os.stat_result, path: str) -> Optional[str]:
     """Why a parent of DIR lets another user replace DIR (None: it does not). Safe: owned by
     root or you, and writable by nobody else, or sticky like /tmp (others may add entries there
     but cannot rename or remove yours)."""
@@ -321,13 +321,13 @@ def _fchmod_if(fd: int, made: bool) -> int:
 
 def open_root(root: str, create: bool = False) -> int:
     """A descriptor on the cache folder `root` (absolute, symbolic links resolved), opened one
-    name at a time from / with every parent checked as it is opened (_parent_problem) and
+    name at a time from / with every parent checked as it is opened (parent_problem) and
     `root` itself private (_private_problem); CacheError otherwise. The caller closes it."""
     fd = os.open("/", _O_FOLDER)
     where = "/"
     try:
         for name in [n for n in root.split("/") if n]:
-            problem = _parent_problem(os.fstat(fd), where)
+            problem = parent_problem(os.fstat(fd), where)
             if problem is not None:
                 raise CacheError(f"cache_dir {root}: {problem}")
             where = os.path.join(where, name)
@@ -371,7 +371,7 @@ def _check_links(given: str) -> None:
 
 def prepare_dir(cache_dir) -> str:
     """The absolute, checked cache folder (created 0700 with its subfolders, parents too), or
-    CacheError: its parents must be safe (_parent_problem) and it must be yours alone."""
+    CacheError: its parents must be safe (parent_problem) and it must be yours alone."""
     given = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
     if not _POSIX:                  # no owners or descriptors to check (Windows): modes only
         os.makedirs(given, mode=0o700, exist_ok=True)
@@ -701,7 +701,7 @@ class ModuleStore:
         folder = self.path(key)
         try:
             problem = _private_problem(os.fstat(fd), folder, "cached module")
-            meta, problem = (None, problem) if problem else self._read_meta(fd, key, arch)
+            meta, problem = (None, problem) if problem else self._read_meta(fd, folder, key, arch)
             if problem is None:
                 files, problems, data = _scan_fd(fd, folder, keep=meta["module"])
                 problem = problems[0] if problems else _compare(files, meta["files"])
@@ -716,8 +716,10 @@ class ModuleStore:
         return CheckedModule(key, meta, os.path.join(base, meta["module"]), data, fd), None
 
     @staticmethod
-    def _read_meta(folder_fd: int, key: str, arch: str) -> tuple:
-        """(meta, None) or (None, why) for the meta.json in the open module folder."""
+    def _read_meta(folder_fd: int, folder: str, key: str, arch: str) -> tuple:
+        """(meta, None) or (None, why) for the meta.json in the open module folder `folder`:
+        checked like every other file there (yours alone, a regular file), since it says which
+        hashes the module's files must have."""
         try:
             fd = os.open(META, _O_ENTRY, dir_fd=folder_fd)
         except FileNotFoundError:
@@ -728,7 +730,7 @@ class ModuleStore:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return None, f"{META} is not a regular file"
-            problem = _private_problem(st, META, "cached file")
+            problem = _private_problem(st, os.path.join(folder, META), "cached file")
             if problem is not None:
                 return None, problem
             try:
