@@ -545,7 +545,7 @@ def test_a_previous_run_is_not_mixed_with(model, tmp_path):
     assert result.items == 1 and result.written == 1 and result.errors == 0
     # a part file copied under another name of the run's is an input written twice
     part = next(p for p in os.listdir(out) if p.endswith(".parquet"))
-    copy = os.path.join(out, part.replace(".parquet", "-copy.parquet"))
+    copy = os.path.join(out, part[:-len("000000.parquet")] + "000099.parquet")
     with open(os.path.join(out, part), "rb") as src, open(copy, "wb") as dst:
         dst.write(src.read())
     with pytest.raises(BatchError, match="written twice"):

@@ -5,8 +5,8 @@ worker's death nor its task's neighbours', nor the driver's or a worker's wait o
 A non-UTF-8 file name runs (keyed with its bytes as \\xNN); a tiny .npy declaring 400 GB and a
 tiny PNG declaring 30000 x 30000 pixels are item errors; an input that kills every worker
 running it is halved out of its task and costs one row; an .npz's unused or inflating members
-are never inflated; FIFOs and a link to /dev/zero are listed, not read; a symlinked subfolder is
-searched, a link loop listed.
+are never inflated; FIFOs and a link to /dev/zero are listed, not read; a symlinked subfolder inside the
+input folder is searched, one outside it and a link loop listed.
 """
 import io
 import os
@@ -282,24 +282,44 @@ def test_a_worker_reads_only_regular_files_of_bounded_size(spec, tmp_path):
 def test_symlinked_folders_are_searched_once_and_loops_are_listed(tmp_path):
     root = tmp_path / "in"
     (root / "real").mkdir(parents=True)
-    elsewhere = tmp_path / "elsewhere"
-    write_arrays(elsewhere, 2, ITEM, width=3)
+    write_arrays(root / "kept" / "deep", 2, ITEM, width=3)
     write_arrays(root / "real", 1, ITEM, width=3)
-    os.symlink(elsewhere, root / "linked")                      # a symlinked subfolder
+    os.symlink(root / "kept" / "deep", root / "linked")        # a link to a folder inside
     os.symlink(root, root / "real" / "loop")                     # back to an ancestor
     os.symlink(root / "real", root / "s_again")                  # a folder searched already
     os.symlink(tmp_path / "nowhere", root / "dangling.npy")      # a link to nothing
     items, problems = discover([str(root)])
-    assert [i.key for i in items] == [str(root / "linked" / "a000.npy"),
-                                      str(root / "linked" / "a001.npy"),
+    assert [i.key for i in items] == [str(root / "kept" / "deep" / "a000.npy"),
+                                      str(root / "kept" / "deep" / "a001.npy"),
                                       str(root / "real" / "a000.npy")]
     reasons = dict(problems)
-    assert sorted(reasons) == [str(root / "dangling.npy"), str(root / "real" / "loop"),
-                               str(root / "s_again")]
+    assert sorted(reasons) == [str(root / "dangling.npy"), str(root / "linked"),
+                               str(root / "real" / "loop"), str(root / "s_again")]
     assert "a link to a folder searched already" in reasons[str(root / "real" / "loop")]
     assert reasons[str(root / "real" / "loop")].endswith(", a loop)")
     assert "searched already (" + str(root / "real") in reasons[str(root / "s_again")]
+    assert "searched already (" + str(root / "kept" / "deep") in reasons[str(root / "linked")]
     assert "a link to " in reasons[str(root / "dangling.npy")]
+
+
+def test_a_link_to_a_folder_outside_the_input_folder_is_listed_not_followed(tmp_path):
+    """One link to /usr/share once made 50,265 inputs: a link to a folder is followed only
+    inside the input folder given; a link to a file is one input, and is read."""
+    root, elsewhere = tmp_path / "in", tmp_path / "elsewhere"
+    write_arrays(root, 1, ITEM, width=3)
+    write_arrays(elsewhere / "tree", 3, ITEM, width=3)
+    os.symlink(elsewhere / "tree", root / "outside")
+    os.symlink("/usr/share", root / "usr_share")
+    os.symlink(elsewhere / "tree" / "a000.npy", root / "one.npy")
+    items, problems = discover([str(root)])
+    assert [i.key for i in items] == [str(root / "a000.npy"), str(root / "one.npy")]
+    reasons = dict(problems)
+    assert sorted(reasons) == [str(root / "outside"), str(root / "usr_share")]
+    assert reasons[str(root / "outside")] == (
+        f"a link to a folder outside the input folder ({elsewhere / 'tree'}): not followed; "
+        "give that folder as an input to run what it holds")
+    items, problems = discover([str(root / "outside")])       # given, it is searched
+    assert len(items) == 3 and problems == []
 
 
 def test_under_ray_a_name_that_is_not_utf8_is_a_row(tmp_path):

@@ -5,14 +5,17 @@ input once, and outputs whose names collide (with numpy's savez keywords, with `
 other) are all written, under the names _outputs.json records."""
 import json
 import os
+import re
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
 
 from tflite_taichi import batch
 from tflite_taichi.builder import ModelBuilder
+from tflite_taichi.batch.outputs import TMP_PREFIX
 from tflite_taichi.errors import BatchError
 from cases.batch import write_arrays
 
@@ -133,7 +136,8 @@ CRASH_INPUTS = 200
 
 
 def _children(pid: int) -> list:
-    """The pids of `pid`'s worker processes (multiprocessing's spawned children)."""
+    """The pids of `pid`'s worker processes: its child processes (but a multiprocessing
+    resource tracker, which is no worker)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -145,7 +149,7 @@ def _children(pid: int) -> list:
                 cmdline = f.read()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == pid and b"spawn_main" in cmdline:
+        if ppid == pid and b"resource_tracker" not in cmdline:
             found.append(int(entry))
     return found
 
@@ -256,3 +260,199 @@ def test_resume_runs_again_the_inputs_of_a_torn_part(tmp_path):
     result = batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", resume=True)
     assert result.resumed == 0 and result.written == 3 and not part.exists()
     assert sorted(batch.read_outputs(str(out))) == sorted(arrays)
+
+
+# -- --out and what is in it: nothing another user could have put there is trusted --------------
+OTHER_UID = 65534                        # nobody: CI runs as root, so os.chown makes "theirs"
+
+
+def _cli_batch(model_path, folder, out, *flags):
+    return subprocess.run([sys.executable, "-m", "tflite_taichi", "batch", str(model_path),
+                           str(folder), "--out", str(out), "--backend", "reference",
+                           "--workers", "1", *flags], capture_output=True, text=True, timeout=300)
+
+
+def _a_run(tmp_path, fmt="npz"):
+    """A finished run of three inputs (one part) into tmp_path/out: (model, arrays, out)."""
+    arrays = write_arrays(tmp_path / "in", 3, (FEATURES,), width=3)
+    model = colliding_model(["y"])
+    out = tmp_path / "out"
+    batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", fmt=fmt, workers=1)
+    return model, arrays, out
+
+
+def test_a_link_planted_as_the_lock_is_not_followed(tmp_path):
+    model, _, out = _a_run(tmp_path)
+    precious = tmp_path / "precious"
+    precious.write_text("a file the run must not touch\n")
+    os.unlink(out / ".tflite-taichi.lock")
+    os.symlink(precious, out / ".tflite-taichi.lock")
+    with pytest.raises(BatchError, match="lock .*symbolic link"):
+        batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", fmt="npz",
+                  overwrite=True)
+    assert precious.read_text() == "a file the run must not touch\n"
+    assert os.path.islink(out / ".tflite-taichi.lock")
+
+
+def test_a_linked_errors_folder_is_neither_read_nor_emptied(tmp_path):
+    model, _, out = _a_run(tmp_path)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    records = {"0123456789abcdef0123.jsonl": '{"path": "x", "reason": "theirs"}\n',
+               f"{TMP_PREFIX}x.jsonl": "a temporary of theirs\n", "notes.jsonl": "theirs\n"}
+    for name, text in records.items():
+        (theirs / name).write_text(text)
+    os.symlink(theirs, out / "_errors")
+    with pytest.raises(BatchError, match="_errors: it is a symbolic link"):
+        batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", fmt="npz",
+                  overwrite=True)
+    assert {p.name: p.read_text() for p in theirs.iterdir()} == records
+
+
+@pytest.mark.parametrize("how", ["theirs", "world-writable", "their parent"])
+def test_an_out_another_user_owns_or_can_write_is_refused(tmp_path, how):
+    write_arrays(tmp_path / "in", 1, (FEATURES,), width=3)
+    model_path = tmp_path / "m.tflite"
+    model_path.write_bytes(colliding_model(["y"]))
+    parent = tmp_path / "parent"
+    out = parent / "out"
+    out.mkdir(parents=True)
+    if how == "theirs":
+        os.chown(out, OTHER_UID, OTHER_UID)
+        said = f"owned by uid {OTHER_UID}, not by you"
+    elif how == "world-writable":
+        os.chmod(out, 0o777)
+        said = "is group- or world-writable (mode 0777)"
+    else:
+        os.chown(parent, OTHER_UID, OTHER_UID)
+        said = f"its parent folder {parent} is owned by uid {OTHER_UID}"
+    with pytest.raises(BatchError, match=re.escape(said)):
+        batch.run(colliding_model(["y"]), [str(tmp_path / "in")], str(out), backend="reference")
+    assert os.listdir(out) == []         # refused before anything was written there
+    proc = _cli_batch(model_path, tmp_path / "in", out)
+    assert proc.returncode == 2 and said in proc.stderr and f"--out {out}" in proc.stderr
+    assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("name", ["_outputs.json", ".tflite-taichi.lock", "part"])
+def test_a_file_of_another_user_in_out_is_not_trusted(tmp_path, name):
+    model, _, out = _a_run(tmp_path)
+    if name == "part":
+        (name,) = [p.name for p in out.glob("part-*")]
+    os.chown(out / name, OTHER_UID, OTHER_UID)
+    with pytest.raises(BatchError, match=f"owned by uid {OTHER_UID}"):
+        batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", fmt="npz",
+                  resume=True)
+
+
+def test_overwrite_removes_only_the_runs_files_of_ours(tmp_path):
+    model, arrays, out = _a_run(tmp_path)
+    (part,) = [p.name for p in out.glob("part-*")]
+    prefix = part.split("-")[0] + "-" + part.split("-")[1]
+    theirs = out / f"{prefix}-000001.npz"          # named as the run's, but another user's
+    theirs.write_bytes(b"theirs")
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    result = batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", fmt="npz",
+                       overwrite=True, workers=1)
+    assert result.written == 3 and theirs.read_bytes() == b"theirs"
+    assert not (out / part).exists()
+    assert sorted(batch.read_outputs(str(out))) == sorted(arrays)
+
+
+def test_a_manifest_naming_other_prefixes_removes_nothing(tmp_path):
+    model, _, out = _a_run(tmp_path)
+    with open(out / "_outputs.json") as f:
+        manifest = json.load(f)
+    manifest["run"]["parts"] = ["results"]     # would make results-000001.npz the run's
+    (out / "_outputs.json").write_text(json.dumps(manifest))
+    (out / "results-000001.npz").write_bytes(b"a user's results")
+    with pytest.raises(BatchError, match="does not record a run as this version writes it"):
+        batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", fmt="npz",
+                  overwrite=True)
+    assert (out / "results-000001.npz").read_bytes() == b"a user's results"
+
+
+def _planted_part(out, keys, column="y", shape=(FEATURES,), dtype=np.float32, name="000099"):
+    """A part under the run's prefix, in place of the run's own (as if it had not been
+    written), holding `keys` with zeros."""
+    (part,) = [p for p in out.glob("part-*")]
+    os.unlink(part)
+    from tflite_taichi.batch.outputs import save_npz
+    planted = out / f"{part.name[:len('part-12345678')]}-{name}.npz"
+    save_npz(str(planted), {"path": np.asarray(keys, dtype=str),
+                            column: np.zeros((len(keys), *shape), dtype)})
+    return planted
+
+
+@pytest.mark.parametrize("plant", ["theirs", "not an input", "another output", "another shape",
+                                   "twice"])
+def test_a_planted_part_cannot_make_resume_skip_inputs(tmp_path, plant):
+    model, arrays, out = _a_run(tmp_path)
+    keys = sorted(arrays)
+    planted = _planted_part(out, {
+        "not an input": keys[:2] + [str(tmp_path / "in" / "ghost.npy")],
+        "twice": keys[:2] + keys[:1]}.get(plant, keys),
+        column="z" if plant == "another output" else "y",
+        shape=(FEATURES + 1,) if plant == "another shape" else (FEATURES,))
+    if plant == "theirs":
+        os.chown(planted, OTHER_UID, OTHER_UID)
+    said = {"theirs": f"owned by uid {OTHER_UID}", "not an input": "ghost.npy', not an input",
+            "another output": re.escape("its outputs are ['z'], not ['y']"),
+            "another shape": r"output 'y' is float32 \[3, 5\], not float32 \[3, 4\]",
+            "twice": "twice"}[plant]
+    with pytest.raises(BatchError, match=said):
+        batch.run(model, [str(tmp_path / "in")], str(out), backend="reference", fmt="npz",
+                  resume=True)
+    assert planted.exists()
+
+
+def test_resume_with_other_inputs_is_refused(tmp_path):
+    model, _, out = _a_run(tmp_path)
+    write_arrays(tmp_path / "more", 1, (FEATURES,), width=3)
+    given = [str(tmp_path / "in"), str(tmp_path / "more")]
+    with pytest.raises(BatchError, match=r"had other inputs \(\[.*'\], not \[.*more'\]\)"):
+        batch.run(model, given, str(out), backend="reference", fmt="npz", resume=True)
+    model_path = tmp_path / "m.tflite"
+    model_path.write_bytes(model)
+    proc = _cli_batch(model_path, tmp_path / "more", out, "--resume", "--format", "npz")
+    assert proc.returncode == 2 and "had other inputs" in proc.stderr, proc.stderr
+
+
+# -- output names: escaped in .npz members, and collisions that chain ---------------------------
+NASTY = ["../up", "/abs/x", "a\\b", "50%", "%2F"]
+
+
+def test_npz_member_names_are_escaped_and_read_back(tmp_path):
+    from tflite_taichi.batch.outputs import npz_member, npz_name
+    assert [npz_member(n) for n in NASTY] == ["..%2Fup", "%2Fabs%2Fx", "a%5Cb", "50%25", "%252F"]
+    assert [npz_name(npz_member(n)) for n in NASTY] == NASTY
+    arrays = write_arrays(tmp_path / "in", 2, (FEATURES,), width=3)
+    out = tmp_path / "out"
+    batch.run(colliding_model(NASTY), [str(tmp_path / "in")], str(out), backend="reference",
+              fmt="npz", workers=1)
+    (part,) = out.glob("part-*.npz")
+    with zipfile.ZipFile(part) as archive:
+        members = archive.namelist()
+    assert sorted(members) == sorted(["path.npy"] + [npz_member(n) + ".npy" for n in NASTY])
+    assert not any("/" in m or "\\" in m for m in members)
+    found = batch.read_outputs(str(out))
+    for key, x in arrays.items():
+        assert sorted(found[key]) == sorted(NASTY)
+        for i, name in enumerate(NASTY):
+            np.testing.assert_array_equal(found[key][name], x * (i + 1))
+
+
+@pytest.mark.parametrize("fmt", ["npz", "parquet"])
+def test_names_that_collide_twice_are_all_written(tmp_path, fmt):
+    arrays = write_arrays(tmp_path / "in", 3, (FEATURES,), width=3)
+    out = tmp_path / "out"
+    batch.run(colliding_model(["a", "a#2", "a"]), [str(tmp_path / "in")], str(out),
+              backend="reference", fmt=fmt, workers=1)
+    with open(out / "_outputs.json") as f:
+        columns = [o["column"] for o in json.load(f)["outputs"]]
+    assert len(set(columns)) == 3 and columns[:2] == ["a", "a#2"]
+    found = batch.read_outputs(str(out))
+    for key, x in arrays.items():
+        assert sorted(found[key]) == sorted(columns)
+        for i, column in enumerate(columns):
+            np.testing.assert_array_equal(found[key][column], x * (i + 1))

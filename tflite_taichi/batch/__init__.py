@@ -158,8 +158,10 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     check_images(spec, items)
     resolved = _resolve_backend(backend, cache_dir)
     ident = identity(model_data, fmt, inputs, info)
-    with Claim(out_dir):                 # held until the summary is written: one run per folder
-        record = prepare(out_dir, ident, overwrite=overwrite, resume=resume)
+    with Claim(out_dir) as claim:        # held until the summary is written: one run per folder
+        record = prepare(claim.folder, ident, {item.key for item in items},
+                         overwrite=overwrite, resume=resume)
+        out_dir = claim.folder.path      # checked from / (folder.open_out): the real path
         task_items = batch_size * max(1, math.ceil(TASK_ITEMS / batch_size))
         config = RunConfig(model=model_data, backend=resolved, precision=precision,
                            batch_size=batch_size, spec=spec, info=info, out_dir=out_dir, fmt=fmt,

@@ -214,31 +214,50 @@ def _not_regular(path: str) -> Optional[str]:
 
 
 def _walk(folder: str, skip: Optional[str], problems: list) -> list:
-    """The files under `folder` in name order (hidden ones skipped). Links to folders are
-    followed, each folder searched once: a link back to a folder above it (a loop), or to one
-    searched already, is listed in `problems`, as is a folder that cannot be listed."""
+    """The files under `folder` in name order (hidden ones skipped). Links to folders inside
+    `folder` are followed, each folder searched once: a link back to a folder above it (a loop),
+    or to one searched already, is listed in `problems`, as is a link to a folder outside
+    `folder` (not followed: one link to /usr would make the whole tree inputs) and a folder that
+    cannot be listed."""
     files, searched = [], {}
+    root = os.path.realpath(folder)
 
     def unlisted(error: OSError) -> None:
         problems.append((key_of(error.filename or folder),
                          f"a folder that cannot be listed ({error.strerror or error})"))
 
-    for root, dirs, names in os.walk(folder, onerror=unlisted, followlinks=True):
+    for path, dirs, names in os.walk(folder, onerror=unlisted, followlinks=True):
         try:
-            st = os.stat(root)
+            st = os.stat(path)
         except OSError as e:     # gone since it was listed
             unlisted(e)
             continue
-        first = searched.setdefault((st.st_dev, st.st_ino), root)
-        if first != root:        # a link to a folder searched already: its files are there
-            problems.append((key_of(root), f"a link to a folder searched already ({key_of(first)}"
-                                           f"{', a loop' if _is_within(root, first) else ''})"))
+        first = searched.setdefault((st.st_dev, st.st_ino), path)
+        if first != path:        # a link to a folder searched already: its files are there
+            problems.append((key_of(path), f"a link to a folder searched already ({key_of(first)}"
+                                           f"{', a loop' if _is_within(path, first) else ''})"))
             dirs[:] = []
             continue
         dirs[:] = sorted(d for d in dirs if not d.startswith(".")
-                         and os.path.realpath(os.path.join(root, d)) != skip)
-        files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+                         and os.path.realpath(os.path.join(path, d)) != skip
+                         and _followed(os.path.join(path, d), root, problems))
+        files += [os.path.join(path, n) for n in sorted(names) if not n.startswith(".")]
     return files
+
+
+def _followed(path: str, root: str, problems: list) -> bool:
+    """Whether the folder `path` found under the input folder `root` (a real path) is searched:
+    a real folder is; a link is only when it leads to a folder inside `root`, else it is listed
+    in `problems`."""
+    if not os.path.islink(path):
+        return True
+    target = os.path.realpath(path)
+    if target == root or _is_within(target, root):
+        return True
+    problems.append((key_of(path), f"a link to a folder outside the input folder "
+                                   f"({key_of(target)}): not followed; give that folder as an "
+                                   "input to run what it holds"))
+    return False
 
 
 def _is_within(path: str, folder: str) -> bool:
