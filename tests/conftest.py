@@ -61,7 +61,7 @@ def pytest_unconfigure(config):
 SHARED_MODELS = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models"))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")     # a path, read once: module-scoped runs of models use it too
 def shared_models():
     path = switches.value("TFLITE_TAICHI_MODELS") or SHARED_MODELS
     if not os.path.isdir(path):

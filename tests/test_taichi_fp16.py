@@ -1,4 +1,4 @@
-"""precision='fp16' through chains whose intermediates are stored in float16 (issue 27, item 2).
+"""precision='fp16' through chains whose intermediates are stored in float16.
 
 A one-op model keeps its input and output in the float32 io buffer (planner.py), so only its
 weights pass through float16; here chains of 4-8 ops (CONV_2D, DEPTHWISE_CONV_2D, pools, ADD of
@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import FP16_HALF_ULP, FP16_OP_SLACK, check_delegate, fp16_chain_rtol
+from tflite_taichi.testing import (FP16_HALF_ULP, FP16_OP_SLACK, TAICHI_EXAMPLES, check_delegate,
+                                   fp16_chain_rtol)
 
 OPS = ["CONV_2D", "DEPTHWISE_CONV_2D", "AVERAGE_POOL_2D", "MAX_POOL_2D", "ADD", "MUL", "RELU"]
 
@@ -129,7 +130,8 @@ def test_a_wrong_store_one_percent_off_exceeds_the_bound():
         assert_float_close(run(wrong), run(model), rtol)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=TAICHI_EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.sampled_from(OPS), min_size=4, max_size=8),
        hw=st.tuples(st.integers(1, 5), st.integers(1, 5)), c=st.integers(1, 4),
        kernel=st.sampled_from([1, 3]), log_scale=st.integers(-3, 3), seed=st.integers(0, 2**16))

@@ -1,7 +1,8 @@
-"""Vulkan through command buffers of ours (runtime/vulkan_submit.py, issue 31 item 3): the
-module reader against real modules and doctored ones, and every output of real models, over
-invokes that carry state, equal bit for bit to Taichi's own submissions on the same device
-(the same SPIR-V, dispatches and barriers), and to the reference within the float tolerance."""
+"""Vulkan through command buffers of ours (runtime/vulkan_submit.py): the module reader against
+real modules and doctored ones, and every output of real models, over invokes that carry state,
+equal bit for bit to Taichi's own submissions on the same device (the same SPIR-V, dispatches and
+barriers), and to the reference within the float tolerance. What a recording holds, on any
+device: a barrier after every dispatch and copy; and no recording outlives a buffer it uses."""
 import json
 import os
 import subprocess
@@ -246,3 +247,163 @@ def test_a_release_by_garbage_collection_waits_out_a_device_call(tmp_path, share
     # every dropped program was freed, at the next program's invoke at the latest (the last
     # one is still garbage when the script ends)
     assert all(result["freed"][:-1]), result
+
+
+# What our command buffers hold, on a real model: every vkCmd* call of ours is logged per
+# command buffer (with a barrier's stage and access masks), each recording tagged when it is
+# made, each submission by the recording it submits. Invokes a program, closes it (its buffers
+# are freed; Taichi hands their handles out again), invokes a new one, and reports.
+# argv: model path, invokes per program.
+RECORDER = r'''
+import ctypes as C, json, sys, warnings
+import numpy as np
+from tflite_taichi import Interpreter
+from tflite_taichi.runtime import device, vulkan_submit
+warnings.simplefilter("ignore")
+path, steps = sys.argv[1], int(sys.argv[2])
+commands, recorded, submitted, freed = {}, [], [], set()
+by_submit_info = {}
+
+def logged(name, real):
+    def call(cb, *args):
+        entry = [name]
+        if name == "vkCmdPipelineBarrier":
+            barrier = args[4]._obj
+            entry += [args[0], args[1], barrier.srcAccessMask, barrier.dstAccessMask]
+        commands.setdefault(cb, []).append(entry)
+        return real(cb, *args)
+    return call
+
+def submit_logged(real):
+    def call(queue, count, infos, fence):
+        if count:
+            submitted.append(by_submit_info[id(infos._obj)])
+        return real(queue, count, infos, fence)
+    return call
+
+real_init, real_record, real_free = (vulkan_submit.Vulkan.__init__,
+                                     vulkan_submit.Submitter._record, vulkan_submit.Submitter._free)
+def init(self, *args):
+    real_init(self, *args)
+    for name in self.fn:
+        if name.startswith("vkCmd"):
+            self.fn[name] = logged(name, self.fn[name])
+    self.fn["vkQueueSubmit"] = submit_logged(self.fn["vkQueueSubmit"])
+def record(self, segment):
+    commands.pop(None, None)
+    rec = real_record(self, segment)
+    by_submit_info[id(rec.submit_info)] = len(recorded)
+    recorded.append({"cb": rec.cb, "handles": sorted(rec.handles), "commands": commands.pop(rec.cb, []),
+                     "at": phase[0]})
+    return rec
+def free(self, cb):
+    freed.add(cb)
+    real_free(self, cb)
+vulkan_submit.Vulkan.__init__, vulkan_submit.Submitter._record = init, record
+vulkan_submit.Submitter._free = free
+
+phase, result = ["first"], {}
+ref = Interpreter(model_path=path, backend="reference"); ref.allocate_tensors()
+rng = np.random.default_rng(0)
+def run(it):
+    for _ in range(steps):
+        for d in it.get_input_details():
+            x = rng.uniform(-1, 1, d["shape"]).astype(np.float32)
+            it.set_tensor(d["index"], x); ref.set_tensor(d["index"], x)
+        it.invoke(); ref.invoke()
+        for o in it.get_output_details():
+            a, b = it.get_tensor(o["index"]), ref.get_tensor(o["index"])
+            assert np.allclose(a, b, rtol=1e-4, atol=1e-4 * max(np.abs(b).max(), 1)), o["name"]
+
+first = Interpreter(model_path=path, backend="vulkan"); first.allocate_tensors()
+sub = device.current("vulkan")._submitter
+run(first)
+first_buffers = sorted(b.handle for b in first._main.program._buffers)
+first.close()
+sub = device.current("vulkan")._submitter
+result["after_close"] = {
+    "kept": [sorted(r.handles) for r in sub._recorded.values()],
+    "launches": [sorted(l.handles) for l in sub.launches],
+    "freed_recordings": [i for i, r in enumerate(recorded) if r["cb"] in freed],
+}
+phase[0] = "second"
+second = Interpreter(model_path=path, backend="vulkan"); second.allocate_tensors()
+run(second)
+result.update(first_buffers=first_buffers, recorded=recorded, submitted=submitted,
+              second_buffers=sorted(b.handle for b in second._main.program._buffers))
+print("RESULT " + json.dumps(result), flush=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def recorder_run(tmp_path_factory, shared_models):
+    """RECORDER on the float detector: per invoke, a segment that copies the input in and
+    launches the partition's kernel (many tasks), and one that copies the output out."""
+    tmp_path = tmp_path_factory.mktemp("recorder")
+    env = dict(os.environ, TFLITE_TAICHI_VULKAN_SUBMIT="ours",
+               TFLITE_TAICHI_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, "-c", RECORDER,
+                           os.path.join(shared_models, "face_detection_short_range.tflite"), "3"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
+    return json.loads(lines[-1][7:])
+
+
+def _orders_compute_and_transfer(barrier) -> bool:
+    """Whether a logged barrier (name, source stages, destination stages, source access,
+    destination access) makes a dispatch's or copy's writes visible to the next dispatch or copy."""
+    def stages(mask):
+        wanted = vulkan_submit.PIPE_COMPUTE | vulkan_submit.PIPE_TRANSFER
+        return bool(mask & vulkan_submit.PIPE_ALL_COMMANDS) or mask & wanted == wanted
+
+    def access(mask):
+        wanted = vulkan_submit.ACCESS_SHADER_RW | vulkan_submit.ACCESS_TRANSFER_RW
+        return mask & vulkan_submit.ACCESS_MEMORY_RW == vulkan_submit.ACCESS_MEMORY_RW \
+            or mask & wanted == wanted
+    return (barrier[0] == "vkCmdPipelineBarrier" and stages(barrier[1]) and stages(barrier[2])
+            and access(barrier[3]) and access(barrier[4]))
+
+
+def test_a_barrier_follows_every_dispatch_and_every_copy(recorder_run):
+    """Taichi puts a barrier after every dispatch and copy (VulkanCommandList::memory_barrier);
+    ours must too, or a dispatch may read what the one before is still writing."""
+    recorded = recorder_run["recorded"]
+    assert recorded
+    seen = {"vkCmdDispatch": 0, "vkCmdCopyBuffer": 0}
+    for number, recording in enumerate(recorded):
+        commands = recording["commands"]
+        names = [c[0] for c in commands]
+        # the command buffer's edges: all earlier work (and the host's writes) before it,
+        # all of it visible to the host after
+        assert names[0] == names[-1] == "vkCmdPipelineBarrier", (number, names)
+        for edge in (commands[0], commands[-1]):
+            assert edge[1] & vulkan_submit.PIPE_ALL_COMMANDS and edge[2] & vulkan_submit.PIPE_HOST
+        for at, name in enumerate(names):
+            if name in seen:
+                seen[name] += 1
+                assert _orders_compute_and_transfer(commands[at + 1]), \
+                    (f"recording {number}: {name} at {at} is followed by {commands[at + 1]}", names)
+    assert seen["vkCmdDispatch"] > 0 and seen["vkCmdCopyBuffer"] > 0, seen
+
+
+def test_a_recording_is_dropped_when_a_buffer_it_uses_is_freed(recorder_run):
+    """Taichi hands a freed allocation's handle out again: a command buffer kept past the free
+    would run on memory that is gone (a use-after-free on the GPU), or on another program's."""
+    run = recorder_run
+    freed_handles = set(run["first_buffers"])
+    first = [i for i, r in enumerate(run["recorded"]) if r["at"] == "first"]
+    assert first and freed_handles
+    using = [i for i in first if freed_handles & set(run["recorded"][i]["handles"])]
+    assert using, "no recording used the program's buffers"
+    after = run["after_close"]
+    # nothing kept uses a freed buffer: no recording, no launch (its descriptor sets)
+    assert not any(freed_handles & set(handles) for handles in after["kept"]), after
+    assert not any(freed_handles & set(handles) for handles in after["launches"]), after
+    # each such recording's command buffer was freed with it
+    assert set(using) <= set(after["freed_recordings"]), (using, after["freed_recordings"])
+    # the next program is recorded anew, never served a recording made for the closed one
+    second = [i for i, r in enumerate(run["recorded"]) if r["at"] == "second"]
+    assert second
+    submitted_after = run["submitted"][run["submitted"].index(second[0]):]
+    assert not set(submitted_after) & set(using), submitted_after

@@ -1,4 +1,4 @@
-"""One thread budget for the CPU work of an invoke (issue 29, item 1).
+"""One thread budget for the CPU work of an invoke.
 
 Two thread pools do our CPU work: numpy's BLAS (OpenBLAS, MKL, ... under the numpy path's
 matrix products) and, on the `cpu` backend, Taichi's own pool. OpenBLAS's workers spin for a

@@ -1,5 +1,5 @@
 """Vulkan without Taichi's submissions: the AOT module's SPIR-V run from command buffers of ours,
-recorded once and submitted again at every invoke (issue 31, item 3).
+recorded once and submitted again at every invoke.
 
 Why: on the H200, Taichi 1.7.4's `ti_flush` costs ~285 us however little it submits: each
 submission allocates a command buffer, a semaphore and a fence (rhi/vulkan `VulkanStream::submit`),
