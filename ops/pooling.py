@@ -5,6 +5,8 @@ pads with -inf, and AVERAGE_POOL_2D divides each window's sum by the number of i
 it covers (TFLite's filter_count), not by the filter area. L2_POOL_2D is
 sqrt(sum of squares / filter_count) over the same taps (reference_ops::L2Pool), then the fused
 activation; LiteRT has it for float32 only, and so does this (any other dtype is a ModelError).
+The reference sums windows in float64 and rounds once (as MEAN does): TFLite's reference kernel's
+float32 running sum is tens of ulps off over a global pool, further than LiteRT's XNNPACK path.
 
 The Taichi part is one thread per output element with a serial loop over the window's taps
 inside the input; a global average or max pool (one output position whose window covers the
@@ -69,44 +71,54 @@ def _infer_pool(node):
     return [(n, out_h, out_w, c)]
 
 
-def _window_reduce(node, x, fill, combine):
+def _window_reduce(node, x, fill, combine, accumulate=None):
     """Each window of x reduced with `combine` (np.add / np.maximum) into [N, out_h, out_w, C],
     without materialising the patches: a loop over the taps (each a strided view of the padded
-    input) or, when windows are larger than the output (a global pool), over the outputs."""
+    input) or, when windows are larger than the output (a global pool), over the outputs.
+    `accumulate`: the dtype the reduction runs in (None: x's), numpy casting each tap or block
+    as it goes rather than copying x."""
     o = node.options
     out_h, out_w, pad_top, pad_left = _geometry(node)
+    dtype = x.dtype if accumulate is None else np.dtype(accumulate)
     if o.filter_h * o.filter_w <= out_h * out_w:
         out = None
         for _, _, window in tap_windows(x, o.filter_h, o.filter_w, o.stride_h, o.stride_w, 1, 1,
                                         pad_top, pad_left, out_h, out_w, fill=fill):
-            out = window.copy() if out is None else combine(out, window, out=out)
+            out = window.astype(dtype) if out is None else combine(out, window, out=out)
         return out
     n, h, w, c = x.shape
-    out = np.empty((n, out_h, out_w, c), dtype=x.dtype)
+    out = np.empty((n, out_h, out_w, c), dtype=dtype)
     for oy in range(out_h):
         y0, y1 = max(oy * o.stride_h - pad_top, 0), min(oy * o.stride_h - pad_top + o.filter_h, h)
         for ox in range(out_w):
             x0, x1 = max(ox * o.stride_w - pad_left, 0), min(ox * o.stride_w - pad_left + o.filter_w, w)
             block = x[:, y0:y1, x0:x1, :]
             # padding takes no part in a window's max, and adds 0 to its sum (fill), as above
-            out[:, oy, ox, :] = combine.reduce(block.reshape(n, -1, c), axis=1) if block.size else fill
+            out[:, oy, ox, :] = (combine.reduce(block.reshape(n, -1, c), axis=1, dtype=dtype)
+                                 if block.size else fill)
     return out
+
+
+def _window_mean(node, x):
+    """Each window's sum over the number of its taps inside the input (TFLite's filter_count),
+    summed in float64 and rounded to x's type once, as MEAN does (reduce.py): a float32 running
+    sum over a global pool's 128x128 taps drifts by tens of ulps (selfie_segmentation's
+    squeeze-excite pools), further from the exact mean than LiteRT's own kernels are."""
+    total = _window_reduce(node, x, 0.0, np.add, accumulate=np.float64)
+    # elements of each window inside the input (the same for every batch and channel)
+    count = _window_reduce(node, np.ones((1,) + x.shape[1:3] + (1,), np.float64), 0.0, np.add)
+    return (total / count).astype(x.dtype)
 
 
 def _reference_average(node, inputs):
     x = np.asarray(inputs[0])
     x = x if x.dtype.kind == "f" else x.astype(np.float32)
-    total = _window_reduce(node, x, 0.0, np.add)
-    # elements of each window inside the input (the same for every batch and channel)
-    count = _window_reduce(node, np.ones((1,) + x.shape[1:3] + (1,), x.dtype), 0.0, np.add)
-    return [apply_activation(total / count, node.options.fused_activation_function)]
+    return [apply_activation(_window_mean(node, x), node.options.fused_activation_function)]
 
 
 def _reference_l2(node, inputs):
     x = np.asarray(inputs[0], np.float32)
-    squares = _window_reduce(node, x * x, 0.0, np.add)
-    count = _window_reduce(node, np.ones((1,) + x.shape[1:3] + (1,), x.dtype), 0.0, np.add)
-    return [apply_activation(np.sqrt(squares / count), node.options.fused_activation_function)]
+    return [apply_activation(np.sqrt(_window_mean(node, x * x)), node.options.fused_activation_function)]
 
 
 def _reference_max(node, inputs):

@@ -30,6 +30,7 @@ view does not carry), folded at prepare when their inputs are constant:
   out; they compare equal to True).
 (No `from __future__ import annotations` here: Taichi reads the ti.func annotations.)
 """
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -179,22 +180,29 @@ def _reshape_target(node) -> list:
     return list(new_shape)
 
 
+def _element_count(shape) -> int:
+    """Elements in `shape`, exact for any shape (Python integers: an int64 product wraps, and a
+    huge new shape could then seem to match the input's count or show a wrong count)."""
+    return math.prod(int(d) for d in shape)
+
+
 def _infer_reshape(node):
     x = node.inputs[0]
     target = _reshape_target(node)
-    count = int(np.prod(x.shape, dtype=np.int64))
+    count = _element_count(x.shape)
     if sum(d == -1 for d in target) > 1:
         raise node.fail(f"new shape {target} has more than one -1 dimension")
     if any(d < -1 for d in target):
         raise node.fail(f"new shape {target} has a negative dimension")
     if -1 in target:
-        known = int(np.prod([d for d in target if d != -1], dtype=np.int64))
+        known = _element_count(d for d in target if d != -1)
         if known == 0 or count % known:
             raise node.fail(f"cannot reshape {list(x.shape)} ({count} elements) to {target}")
         target = [count // known if d == -1 else d for d in target]
-    if int(np.prod(target, dtype=np.int64)) != count:
+    target_count = _element_count(target)
+    if target_count != count:
         raise node.fail(f"cannot reshape {list(x.shape)} ({count} elements) to {target} "
-                        f"({int(np.prod(target, dtype=np.int64))} elements)")
+                        f"({target_count} elements)")
     return [tuple(target)]
 
 
