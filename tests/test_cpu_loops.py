@@ -87,9 +87,10 @@ def test_compiled_loops_follow_the_rule(tmp_path, n, num_threads, kind):
     assert _task_kinds(str(tmp_path)) == {kind}
 
 
-def test_budget_is_in_the_cache_key(tmp_path):
-    """The same model with another budget gets modules of its own, not the other's loops: the
-    program's plan digest (which names its modules in the cache) differs."""
+def test_budget_is_in_the_plan_digest(tmp_path):
+    """The same model with another budget has another plan: its digest differs. (That the
+    modules the cache is asked for differ too is tests/test_cache.py's
+    test_the_thread_budget_reaches_the_module_key.)"""
     digests = []
     for threads in (2, 1):
         with warnings.catch_warnings():
