@@ -11,6 +11,9 @@ that GPU at all ("*": on any). With a MARKER, the workers on the other GPUs run 
 driver has retired the lost GPU's slot (record_retirements makes the driver create MARKER.retired
 then): otherwise they may finish the work before the slot's restart is refused, and a test of
 retirement would depend on the machine's load.
+KIND "exit_at_start" (SUFFIX: a GPU, or "*"): a local pool's worker on that GPU exits (os._exit(1))
+as it imports this module, before it reports "ready": a slot that cannot start. With a MARKER, the
+workers on the other GPUs run nothing until the driver has retired that slot (as for lose_gpu).
 KIND "together" (SUFFIX: a number of workers N, MARKER: a folder): a worker's first batch waits
 until N workers hold one, so that each of them takes work (on a loaded machine one worker can
 otherwise do all of it while the other is still starting).
@@ -19,7 +22,6 @@ Importing this module wraps BatchRunner.run in that process: the runtime holds n
 Workers find it on sys.path (a local pool's spawned workers take the test process's sys.path;
 Ray's actors and a CLI subprocess get TESTS_DIR through PYTHONPATH)."""
 import functools
-import multiprocessing
 import os
 import signal
 import time
@@ -27,6 +29,7 @@ import time
 from tflite_taichi import switches
 from tflite_taichi.batch.runner import BatchRunner
 from tflite_taichi.errors import BackendUnavailable
+from tflite_taichi.runtime import children
 
 FAULT_ENV = "TFLITE_TAICHI_BATCH_FAULT"
 FAULTS = ("batch_faults",)                   # batch.run's imports=
@@ -88,7 +91,7 @@ def inject_fault(keys: list) -> None:
     if kind == "together":
         _wait_together(int(suffix), marker)
         return
-    if kind in ("lose_gpu", "no_gpu") and marker and not _on_gpu(suffix):
+    if kind in ("lose_gpu", "no_gpu", "exit_at_start") and marker and not _on_gpu(suffix):
         _wait_for_retirement(marker)
         return
     if kind == "lose_gpu" and _on_gpu(suffix):
@@ -117,8 +120,10 @@ def _with_fault(run):
 
 if not getattr(BatchRunner.run, "with_fault", False):
     BatchRunner.run = _with_fault(BatchRunner.run)
-if multiprocessing.parent_process() is not None:    # a local pool's worker, importing this at
-    refuse_start()                                   # its start (BatchRunner: --import modules)
+if children.parent_pid() is not None:    # a local pool's worker, importing this at its start
+    if _fault()[0] == "exit_at_start" and _on_gpu(_fault()[1]):    # (BatchRunner: --import)
+        os._exit(1)
+    refuse_start()
 
 
 def with_tests_on_path(env: dict) -> dict:

@@ -18,6 +18,7 @@ from typing import Optional
 
 from tflite_taichi.errors import BackendUnavailable
 from tflite_taichi.runtime import session
+from tflite_taichi.runtime.children import python_script_command
 
 TAICHI_BACKENDS = ("cuda", "vulkan", "metal", "opengl", "gles", "cpu")
 AUTO_ORDER = ("cuda", "vulkan", "metal", "opengl")   # hardware GPUs, best first
@@ -60,7 +61,7 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
         probes[name] = stored
         return stored
     try:
-        proc = subprocess.run([sys.executable, PROBE_SCRIPT, name], capture_output=True,
+        proc = subprocess.run(python_script_command(PROBE_SCRIPT, name), capture_output=True,
                               text=True, timeout=timeout, env=_env_for(name))
     except subprocess.TimeoutExpired:
         result = (False, False, f"probe timed out after {timeout:.0f} s")

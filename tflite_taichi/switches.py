@@ -51,6 +51,13 @@ def _number(text: str) -> float:
     return float(text)
 
 
+def _seconds(text: str) -> float:
+    number = float(text)
+    if not number > 0:
+        raise ValueError("a number of seconds above 0")
+    return number
+
+
 def _choice(*names: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         text = text.lower()
@@ -107,6 +114,9 @@ SWITCHES = {s.name: s for s in (
     Switch("TFLITE_TAICHI_COMPILE_WORKERS", _natural, None,
            "processes that compile kernels in parallel (0: in this process; default: one per "
            "usable core, at most one per module)"),
+    Switch("TFLITE_TAICHI_COMPILE_DEADLINE", _seconds, 600.0,
+           "seconds a compile worker may go without compiling a kernel before it is killed and "
+           "its modules are compiled in the caller's process"),
     Switch("TFLITE_TAICHI_VULKAN_SUBMIT", _choice("ours", "taichi"), "ours",
            "vulkan: our own command buffers, recorded once (default), or Taichi's submissions"),
     Switch("TFLITE_TAICHI_VULKAN_WAIT", _choice("fence", "taichi"), "fence",

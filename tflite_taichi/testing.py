@@ -423,13 +423,10 @@ class BackendWorker:
         self._start()
 
     def _start(self):
-        import multiprocessing
-        ctx = multiprocessing.get_context("spawn")
+        from tflite_taichi.runtime.children import ConnectedChild
         backend = self.backend
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_worker_main, args=(child, backend), daemon=True,
-                                 name=f"tflite-taichi-{backend}")
-        self._proc.start()
+        self._proc = ConnectedChild(_worker_main, (backend,))     # no import from the cwd
+        self._conn = self._proc.conn
         reply = self._receive()
         if reply[0] != "ready":
             self.close()

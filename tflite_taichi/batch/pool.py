@@ -2,8 +2,9 @@
 Interpreter, fed tasks of a few batches by the driver.
 
 Processes, not threads: Taichi runs one backend and one device per process, and the decoding is
-Python. Workers are started with `spawn` (a forked Taichi or CUDA runtime is unusable) and with
-their device in the environment (CUDA_VISIBLE_DEVICES for cuda; TI_VISIBLE_DEVICE, Taichi's
+Python. Workers are fresh Python processes (a forked Taichi or CUDA runtime is unusable), started
+by children.ConnectedChild so that nothing is imported from the current folder, with a pipe each
+and their device in the environment (CUDA_VISIBLE_DEVICES for cuda; TI_VISIBLE_DEVICE, Taichi's
 Vulkan device index, for vulkan). Each worker reads its tasks' inputs itself and writes their
 outputs itself (part files named by run and task), so only keys and counts cross the pipes.
 
@@ -21,14 +22,13 @@ refuses it) or dies START_ATTEMPTS times in a row while starting is retired: its
 others and the run goes on on the remaining slots (GPUs), the report saying which slot went and
 why. Only when every slot is retired does the run end (a model no worker can load, say).
 
-A driver that dies takes its workers with it (_die_with_driver): a worker left running would
-write parts into a folder that a rerun of the driver now owns.
+A driver that dies takes its workers with it (children.die_with_parent): a worker left running
+would write parts into a folder that a rerun of the driver now owns.
 """
 from __future__ import annotations
 
 import collections
 import contextlib
-import multiprocessing
 import multiprocessing.connection
 import os
 import time
@@ -41,15 +41,15 @@ from tflite_taichi.errors import BatchError
 from tflite_taichi.batch.outputs import (ERROR_PARTS, error_part_name, write_error_part,
                                          write_part)
 from tflite_taichi.batch.runner import BatchRunner, RunConfig
-from tflite_taichi.runtime.children import die_with_parent
+from tflite_taichi.runtime.children import ConnectedChild, exit_if_parent_gone
 
 PREFETCH = 2                 # tasks queued per worker: the next one is ready when one finishes
 START_ATTEMPTS = 3           # a worker slot that dies this many times while starting is retired
 
 
-def _worker_main(slot: int, config: RunConfig, conn) -> None:
-    """A worker: its interpreter, then tasks from `conn` until None, each answered on `conn`."""
-    _die_with_driver()
+def _worker_main(conn, slot: int, config: RunConfig) -> None:
+    """A worker (a ConnectedChild, which dies with the driver): its interpreter, then tasks from
+    `conn` until None, each answered on `conn`."""
     try:
         runner = BatchRunner(config)
     except BaseException as e:   # noqa: BLE001 - reported to the driver, which ends the run
@@ -75,7 +75,7 @@ def _worker_main(slot: int, config: RunConfig, conn) -> None:
                     errors.append((item.key, str(e)))
             keys, outputs, run_errors = runner.run(payloads)
             errors += run_errors
-            _exit_if_driver_gone()       # its folder may be another run's by now
+            exit_if_parent_gone()        # its folder may be another run's by now
             if keys:
                 write_part(config.out_dir, part_name(task_id, config.part_prefix), keys, outputs,
                            config.info, config.fmt)
@@ -89,21 +89,6 @@ def _worker_main(slot: int, config: RunConfig, conn) -> None:
 
 def part_name(task_id: int, prefix: str = "part") -> str:
     return f"{prefix}-{task_id:06d}"
-
-
-def _die_with_driver() -> None:
-    """A worker must not outlive its driver: one that did would write parts into a folder that a
-    rerun owns (an input written twice). On Linux the kernel SIGKILLs this process when the
-    driver dies, however it dies (PR_SET_PDEATHSIG); elsewhere _exit_if_driver_gone is the
-    guard."""
-    parent = multiprocessing.parent_process()
-    die_with_parent(parent.pid if parent is not None else None)
-
-
-def _exit_if_driver_gone() -> None:
-    parent = multiprocessing.parent_process()
-    if parent is not None and os.getppid() != parent.pid:
-        os._exit(1)
 
 
 class _Worker:
@@ -129,7 +114,6 @@ class LocalPool:
                  task_timeout: Optional[float] = None):
         self.config = config
         self.task_timeout = task_timeout  # seconds a busy worker may go without finishing a task
-        self.ctx = multiprocessing.get_context("spawn")
         self.workers = [_Worker(i, env) for i, env in enumerate(worker_envs)]
         self.retries = retries
         self.progress = progress         # callable(items done now, worker) or None
@@ -142,14 +126,11 @@ class LocalPool:
                                          # did none of it, and does not count)
 
     def _start(self, w: _Worker) -> None:
-        w.conn, child = self.ctx.Pipe()
         w.ready, w.outstanding, w.kill_reason = False, [], None
         w.last_heard = time.monotonic()
-        with environment(w.env):        # a spawned child copies os.environ at start
-            w.process = self.ctx.Process(target=_worker_main, name=f"tflite-taichi-batch-{w.slot}",
-                                         args=(w.slot, self.config, child), daemon=True)
-            w.process.start()
-        child.close()                    # the worker's end lives in the worker only
+        with environment(w.env):        # a child copies os.environ at start
+            w.process = ConnectedChild(_worker_main, (w.slot, self.config))
+        w.conn = w.process.conn
 
     def run(self, tasks: list) -> dict:
         """tasks: [(task id, [Item])]. Returns {"given_up": [(key, reason)], "workers": [...]}."""
@@ -164,12 +145,11 @@ class LocalPool:
         try:
             while len(self.finished) < len(self.by_id):
                 self._feed()
-                live = [w for w in self.workers if w.process is not None]
-                waiting = {w.conn: w for w in live}
-                waiting.update({w.process.sentinel: w for w in live})
+                # a worker's death closes its end of the pipe: its connection says so too
+                waiting = {w.conn: w for w in self.workers if w.process is not None}
                 for ready in multiprocessing.connection.wait(list(waiting), timeout=1.0):
                     w = waiting[ready]
-                    if w.process is None or (ready is not w.conn and ready is not w.process.sentinel):
+                    if w.process is None or ready is not w.conn:
                         continue                 # replaced earlier in this round
                     self._service(w)
                 self._kill_stuck_workers()
@@ -193,19 +173,19 @@ class LocalPool:
         while True:
             try:
                 if not w.conn.poll():
-                    break
+                    return
                 message = w.conn.recv()
             except (EOFError, OSError):
-                message = None
-            if message is None:
                 break
             w.last_heard = time.monotonic()
             self._handle(w, message)
             if w.process is None or message[0] == "crashed":
                 return
-        if not w.process.is_alive():
+        w.process.join(timeout=10)       # its pipe closed as it exited
+        if w.process.is_alive():         # it closed its end itself: a worker no longer
+            w.process.kill()
             w.process.join()
-            self._lost(w, w.kill_reason or f"exit status {w.process.exitcode}")
+        self._lost(w, w.kill_reason or f"exit status {w.process.exitcode}")
 
     def _kill_stuck_workers(self) -> None:
         """A worker with work that has finished nothing for task_timeout seconds (a hung GPU
@@ -230,7 +210,7 @@ class LocalPool:
                 try:
                     w.conn.send((task_id, items))
                 except (BrokenPipeError, OSError):
-                    break                        # dead: the wait on its sentinel says so next
+                    break                        # dead: the wait on its pipe says so next
 
     def _handle(self, w: _Worker, message) -> None:
         kind = message[0]

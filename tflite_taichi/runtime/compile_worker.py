@@ -1,6 +1,8 @@
 """A compile worker process (compile_workers.py says what it gets and prints).
 
-    python -m tflite_taichi.runtime.compile_worker PARENT_PID IDLE_SECONDS < pickled Jobs
+    python -c BOOTSTRAP tflite_taichi.runtime.compile_worker:main PARENT_PID IDLE_SECONDS < Jobs
+
+(children.python_command: the current folder is not on its sys.path.)
 """
 import pickle
 import select

@@ -16,8 +16,9 @@ memory plan without the weights (the kernels address them; the caller uploads th
 finds the ops by name among the built-in ops, so a program with an op registered by the
 user's program (or a built-in replaced) compiles in the caller's process instead
 (`why_not_shipped`), as does one with TFLITE_TAICHI_COMPILE_WORKERS=0. A worker that fails
-(a crash, a kernel Taichi refuses) costs a RuntimeWarning and the same compile in the caller's
-process, which raises what the compile raises there.
+(a crash, a kernel Taichi refuses, a module it says it saved and did not, or silence for
+TFLITE_TAICHI_COMPILE_DEADLINE seconds: then it is killed) costs a RuntimeWarning and the same
+compile in the caller's process, which raises what the compile raises there.
 
 Protocol: the caller writes pickled `Job`s to a worker's stdin, one at a time; for each, the
 worker prints `kernel NAME` after each kernel compiles (the caller's compile_progress
@@ -25,7 +26,8 @@ callback), `module INDEX REL` when module INDEX is saved in its folder (REL: the
 in it), then `done`. Workers are kept for the next program (Taichi's start is paid once per
 worker), exit after IDLE_EXIT_S without a job or at the end of their input, and die with their
 caller (PR_SET_PDEATHSIG on Linux, and a check of its parent's pid). A worker that raises
-exits: the caller starts a new one for the next job."""
+exits: the caller starts a new one for the next job. A worker is started by
+children.python_command: nothing is imported from the caller's current folder."""
 from __future__ import annotations
 
 import atexit
@@ -34,8 +36,8 @@ import dataclasses
 import os
 import pickle
 import queue
+import shutil
 import subprocess
-import sys
 import threading
 import time
 import warnings
@@ -43,6 +45,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
+
+from tflite_taichi.runtime.children import python_command
 
 MODULE_GROUPS = 8          # the most modules one program's kernels are split into
 
@@ -212,11 +216,11 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         env.setdefault("ENABLE_TAICHI_HEADER_PRINT", "False")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tflite_taichi.runtime.compile_worker", str(os.getpid()),
-             str(IDLE_EXIT_S)],
+            python_command("tflite_taichi.runtime.compile_worker:main", os.getpid(), IDLE_EXIT_S),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.events: Optional[queue.Queue] = None      # the job in progress's
         self.stderr_tail: list = []
+        self.kill_reason: Optional[str] = None         # why the caller killed it
         self.idle_since = time.monotonic()
         threading.Thread(target=self._read_events, daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
@@ -250,9 +254,16 @@ class _Worker:
 
     def failure(self) -> str:
         code = self.process.wait()
+        if self.kill_reason is not None:
+            return f"a compile worker failed: {self.kill_reason}"
         lines = [line for line in self.stderr_tail if line.strip()]
         what = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
         return f"a compile worker failed ({what}): " + (lines[-1][:400] if lines else "no message")
+
+    def kill_for(self, reason: str) -> None:
+        """Kill it (a stopped process too); its exit then fails the job with `reason`."""
+        self.kill_reason = reason
+        self.process.kill()
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -291,8 +302,16 @@ class _Pool:
 
     def _collect(self, job: Job, busy: list, events: queue.Queue, compiled) -> dict:
         saved, failures, waiting = {}, [], set(busy)
+        deadline_s = compile_deadline()
+        heard = dict.fromkeys(busy, time.monotonic())   # each worker's last word
         while waiting:
-            kind, worker, payload = events.get()
+            try:
+                kind, worker, payload = events.get(
+                    timeout=_until_stalled(heard, waiting, deadline_s))
+            except queue.Empty:
+                _kill_stalled(heard, waiting, deadline_s)
+                continue                            # each killed one's "exit" comes next
+            heard[worker] = time.monotonic()
             if kind == "kernel":
                 compiled(payload)
             elif kind == "module":
@@ -307,7 +326,8 @@ class _Pool:
                         other.stop()
                         self.workers.remove(other)
                     waiting.clear()
-        missing = [index for index, _, _ in job.modules if index not in saved]
+        missing = [index for index, folder, _ in job.modules
+                   if not _module_saved(folder, saved.get(index))]
         if failures or missing:
             raise CompileWorkerError("; ".join(failures) or f"modules {missing} were not saved")
         return saved
@@ -317,6 +337,37 @@ class _Pool:
             with contextlib.suppress(OSError):
                 worker.process.stdin.close()        # a worker exits at the end of its input
         self.workers = []
+
+
+def compile_deadline() -> float:
+    """Seconds a compile worker may go without a word (a kernel compiled, a module saved) before
+    it is killed: TFLITE_TAICHI_COMPILE_DEADLINE."""
+    from tflite_taichi import switches
+    from tflite_taichi.errors import BackendUnavailable, InputError
+    try:
+        return switches.value("TFLITE_TAICHI_COMPILE_DEADLINE")
+    except InputError as e:
+        raise BackendUnavailable(str(e)) from None
+
+
+def _until_stalled(heard: dict, waiting: set, deadline_s: float) -> float:
+    """Seconds until the first of `waiting` has been silent for `deadline_s` (at least a
+    moment: a killed worker's exit is on its way)."""
+    return max(0.05, min(heard[w] for w in waiting) + deadline_s - time.monotonic())
+
+
+def _kill_stalled(heard: dict, waiting: set, deadline_s: float) -> None:
+    now = time.monotonic()
+    for worker in waiting:
+        if now - heard[worker] >= deadline_s and worker.kill_reason is None:
+            worker.kill_for(f"it compiled nothing for {deadline_s:g} s and was killed "
+                            "(TFLITE_TAICHI_COMPILE_DEADLINE)")
+
+
+def _module_saved(folder: str, rel: Optional[str]) -> bool:
+    """A worker's word that it saved a module, checked: REL is a name in `folder`, and there."""
+    return (rel is not None and rel == os.path.basename(rel) and rel not in ("", ".", "..")
+            and os.path.exists(os.path.join(folder, rel)))
 
 
 _pool: Optional[_Pool] = None
@@ -347,6 +398,17 @@ def switches() -> dict:
     return _switches.inherited()
 
 
+def _empty(folder: str) -> None:
+    """What a worker killed while saving left in a module's own folder goes before the module is
+    saved there again."""
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
+
 def build_modules(codes, modules: list, backend: str, caps, llvm: bool,
                   cache_root: Optional[str], compiled: Callable[[str], None]) -> tuple:
     """Compile each of `modules` ((index, folder, kernels)) into its folder: in worker processes
@@ -366,6 +428,8 @@ def build_modules(codes, modules: list, backend: str, caps, llvm: bool,
                           RuntimeWarning, stacklevel=4)
     from tflite_taichi.runtime.session import ensure_python_taichi
     ensure_python_taichi(backend)
+    for _, folder, _ in modules:
+        _empty(folder)
     saved = {index: save_module(codes, kernels, folder, caps, llvm, compiled)
              for index, folder, kernels in modules}
     return saved, f"this process ({reason})"

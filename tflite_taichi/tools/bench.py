@@ -68,6 +68,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from tflite_taichi.runtime.children import python_script_command
+
 LITERT = "litert"
 LITERT_GPU = "litert_gpu"
 LITERT_GPU_FP16 = "litert_gpu_fp16"
@@ -272,8 +274,8 @@ def _run_child(spec: dict, workdir: str, env: dict, timeout: float, progress) ->
     killed = []
 
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, CHILD_SCRIPT, spec_path], stdout=subprocess.PIPE,
-                                stderr=log, text=True, env=env)
+        proc = subprocess.Popen(python_script_command(CHILD_SCRIPT, spec_path),
+                                stdout=subprocess.PIPE, stderr=log, text=True, env=env)
 
         def kill():
             killed.append(True)
