@@ -203,6 +203,12 @@ class OpDef:
                                              # prepare: the variable then lives in a slot of the
                                              # program's io buffer (partition.VariableSlot), which
                                              # the Taichi part reads or writes as input 0
+    litert_checks_omitted_inputs: bool = False  # its LiteRT kernel tests each optional input
+                                             # before reading it, so a model that omits one (-1)
+                                             # may run on LiteRT (backend 'litert'); every other
+                                             # LiteRT kernel reads its inputs by position, where
+                                             # an omitted one is a null pointer (a RESHAPE whose
+                                             # shape input was -1 crashed LiteRT)
     min_inputs: int = 1
     max_inputs: Optional[int] = None
 

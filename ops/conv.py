@@ -705,7 +705,7 @@ CONV_2D = register_op(OpDef(
     name="CONV_2D", infer=_infer_conv, reference=_reference_conv, parse=_parse_conv,
     options_class="Conv2DOptions", supports=_conv_supports, taichi=_conv_taichi,
     pack=_pack_filter_out_channels_last, scratch=_conv_scratch, min_inputs=2, max_inputs=3,
-    fusion=Fusion(stores_once=True),
+    fusion=Fusion(stores_once=True), litert_checks_omitted_inputs=True,
     numpy_faster_on_cpu=True, temp_bytes=_conv_temp_bytes))
 
 
@@ -762,7 +762,7 @@ DEPTHWISE_CONV_2D = register_op(OpDef(
     name="DEPTHWISE_CONV_2D", infer=_infer_depthwise, reference=_reference_depthwise,
     parse=_parse_depthwise, options_class="DepthwiseConv2DOptions", supports=_conv_supports,
     taichi=_depthwise_taichi, min_inputs=2, max_inputs=3, fusion=Fusion(stores_once=True),
-    numpy_faster_on_cpu=True))   # see CONV_2D
+    numpy_faster_on_cpu=True, litert_checks_omitted_inputs=True))   # see CONV_2D
 
 
 # -- TRANSPOSE_CONV ----------------------------------------------------------------------------
@@ -887,7 +887,8 @@ TRANSPOSE_CONV = register_op(OpDef(
     parse=_parse_transpose_conv, options_class="TransposeConvOptions",
     supports=_transpose_conv_supports, taichi=_transpose_conv_taichi,
     pack=_pack_filter_out_channels_last, min_inputs=3, max_inputs=4, fusion=Fusion(stores_once=True),
-    numpy_faster_on_cpu=True, temp_bytes=_transpose_conv_temp_bytes))   # see CONV_2D
+    numpy_faster_on_cpu=True, temp_bytes=_transpose_conv_temp_bytes,   # see CONV_2D
+    litert_checks_omitted_inputs=True))
 
 
 # -- FULLY_CONNECTED ---------------------------------------------------------------------------
@@ -971,7 +972,7 @@ FULLY_CONNECTED = register_op(OpDef(
     parse=_parse_fully_connected, options_class="FullyConnectedOptions",
     supports=_conv_supports, taichi=_fully_connected_taichi, pack=_pack_fc_weights,
     scratch=_fc_scratch, min_inputs=2, max_inputs=3, fusion=Fusion(stores_once=True),
-    numpy_faster_on_cpu=True))   # see CONV_2D
+    numpy_faster_on_cpu=True, litert_checks_omitted_inputs=True))   # see CONV_2D
 
 # -- CUSTOM:Convolution2DTransposeBias (MediaPipe) ---------------------------------------------
 # MediaPipe's transpose conv with a bias input (mediapipe/util/tflite/operations/

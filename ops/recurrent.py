@@ -388,7 +388,7 @@ def _svdf_bias(node, bias, L):
 SVDF = register_op(OpDef(
     name="SVDF", infer=_infer_svdf, reference=_reference_svdf, parse=_parse_svdf,
     options_class="SVDFOptions", foldable=False, state_inputs=lambda node: (SVDF_STATE,),
-    min_inputs=5, max_inputs=5))
+    litert_checks_omitted_inputs=True, min_inputs=5, max_inputs=5))
 
 
 # -- RNN and UNIDIRECTIONAL_SEQUENCE_RNN --------------------------------------------------------
@@ -485,7 +485,8 @@ RNN = register_op(OpDef(
 UNIDIRECTIONAL_SEQUENCE_RNN = register_op(OpDef(
     name="UNIDIRECTIONAL_SEQUENCE_RNN", infer=_infer_rnn, reference=_reference_rnn,
     parse=_parse_sequence_rnn, options_class="SequenceRNNOptions", foldable=False,
-    state_inputs=lambda node: (RNN_STATE,), min_inputs=5, max_inputs=5))
+    state_inputs=lambda node: (RNN_STATE,), litert_checks_omitted_inputs=True, min_inputs=5,
+    max_inputs=5))
 
 
 # -- BIDIRECTIONAL_SEQUENCE_LSTM --------------------------------------------------------------
@@ -645,7 +646,8 @@ def _reference_bidi(node, inputs):
 BIDIRECTIONAL_SEQUENCE_LSTM = register_op(OpDef(
     name="BIDIRECTIONAL_SEQUENCE_LSTM", infer=_infer_bidi, reference=_reference_bidi,
     parse=_parse_bidirectional, options_class="BidirectionalSequenceLSTMOptions",
-    foldable=False, state_inputs=lambda node: BIDI_STATE_INPUTS, min_inputs=48, max_inputs=48))
+    foldable=False, state_inputs=lambda node: BIDI_STATE_INPUTS, litert_checks_omitted_inputs=True,
+    min_inputs=48, max_inputs=48))
 
 __all__ = ["SVDF", "RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_LSTM",
            "dynamic_quantize"]

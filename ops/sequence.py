@@ -962,10 +962,10 @@ LSTM = register_op(OpDef(
     name="LSTM", infer=_infer, reference=_reference, parse=_parse, options_class="LSTMOptions",
     taichi=_taichi, scratch=_full_scratch, foldable=False,
     state_inputs=_state_inputs, taichi_writes_state=True, numpy_faster_on_cpu=True,
-    min_inputs=5, max_inputs=24))
+    litert_checks_omitted_inputs=True, min_inputs=5, max_inputs=24))
 
 UNIDIRECTIONAL_SEQUENCE_LSTM = register_op(OpDef(
     name=SEQUENCE_OP, infer=_infer_sequence, reference=_reference, parse=_parse_sequence,
     options_class="UnidirectionalSequenceLSTMOptions", taichi=_taichi,
     scratch=_full_scratch, foldable=False, state_inputs=_state_inputs, taichi_writes_state=True,
-    numpy_faster_on_cpu=True, min_inputs=20, max_inputs=24))
+    numpy_faster_on_cpu=True, litert_checks_omitted_inputs=True, min_inputs=20, max_inputs=24))

@@ -104,6 +104,10 @@ def _read_variable_reference(node, inputs, runtime: Runtime):
 
 def _infer_assign_variable(node):
     _require_inputs(node, "resource handle", "value")
+    value = node.inputs[1]
+    if value.dtype is None:         # a handle or a string: no data a variable can hold
+        raise node.fail(f"input 1 ('{value.name}'), the value to store, is a tensor without data "
+                        "(a resource handle or a string)")
     return []
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from batch_faults import FAULT_ENV, FAULTS, record_retirements, with_tests_on_path
-from tflite_taichi import batch
+from tflite_taichi import batch, switches
 from tflite_taichi.batch.inputs import ItemError, decode, input_spec, parse_preprocess
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import BatchError
@@ -706,3 +706,33 @@ def test_the_run_ends_only_when_no_gpu_is_left(model, tmp_path, monkeypatch):
                                          r"start an interpreter: .*GPU 0 is gone.*; worker 3 \(GPU 3\)"):
         batch.run(model, [folder], str(tmp_path / "none"), backend="reference", batch_size=4,
                   workers=4, imports=FAULTS)
+
+
+NO_GPU = switches.value("TFLITE_TAICHI_EXPECT_GPU") == "none"
+
+
+def litert_one(model):
+    it = Interpreter(model_content=model, backend="litert", num_threads=1)
+    it.allocate_tensors()
+
+    def run(arrays):
+        for d, a in zip(it.get_input_details(), arrays):
+            it.set_tensor(d["index"], a)
+        it.invoke()
+        return [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
+    return run
+
+
+def test_auto_without_a_gpu_runs_the_workers_on_litert(model, dataset, tmp_path):
+    """`auto` decided once in the driver as an Interpreter would: on a machine without a
+    hardware GPU, LiteRT's CPU kernels, in every worker, one thread each (the cores shared out):
+    outputs equal LiteRT's, item by item."""
+    from tflite_taichi import backend as backends
+    if backends.choose_auto() != "cpu":
+        assert not NO_GPU, "TFLITE_TAICHI_EXPECT_GPU=none, yet auto picked a GPU backend"
+        pytest.skip("this machine has a hardware GPU: auto does not pick the CPU")
+    folder, bad = dataset
+    out = str(tmp_path / "out")
+    result = batch.run(model, [folder], out, backend="auto", batch_size=1, workers=2)
+    assert result.backend == "litert"
+    check_run(result, out, expected_outputs(model, folder, litert_one(model)), bad)

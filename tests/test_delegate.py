@@ -132,12 +132,12 @@ def test_int8_inputs_and_outputs_travel_as_codes_where_no_cpu_op_reads_them(taic
         assert s["runtime"]["tensors_as_codes"] == ["x", "y"], backend
 
 
-def _script_result(path, source: str):
-    """Write `source` to `path`, run it in a fresh process in its folder, and return its
-    `RESULT <json>` line (its output on failure)."""
+def _script_result(path, source: str, *args):
+    """Write `source` to `path`, run it (with `args`) in a fresh process in its folder, and
+    return its `RESULT <json>` line (its output on failure)."""
     import json
     path.write_text(source)
-    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
+    out = subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True, timeout=300,
                          cwd=path.parent)
     lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
     assert lines, out.stdout[-2000:] + out.stderr[-3000:]
@@ -288,6 +288,20 @@ def test_a_device_nobody_can_name_counts_as_software(monkeypatch):
     assert ok and software and "unknown" in detail
 
 
+def test_auto_probes_nothing_without_a_gpu_device_node(monkeypatch):
+    """On Linux, no GPU device node (/dev/dri/renderD*, /dev/nvidia*, ...): no hardware GPU can
+    start, so auto chooses the CPU without a probe; with one, it probes."""
+    from tflite_taichi import backend
+    probed = []
+    monkeypatch.setattr(backend, "probe", lambda name, **kw: probed.append(name) or (False, False, "x"))
+    monkeypatch.setattr(backend.sys, "platform", "linux")
+    monkeypatch.setattr("glob.glob", lambda pattern: [])
+    assert backend.gpu_device_nodes() == [] and backend.choose_auto() == "cpu" and probed == []
+    monkeypatch.setattr("glob.glob", lambda pattern: ["/dev/dri/renderD128"] if "dri" in pattern else [])
+    assert backend.gpu_device_nodes() == ["/dev/dri/renderD128"]
+    assert backend.choose_auto() == "cpu" and sorted(probed) == ["cuda", "opengl", "vulkan"]
+
+
 def test_auto_probes_side_by_side_and_chooses_in_order(monkeypatch):
     """choose_auto's probes are subprocesses: they run at the same time (three of 0.4 s take
     about 0.4 s, not 1.2), and the first hardware GPU in AUTO_ORDER wins whichever ends first."""
@@ -309,15 +323,18 @@ def test_auto_probes_side_by_side_and_chooses_in_order(monkeypatch):
                                                    + (device[cmd[-1]] if cmd[-1] == "vulkan" else ""), "")
     monkeypatch.setattr(backend.subprocess, "run", slow_probe)
     monkeypatch.setattr(session.SESSION, "probes", {})
+    monkeypatch.setattr(backend, "gpu_device_nodes", lambda: ["/dev/nvidia0"])
     start = time.perf_counter()
     assert backend.choose_auto() == "cuda"          # cuda ends last, and still comes first
     assert time.perf_counter() - start < 0.75 and most[0] == 3
 
 
 AUTO_CPU_SCRIPT = """
-import json, warnings
+import json, sys, warnings
 import numpy as np
-from tflite_taichi import Interpreter, backend
+from tflite_taichi import Interpreter, backend, litert_cpu
+if "--without-litert" in sys.argv:      # as where LiteRT has no wheels
+    litert_cpu.available = lambda: False
 from tflite_taichi.tools.demo import build_demo_model
 from tflite_taichi.testing import random_input
 warnings.simplefilter("ignore")
@@ -340,14 +357,33 @@ else:
 """
 
 
-def test_auto_without_a_gpu_runs_convolutions_on_numpy(tmp_path):
-    """backend='auto' on a machine without a hardware GPU: Taichi's cpu backend, with the ops
+def test_auto_without_a_gpu_runs_the_model_on_litert(tmp_path):
+    """backend='auto' on a machine without a hardware GPU, LiteRT installed: every op on
+    LiteRT's CPU kernels (backend 'litert'), the answers LiteRT's own."""
+    result = _script_result(tmp_path / "auto_litert.py", AUTO_CPU_SCRIPT)
+    if result is None:
+        assert not NO_GPU, "TFLITE_TAICHI_EXPECT_GPU=none, yet auto picked a GPU backend"
+        pytest.skip("this machine has a hardware GPU: auto does not pick the CPU")
+    assert result["backend"] == "litert" and result["delegated"] == 0, result
+    assert result["fallback"] == [], result
+    from tflite_taichi.testing import random_input, run_litert
+    from tflite_taichi.tools.demo import build_demo_model
+    model = build_demo_model()
+    d = Interpreter(model_content=model, backend="reference").get_input_details()[0]
+    lite = run_litert(model, [random_input(d, np.random.default_rng(0), 0.0, 1.0)], "xnnpack")[0]
+    np.testing.assert_array_equal(np.array(result["outs"]["auto"], np.float32), lite)
+    np.testing.assert_allclose(result["outs"]["auto"], result["outs"]["reference"], rtol=1e-5, atol=1e-7)
+
+
+def test_auto_without_a_gpu_or_litert_runs_convolutions_on_numpy(tmp_path):
+    """backend='auto' on a machine without a hardware GPU where LiteRT is not installed: Taichi's
+    cpu backend, with the ops
     numpy runs faster there (backend.CPU_REFERENCE_OPS, measured in bench/results/cpu_2core.md)
     left on the reference path where their work is big enough (costs.NUMPY_CPU_ABOVE_US: the
     demo's 48x48x16 convolutions), saying why; the small ones (its 24x24 pool, its 16 -> 10 FC)
     join the Taichi partition; the outputs are the reference's."""
     from tflite_taichi.backend import CPU_REFERENCE_OPS
-    result = _script_result(tmp_path / "auto_cpu.py", AUTO_CPU_SCRIPT)
+    result = _script_result(tmp_path / "auto_cpu.py", AUTO_CPU_SCRIPT, "--without-litert")
     if result is None:
         assert not NO_GPU, "TFLITE_TAICHI_EXPECT_GPU=none, yet auto picked a GPU backend"
         pytest.skip("this machine has a hardware GPU: auto does not pick the CPU")

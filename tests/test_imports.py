@@ -166,7 +166,7 @@ FLOORS = [
     ("user helpers", ["cli_inputs", "testing"]),
     ("the tf.lite face", ["__init__", "interpreter", "node_data"]),
     ("the executor", ["executor"]),
-    ("the delegate", ["delegate"]),
+    ("the delegate and the CPU executor", ["delegate", "litert_cpu"]),
     ("the runtime wing", ["backend", "runtime", "_probe"]),
     ("kernel generation", ["codegen"]),
     ("memory planning", ["planner"]),

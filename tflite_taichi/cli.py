@@ -192,6 +192,10 @@ def _device_text(it, summary: dict) -> str:
     backend = it.backend
     if backend == "reference":
         return "the reference path (numpy on the CPU, no delegate)"
+    if backend == "litert":
+        threads = (summary.get("cpu_executor") or {}).get("threads")
+        return (f"LiteRT's CPU kernels (XNNPACK, {threads} thread{'s' if threads != 1 else ''}"
+                + ("; no hardware GPU was found)" if it._requested_backend == "auto" else ")"))
     if backend == "cpu":
         return "cpu (Taichi on the CPU" + (": no hardware GPU was found)" if it._requested_backend == "auto" else ")")
     device = (summary.get("runtime") or {}).get("vulkan_device")
@@ -205,6 +209,8 @@ def _placement_text(it, s: dict) -> str:
     text = f"ran on {_device_text(it, s)}"
     if s["backend"] == "reference":
         return text
+    if s["backend"] == "litert":
+        return text + f": all {s['ops_total']} ops"
     ops = s["ops_total"] - s["ops_folded"]
     text += f": {s['ops_delegated']} of {ops} ops on the delegate"
     if s["fallback"]:
@@ -427,10 +433,14 @@ def cmd_demo(args) -> int:
     except ImportError:
         print("  (LiteRT not installed: pip install 'tflite-taichi[test]' to compare with it)")
     summary = Interpreter(model_path=path, backend="auto").summary()
-    print(f"  summary: backend={summary['backend']} ops={summary['ops_total']} "
-          f"delegated={summary['ops_delegated']} on numpy={len(summary['fallback'])}"
-          + (" (auto without a GPU keeps the ops numpy runs faster on numpy)"
-             if summary["backend"] == "cpu" and summary["fallback"] else ""))
+    if summary["backend"] == "litert":
+        print(f"  summary: backend=litert ops={summary['ops_total']} (every op on LiteRT's CPU "
+              "kernels: no hardware GPU was found)")
+    else:
+        print(f"  summary: backend={summary['backend']} ops={summary['ops_total']} "
+              f"delegated={summary['ops_delegated']} on numpy={len(summary['fallback'])}"
+              + (" (auto without a GPU keeps the ops numpy runs faster on numpy)"
+                 if summary["backend"] == "cpu" and summary["fallback"] else ""))
     return 0
 
 

@@ -28,7 +28,7 @@ from tflite_taichi.variables import Variables
 class DelegateOptions:
     """What an Interpreter asks of the delegate, typed: built once by the Interpreter, read by
     every subgraph it runs and every call it delegates."""
-    backend: str                        # 'reference' or the Taichi backend that runs
+    backend: str                        # 'reference', 'litert' or the Taichi backend that runs
     precision: str = "fp32"             # 'fp32' or 'fp16' (f16 storage)
     max_partitions: int = 1
     profile: bool = False
@@ -173,8 +173,12 @@ class ModelRuntime:
     # RecursionError; LiteRT overflows its native stack). Converted models nest a handful deep.
     MAX_CALL_DEPTH = 64
 
-    def __init__(self, model, resolved, state_of, delegate_options=None):
+    def __init__(self, model, resolved, state_of, delegate_options=None, litert_model=None):
         self._model = model             # model.Model: its subgraphs
+        # backend 'litert': () -> litert_cpu.LiteRTModel, the model on LiteRT's CPU kernels, one
+        # for every subgraph the interpreter runs (made at the first allocation, again after close)
+        self._litert_factory = litert_model
+        self._litert = None
         self._resolved = resolved       # graph.resolve_ops(model)
         self._state_of = state_of       # subgraph index -> its SubgraphState (made on demand)
         # the interpreter's options on a Taichi backend (None: reference): calls are delegated
@@ -297,10 +301,29 @@ class ModelRuntime:
             call.close()
         self._delegated.clear()
 
+    @property
+    def litert(self):
+        """The model on LiteRT's CPU kernels (backend 'litert'), None on other backends."""
+        if self._litert is None and self._litert_factory is not None:
+            self._litert = self._litert_factory()
+        return self._litert
+
     def close(self) -> None:
-        """Free the delegated calls' device memory (Interpreter.close); the next
-        allocate_tensors builds them again."""
+        """Free the delegated calls' device memory (Interpreter.close) and LiteRT's interpreter
+        (unless it holds the model's lifetime state); the next allocate_tensors builds them
+        again."""
         self._close_delegated()
+        if self._litert is not None and not self._litert_holds_lifetime_state():
+            self._litert.close()
+            self._litert = None
+
+    def _litert_holds_lifetime_state(self) -> bool:
+        """Whether LiteRT's interpreter holds state that lives as long as ours: resource
+        variables and CALL_ONCE's having run (reset_all_variables keeps them, and close() does
+        on the other backends). LiteRT can neither hand them out nor take them back, so close()
+        keeps such a model's LiteRT interpreter."""
+        return any(opdef.variable_access or opdef.writes_resource_handle or opdef.init_subgraph_of
+                   for opdef, _options in self._resolved.values())
 
     def _charging(self, owner):
         """Inside an allocation (allocate_tensors), a call preparation's tensors are the
@@ -430,7 +453,7 @@ class SubgraphState:
             self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
         self.schedule, self.program = None, None
         variables = Variables()         # this allocation's variable tensors (reset below)
-        if self.options.backend != "reference":
+        if self.options.backend not in ("reference", "litert"):
             from tflite_taichi.delegate import Program
             from tflite_taichi.partition import build_schedule
             fp16 = self.options.fp16
@@ -455,6 +478,12 @@ class SubgraphState:
                 self.io[t] = keep       # allocate_tensors keeps inputs already set, as LiteRT does
             else:
                 self.io[t] = np.zeros(spec.shape, dtype=spec.dtype)
+        if self.options.backend == "litert":
+            litert = self.runtime.litert
+            litert.allocate(self.subgraph.index, {t: self.io[t].shape for t in self.subgraph.inputs})
+            litert.check_shapes(self.subgraph.index, {
+                t: spec.shape for t, spec in self.prepared.specs.items()
+                if t not in self.prepared.dynamic and self.subgraph.tensors[t].dtype is not None})
         self.variables = variables
         self.reset_variables()          # as LiteRT's AllocateTensors
         self.values = {}
@@ -465,6 +494,8 @@ class SubgraphState:
 
     def reset_variables(self):
         """Variable tensors (an LSTM's state) back to their values in the model (or zeros)."""
+        if self.options.backend == "litert":       # LiteRT holds them
+            self.runtime.litert.reset_variables()
         for t, v in (self.prepared.variables or {}).items():
             self.variables[t] = np.array(v)     # a host write: the device's copies are stale
 
@@ -510,6 +541,9 @@ class SubgraphState:
         self.require_allocated("invoke()")
         self.failed = None
         try:
+            if self.options.backend == "litert":
+                self._invoke_litert()
+                return
             lean = self.lean_step()
             if lean is not None:        # no numpy arithmetic: no floating-point warnings to mute
                 self.values, self.invoked = {}, False
@@ -584,6 +618,33 @@ class SubgraphState:
         self.values = values
         self.invoked = True
 
+    def _invoke_litert(self):
+        """The whole subgraph on LiteRT's CPU kernels: inputs in the model's dtypes in, outputs
+        back into the io arrays (a data-dependent shape replaces its array)."""
+        self.values, self.invoked = {}, False
+        sg, io = self.subgraph, self.io
+        outputs = self.runtime.litert.run(sg.index, [(t, io[t]) for t in sg.inputs], sg.outputs)
+        for t, value in zip(sg.outputs, outputs):
+            held = io[t]
+            if value.shape == held.shape:
+                np.copyto(held, value)      # into the array a tensor(i)() view holds
+            else:
+                io[t] = value
+        self.answered_by, self.invoked = "litert", True
+
+    def _read_litert(self, t, name):
+        """A tensor LiteRT holds: a variable tensor's state now, or (experimental_preserve_all_
+        tensors=True) an intermediate of the last invoke."""
+        if t in self.variables or self.options.preserve_all:
+            if t not in self.variables and not self.invoked:
+                raise NotReadyError(f"tensor {t} ('{name}') has no value: it is an intermediate "
+                                    "and no invoke() has computed it")
+            return self.runtime.litert.read(t, self.subgraph.index)
+        raise InterpreterStateError(
+            f"tensor {t} ('{name}') is an intermediate of LiteRT's CPU executor, which reuses its "
+            "memory: create the Interpreter with experimental_preserve_all_tensors=True to read "
+            "intermediates")
+
     def _to_model_dtype(self, t, value):
         tensor = self.subgraph.tensors[t]
         program = self._answering
@@ -616,6 +677,9 @@ class SubgraphState:
         self.require_value(t)
         if t in self.io:
             return self.io[t].copy()
+        if self.options.backend == "litert" and not (
+                self.prepared is not None and t in self.prepared.constants):
+            return self._read_litert(t, name)
         if t in self.variables:     # the state now, as LiteRT's get_tensor of a variable tensor
             return np.array(self._to_model_dtype(t, self.variables[t]))
         if self.prepared is not None and t in self.prepared.constants:
@@ -669,6 +733,15 @@ def run_schedule(items: list, values: dict, host, device=None, timings: Optional
     if device is not None:
         device.finish()
     return values
+
+
+def check_on_host(model, resolved) -> None:
+    """Our own prepare of the main graph (and of the subgraphs it calls) for its declared
+    shapes, as allocate_tensors() would run it on the reference path: a ModelError where the
+    model is inconsistent. LiteRT's kernels do not check what their Prepare is given, so a model
+    goes to LiteRT's Prepare (litert_cpu.LiteRTModel.check_kernels) only after this passed."""
+    runtime = ModelRuntime(model, resolved, state_of=None)
+    SubgraphState(model, model.main, resolved, DelegateOptions(backend="reference"), runtime).allocate()
 
 
 def init_subgraphs(model, resolved) -> list:

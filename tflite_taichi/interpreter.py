@@ -17,19 +17,24 @@ import numpy as np
 
 from tflite_taichi import graph as graph_mod
 from tflite_taichi import threads
-from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError)
+from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError,
+                                  TfliteTaichiError)
 from tflite_taichi.executor import (DelegateOptions, ModelRuntime, SubgraphState, init_subgraphs,
                                     kernels_state)
 from tflite_taichi.model import read_model
 from tflite_taichi.quant import model_kind
 
-BACKENDS = ("auto", "reference", "vulkan", "metal", "opengl", "gles", "cuda", "cpu")
+BACKENDS = ("auto", "litert", "reference", "vulkan", "metal", "opengl", "gles", "cuda", "cpu")
+# backends that run no Taichi: nothing of Taichi's is imported or started for them
+HOST_BACKENDS = ("reference", "litert")
 PRECISIONS = ("fp32", "fp16")
 
 
 def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = None) -> str:
-    """The backend this interpreter runs on: 'reference' or a Taichi arch (its device is
-    started by backend.ensure_runtime, once the cache folder is known)."""
+    """The backend this interpreter runs on: 'reference', 'litert' or a Taichi arch (its
+    device is started by backend.ensure_runtime, once the cache folder is known). `auto`
+    without a hardware GPU: 'litert' where LiteRT is installed (the Interpreter falls back to
+    Taichi's 'cpu' if LiteRT refuses the model), else 'cpu'."""
     if backend not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if precision not in PRECISIONS:
@@ -39,9 +44,20 @@ def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = N
             raise BackendUnavailable("precision='fp16' needs a Taichi backend (cuda, vulkan or cpu); "
                                      "the reference path is fp32")
         return "reference"
+    from tflite_taichi import litert_cpu
+    if backend == "litert":
+        if precision != "fp32":
+            raise BackendUnavailable("precision='fp16' needs a Taichi backend (cuda, vulkan or cpu); "
+                                     "LiteRT's CPU kernels run fp32")
+        if not litert_cpu.available():
+            raise BackendUnavailable(f"backend 'litert' needs LiteRT's Python package: "
+                                     f"{litert_cpu.INSTALL_HINT}")
+        return "litert"
     from tflite_taichi import backend as ti_backend
     if backend == "auto":
         backend = ti_backend.current() or ti_backend.choose_auto(cache_root)
+        if backend == "cpu" and precision == "fp32" and litert_cpu.available():
+            return "litert"     # no hardware GPU: TFLite's own CPU kernels
     ti_backend.check_driver(backend)
     if precision == "fp16" and backend not in ti_backend.FP16_BACKENDS:
         raise BackendUnavailable(f"precision='fp16' is not available on {backend}: Taichi's "
@@ -69,7 +85,7 @@ class _BackendStart(threading.Thread):
             cache_root = cache.root_for(cache_dir) if backend != "reference" else None
             resolved = _resolve_backend(backend, precision, cache_root)
             self._result = cache_root, resolved
-            if resolved != "reference":
+            if resolved not in HOST_BACKENDS:
                 from tflite_taichi import backend as ti_backend
                 from tflite_taichi.runtime import device
                 if ti_backend.current() in (None, resolved):
@@ -240,9 +256,16 @@ class Interpreter:
             starting.join()         # a model error wins over the backend's, as it always did
         cache_root, self._backend = starting.result()
         self._requested_backend = backend
+        self._litert_refused = None     # why `auto` could not run the model on LiteRT
+        budget = threads.resolve(num_threads)
+        litert_model = None
+        if self._backend == "litert":
+            litert_model = self._litert_model(model_path, model_content, budget,
+                                              bool(experimental_preserve_all_tensors))
+            if litert_model is None:    # auto: LiteRT refused it; Taichi's CPU backend runs it
+                self._backend = "cpu"
         self._precision = precision
         self._num_threads = num_threads
-        budget = threads.resolve(num_threads)
         # numpy's BLAS threads during an invoke (threads.py): the budget, or one thread where
         # Taichi's CPU pool runs in the same invoke (OpenBLAS's spinning workers starve it)
         self._blas_threads = 1 if self._backend == "cpu" else budget
@@ -254,7 +277,7 @@ class Interpreter:
         elif backend == "auto":         # a GPU: what numpy runs faster stays on the CPU (costs.py)
             cost_backend = self._backend
         self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)
-        if self._backend != "reference":
+        if self._backend not in HOST_BACKENDS:
             from tflite_taichi.backend import ensure_runtime
             self._cache = cache.open_model(
                 cache_root, model_token, model_path if model_path is not None else model_content,
@@ -268,7 +291,8 @@ class Interpreter:
             threads=budget, cost_backend=cost_backend, cache=self._cache)
         self._lock = threading.RLock()   # see _serialised
         self._runtime = ModelRuntime(self._model, self._resolved, self._state,
-                                     self._options if self._backend != "reference" else None)
+                                     self._options if self._backend not in HOST_BACKENDS else None,
+                                     litert_model)
         self._states = {}
         self._main = self._state(0)
         for index in init_subgraphs(self._model, self._resolved):
@@ -276,6 +300,45 @@ class Interpreter:
         self._last_invoke_s = None
 
     # -- internals -------------------------------------------------------------------------
+    def _litert_model(self, model_path, model_content, budget: int, preserve_all: bool):
+        """() -> the model on LiteRT's CPU kernels (litert_cpu.LiteRTModel), built here once to
+        know that LiteRT takes the model; None where `auto` chose LiteRT and it refuses the
+        model (the reason kept for summary()); BackendUnavailable for backend='litert'."""
+        from tflite_taichi import litert_cpu
+        if model_path is not None:      # the bytes we validated, not the file read again
+            data = bytes(self._model._keepalive)
+        else:
+            data = bytes(model_content)
+        auto = self._requested_backend == "auto"
+        try:
+            litert_cpu.refuse_what_litert_trusts(self._model, self._resolved)
+            first = litert_cpu.LiteRTModel(data, budget, preserve_all)
+            # LiteRT refuses an op it lacks (a custom op, a type combination) only in its
+            # Prepare, which must not see a model our prepare has not accepted (its kernels
+            # crash on what ours refuse): `auto` tries both now, to choose its backend here
+            if auto or any(op.name.startswith("CUSTOM:")
+                           for sg in self._model.subgraphs for op in sg.operators):
+                from tflite_taichi.executor import check_on_host
+                try:
+                    check_on_host(self._model, self._resolved)
+                except TfliteTaichiError as e:
+                    if not auto:
+                        raise
+                    # a model our prepare refuses at its declared shapes: not for LiteRT (the
+                    # cpu backend says what is wrong at allocate_tensors, as it always did)
+                    raise BackendUnavailable(f"the model does not prepare at its declared shapes: {e}") from None
+                first.check_kernels()
+        except BackendUnavailable as e:
+            if self._requested_backend == "litert":
+                raise
+            self._litert_refused = str(e)
+            return None
+        made = [first]
+
+        def model():
+            return made.pop() if made else litert_cpu.LiteRTModel(data, budget, preserve_all)
+        return model
+
     def _state(self, subgraph_index: int) -> SubgraphState:
         if subgraph_index not in self._states:
             if not 0 <= subgraph_index < len(self._model.subgraphs):
@@ -395,7 +458,7 @@ class Interpreter:
         # the data is copied in (the caller's array is never kept or written), so any layout
         # does: non-contiguous, read-only, broadcast views, the other byte order (its values
         # are converted; LiteRT reads such bytes as if native)
-        if value.dtype.newbyteorder("=") != tensor.dtype:
+        if value.dtype != tensor.dtype and value.dtype.newbyteorder("=") != tensor.dtype:
             raise InputError(f"cannot set tensor {tensor.index} ('{tensor.name}'): got {value.dtype} "
                              f"data, the input is {tensor.dtype}")
         expected = state.io[tensor.index].shape
@@ -429,16 +492,19 @@ class Interpreter:
     @_serialised
     def invoke(self):
         start = time.perf_counter()
-        with threads.blas_limited(self._blas_budget(self._main)):
+        if self._backend == "litert":       # LiteRT's pool has the budget; numpy runs nothing
             self._main.invoke()
+        else:
+            with threads.blas_limited(self._blas_budget(self._main)):
+                self._main.invoke()
         self._last_invoke_s = time.perf_counter() - start
 
     def _blas_budget(self, state: SubgraphState) -> Optional[int]:
         """numpy's BLAS threads for an invoke of `state`: None (left as it is: no BLAS call
         happens, and setting it costs ~3 us a step) where every op runs in the delegate's
         partitions and the delegate answers, or the invoke takes the lean step."""
-        if state.lean_step() is not None:
-            return None
+        if self._backend == "litert" or state.lean_step() is not None:
+            return None         # LiteRT's own pool has the budget; numpy computes nothing
         schedule = state.schedule
         if self._numpy_free[0] is not schedule:
             self._numpy_free = (schedule, schedule is not None and not self._options.background
@@ -524,7 +590,9 @@ class Interpreter:
         rows = []
         for op in state.subgraph.operators:
             step = steps.get(op.index)
-            if step is None:
+            if self._backend == "litert":
+                reason = "backend='litert' runs every op on LiteRT's CPU kernels"
+            elif step is None:
                 reason = None
             elif op.index in refused:
                 reason = refused[op.index]
@@ -553,7 +621,9 @@ class Interpreter:
         if state.prepared is None:
             state.allocate()
         folded = list(state.prepared.folded)
-        if state.schedule is None:
+        if self._backend == "litert":       # every op on LiteRT's kernels: none on numpy
+            partitions, fallback = [], []
+        elif state.schedule is None:
             partitions, fallback = [], [
                 {"index": s.op.index, "op": s.op.name,
                  "reason": "backend='reference' runs every op on the numpy path"}
@@ -585,6 +655,10 @@ class Interpreter:
             "runtime": self._runtime_info(state),
             # subgraphs IF/WHILE/composites call, each delegated on its own (executor.DelegatedCall)
             "calls": [call.info() for call in self._runtime.delegated_calls()],
+            # backend 'litert': the model on LiteRT's CPU kernels (litert_cpu.LiteRTModel)
+            "cpu_executor": self._runtime.litert.describe() if self._backend == "litert" else None,
+            # `auto` without a GPU: why LiteRT did not take the model (Taichi's cpu runs it)
+            "litert_refused": self._litert_refused,
         }
 
     def _runtime_info(self, state) -> Optional[dict]:

@@ -92,6 +92,10 @@ def subgraph_facts(subgraph, view: Optional[SubgraphView], backend: str) -> dict
     facts = {i: OpFacts("folded at prepare", FOLDED_COLOR, "its inputs are all known at "
                         "allocate_tensors(): computed once there") for i in view.prepared.folded}
     if view.schedule is None:
+        if backend == "litert":     # LiteRT runs every op, the folded ones and IF/WHILE's included
+            return {op.index: OpFacts("CPU (LiteRT)", CPU_COLOR, "backend='litert' runs every op "
+                                      "on LiteRT's CPU kernels (XNNPACK)")
+                    for op in subgraph.operators}
         why = ("backend='reference' runs every op on numpy" if backend == "reference" else
                "a called subgraph with variable tensors of its own runs on numpy")
         for step in view.prepared.steps:

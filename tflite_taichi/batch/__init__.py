@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence, Union
 
 from tflite_taichi.batch.inputs import (InputSpec, Item, check_images, discover, input_spec,
@@ -23,6 +23,7 @@ from tflite_taichi.batch.folder import Claim, check_out_dir, identity, prepare
 from tflite_taichi.batch.outputs import (FORMATS, count_written, merge_errors, output_info,
                                          read_errors, read_outputs, write_manifest)
 from tflite_taichi.batch.runner import RunConfig, import_modules
+from tflite_taichi import threads
 from tflite_taichi.errors import BatchError
 
 __all__ = ["run", "BatchResult", "BatchError", "read_outputs", "read_errors", "discover",
@@ -78,14 +79,25 @@ def gpu_devices() -> list:
         return []
 
 
-def _resolve_backend(backend: str, cache_dir: Optional[str]) -> str:
+def _resolve_backend(backend: str, cache_dir: Optional[str], model_data: bytes) -> str:
+    """The backend every worker runs: `auto` decided once here, as an Interpreter would (the
+    first hardware GPU; else LiteRT's CPU kernels where LiteRT takes the model; else Taichi's
+    cpu), so that every worker runs the same one."""
     from tflite_taichi.interpreter import BACKENDS
     if backend not in BACKENDS:
         raise BatchError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend != "auto":
         return backend
     from tflite_taichi import backend as backends
-    return backends.choose_auto(cache_dir)      # probes run in subprocesses: nothing is claimed here
+    from tflite_taichi import litert_cpu
+    chosen = backends.choose_auto(cache_dir)    # probes run in subprocesses: nothing is claimed here
+    if chosen == "cpu" and litert_cpu.available():
+        try:
+            litert_cpu.LiteRTModel(model_data, 1).close()
+            return "litert"
+        except Exception:           # BackendUnavailable: LiteRT refuses the model (a custom op)
+            pass
+    return chosen
 
 
 def _model_bytes(model: Union[str, bytes, os.PathLike]) -> bytes:
@@ -156,7 +168,7 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     info = output_info(reader)
     items, problems = discover(list(inputs), exclude=out_dir)
     check_images(spec, items)
-    resolved = _resolve_backend(backend, cache_dir)
+    resolved = _resolve_backend(backend, cache_dir, model_data)
     ident = identity(model_data, fmt, inputs, info)
     with Claim(out_dir) as claim:        # held until the summary is written: one run per folder
         record = prepare(claim.folder, ident, {item.key for item in items},
@@ -191,6 +203,8 @@ def _run_items(items, problems, config: RunConfig, *, ray, workers, retries, tas
         from tflite_taichi.batch.ray_data import run_ray
         if gpus_per_worker is None:
             gpus_per_worker = 1.0 if resolved in GPU_BACKENDS else 0.0
+        if resolved not in GPU_BACKENDS:        # an actor's threads: the CPUs Ray gives it
+            config = replace(config, threads=max(1, int(cpus_per_worker)))
         report = run_ray(items, config, address=ray, workers=workers,
                          gpus_per_worker=gpus_per_worker, cpus_per_worker=cpus_per_worker,
                          retries=retries, task_items=task_items, progress=progress)
@@ -209,7 +223,9 @@ def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,
     from tflite_taichi.batch.pool import LocalPool, worker_environments
     devices = gpu_devices() if config.backend in ("cuda", "vulkan") else []
     if workers is None:
-        workers = max(len(devices), 1) if config.backend in GPU_BACKENDS else (os.cpu_count() or 1)
+        workers = max(len(devices), 1) if config.backend in GPU_BACKENDS else threads.usable_cores()
+    if config.backend not in GPU_BACKENDS:      # the cores shared out, not each worker taking all
+        config = replace(config, threads=max(1, threads.usable_cores() // workers))
     asked = workers
     if len(items) < asked * task_items:     # a small run: smaller tasks, so every worker has some
         task_items = max(1, math.ceil(len(items) / asked))

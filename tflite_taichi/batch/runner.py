@@ -46,6 +46,7 @@ class RunConfig:
     cache_dir: Optional[str] = None
     part_prefix: str = "part"    # this run's part files: PREFIX-000017.parquet (folder.py)
     imports: tuple = ()          # modules a worker imports first (custom ops: import_modules)
+    threads: Optional[int] = None  # each worker's num_threads (None: the Interpreter's default)
 
 
 def import_modules(names) -> None:
@@ -68,7 +69,8 @@ class BatchRunner:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")    # the delegate's partition notes, once per worker
             self.it = Interpreter(model_content=config.model, backend=config.backend,
-                                  precision=config.precision, cache_dir=config.cache_dir)
+                                  precision=config.precision, cache_dir=config.cache_dir,
+                                  num_threads=config.threads)
             self.inputs = [d["index"] for d in self.it.get_input_details()]
             self.outputs = [d["index"] for d in self.it.get_output_details()]
             self.group, self.batching_note = self._choose_group(config.batch_size)
