@@ -129,8 +129,10 @@ def expected_outputs(model: bytes, folder: str, run_one) -> dict:
     return expected
 
 
-def reference_one(model):
-    it = Interpreter(model_content=model, backend="reference")
+def reference_one(model, **options):
+    """run(arrays) -> outputs, item by item on one interpreter (the reference path, or the
+    backend `options` name)."""
+    it = Interpreter(model_content=model, **{"backend": "reference", **options})
     it.allocate_tensors()
 
     def run(arrays):
@@ -711,18 +713,6 @@ def test_the_run_ends_only_when_no_gpu_is_left(model, tmp_path, monkeypatch):
 NO_GPU = switches.value("TFLITE_TAICHI_EXPECT_GPU") == "none"
 
 
-def litert_one(model):
-    it = Interpreter(model_content=model, backend="litert", num_threads=1)
-    it.allocate_tensors()
-
-    def run(arrays):
-        for d, a in zip(it.get_input_details(), arrays):
-            it.set_tensor(d["index"], a)
-        it.invoke()
-        return [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
-    return run
-
-
 def test_auto_without_a_gpu_runs_the_workers_on_litert(model, dataset, tmp_path):
     """`auto` decided once in the driver as an Interpreter would: on a machine without a
     hardware GPU, LiteRT's CPU kernels, in every worker, one thread each (the cores shared out):
@@ -735,4 +725,5 @@ def test_auto_without_a_gpu_runs_the_workers_on_litert(model, dataset, tmp_path)
     out = str(tmp_path / "out")
     result = batch.run(model, [folder], out, backend="auto", batch_size=1, workers=2)
     assert result.backend == "litert"
-    check_run(result, out, expected_outputs(model, folder, litert_one(model)), bad)
+    check_run(result, out, expected_outputs(model, folder, reference_one(model, backend="litert",
+                                                                      num_threads=1)), bad)

@@ -37,7 +37,7 @@ from tflite_taichi.batch.outputs import (_O_FOLDER, ERROR_PARTS, ERROR_PART_RE, 
                                          not_ours, part_names, part_prefixes, read_manifest,
                                          read_part, write_manifest)
 from tflite_taichi.errors import BatchError
-from tflite_taichi.runtime.cache import parent_problem
+from tflite_taichi.runtime.cache import foreign_link, open_from_root
 
 _O_LOCK = (os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
            | getattr(os, "O_NONBLOCK", 0))
@@ -82,17 +82,9 @@ def open_out(out_dir: str) -> OutFolder:
     given = os.path.abspath(out_dir)
     _check_links(out_dir, given)
     real = os.path.realpath(given)
-    fd, where = os.open("/", _O_FOLDER), "/"
+    fd = open_from_root(real, _open_child, lambda problem: BatchError(f"--out {out_dir}: {problem}"))
     try:
-        for name in [n for n in real.split("/") if n]:
-            problem = parent_problem(os.fstat(fd), where)
-            if problem is not None:
-                raise BatchError(f"--out {out_dir}: {problem}")
-            where = os.path.join(where, name)
-            child = _open_child(fd, name, where)
-            os.close(fd)
-            fd = child
-        problem = not_ours(os.fstat(fd), where, folder=True)
+        problem = not_ours(os.fstat(fd), real, folder=True)
         if problem is not None:
             raise BatchError(f"--out {out_dir}: {problem}: a batch run reads, writes and removes "
                              "files there, so it must be a folder of yours that nobody else can "
@@ -105,18 +97,11 @@ def open_out(out_dir: str) -> OutFolder:
 
 def _check_links(out_dir: str, given: str) -> None:
     """A symbolic link on the way to --out must be root's or ours: another user's link could
-    point the run's removals anywhere (it is followed once, here; the real path is used after)."""
-    uid = os.geteuid() if hasattr(os, "geteuid") else 0
-    path = "/"
-    for name in [n for n in given.split("/") if n]:
-        path = os.path.join(path, name)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return                       # absent from here on: made by open_out
-        if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, uid):
-            raise BatchError(f"--out {out_dir}: {path} is a symbolic link owned by uid "
-                             f"{st.st_uid}, not by you: refusing to follow it")
+    point the run's removals anywhere (cache.foreign_link)."""
+    found = foreign_link(given)
+    if found is not None:
+        raise BatchError(f"--out {out_dir}: {found[0]} is a symbolic link owned by uid "
+                         f"{found[1]}, not by you: refusing to follow it")
 
 
 def _open_child(parent_fd: int, name: str, where: str) -> int:

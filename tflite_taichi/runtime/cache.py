@@ -319,21 +319,35 @@ def _fchmod_if(fd: int, made: bool) -> int:
     return fd
 
 
-def open_root(root: str, create: bool = False) -> int:
-    """A descriptor on the cache folder `root` (absolute, symbolic links resolved), opened one
-    name at a time from / with every parent checked as it is opened (parent_problem) and
-    `root` itself private (_private_problem); CacheError otherwise. The caller closes it."""
-    fd = os.open("/", _O_FOLDER)
-    where = "/"
+def open_from_root(path: str, open_child, refuse) -> int:
+    """A descriptor on the folder `path` (absolute, symbolic links resolved), opened one name
+    at a time from /, every parent checked as it is opened (parent_problem: `refuse(problem)`
+    is the exception raised), each name by `open_child(parent descriptor, name, its path)`.
+    The folder itself is the caller's to check; the caller closes it. The kernel cache and a
+    batch run's --out are opened so."""
+    fd, where = os.open("/", _O_FOLDER), "/"
     try:
-        for name in [n for n in root.split("/") if n]:
+        for name in [n for n in path.split("/") if n]:
             problem = parent_problem(os.fstat(fd), where)
             if problem is not None:
-                raise CacheError(f"cache_dir {root}: {problem}")
+                raise refuse(problem)
             where = os.path.join(where, name)
-            child = _open_child(fd, name, where, create)
+            child = open_child(fd, name, where)
             os.close(fd)
             fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_root(root: str, create: bool = False) -> int:
+    """A descriptor on the cache folder `root` (absolute, symbolic links resolved), opened from
+    / with every parent checked (open_from_root) and `root` itself private (_private_problem);
+    CacheError otherwise. The caller closes it."""
+    fd = open_from_root(root, lambda parent, name, where: _open_child(parent, name, where, create),
+                        lambda problem: CacheError(f"cache_dir {root}: {problem}"))
+    try:
         problem = _private_problem(os.fstat(fd), root)
         if problem is not None:
             raise CacheError(problem)
@@ -353,20 +367,29 @@ def _open_subfolder(root_fd: int, root: str, sub: str, create: bool = False) -> 
     return fd
 
 
-def _check_links(given: str) -> None:
-    """A symbolic link on the way to cache_dir must be root's or yours: a link another user
-    owns could point your cache anywhere later (it is followed once, here, and the real path
-    is used from then on)."""
+def foreign_link(given: str) -> Optional[tuple]:
+    """(path, owner's uid) of the first symbolic link on the way to the absolute path `given`
+    that neither root nor you own, or None. Such a link could point your folder anywhere
+    later: it is followed once, where it is checked, and the real path used from then on (the
+    kernel cache and a batch run's --out). What does not exist yet is not looked at."""
     path = "/"
     for name in [n for n in given.split("/") if n]:
         path = os.path.join(path, name)
         try:
             st = os.lstat(path)
         except OSError:
-            return                          # absent from here on: created below
+            return None                     # absent from here on: made later
         if stat.S_ISLNK(st.st_mode) and st.st_uid not in (0, _uid()):
-            raise CacheError(f"cache_dir {given}: {path} is a symbolic link owned by uid "
-                             f"{st.st_uid}, not by you: refusing to follow it")
+            return path, st.st_uid
+    return None
+
+
+def _check_links(given: str) -> None:
+    """A symbolic link on the way to cache_dir must be root's or yours (foreign_link)."""
+    found = foreign_link(given)
+    if found is not None:
+        raise CacheError(f"cache_dir {given}: {found[0]} is a symbolic link owned by uid "
+                         f"{found[1]}, not by you: refusing to follow it")
 
 
 def prepare_dir(cache_dir) -> str:
