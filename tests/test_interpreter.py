@@ -7,6 +7,7 @@ from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError,
                                   TfliteTaichiError)
 from tflite_taichi.testing import Input, Output, one_op_model
+from cases.signatures import two_signature_model
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
 
@@ -164,20 +165,7 @@ def test_signature_runner_matches_litert():
 
 
 def test_signature_on_a_second_subgraph_matches_litert():
-    b = ModelBuilder()
-    main = b.subgraph("main")
-    x = main.input("x", (3,))
-    y = main.tensor("y", (3,))
-    main.op("RELU", [x], [y])
-    main.output(y)
-    second = b.subgraph("double")
-    u = second.input("u", (2,))
-    v = second.tensor("v", (2,))
-    second.op("ADD", [u, u], [v])
-    second.output(v)
-    b.signature("main", 0, {"x": x}, {"y": y})
-    b.signature("double", 1, {"u": u}, {"v": v})
-    model = b.finish()
+    model = two_signature_model()
     ours, theirs = _pair(model)
     assert ours.get_signature_list() == theirs.get_signature_list()
     u_val = np.array([1.5, -2.0], np.float32)

@@ -16,6 +16,7 @@ from ai_edge_litert import interpreter as litert
 import plugin_ops  # noqa: F401  (registers CUSTOM:CpuOnlyAbs for our reference path)
 from cases.control import delegated_around_if_model
 from cases.sequence import BASE_SEQUENCE, lstm_model
+from cases.signatures import two_signature_model
 from cases.state import accumulator_model, nabu_sequence
 from tflite_taichi import Interpreter, litert_cpu
 from tflite_taichi.builder import RESOURCE, ModelBuilder
@@ -209,20 +210,7 @@ def test_data_dependent_output_shapes_come_back_right():
 
 # -- 4. signatures and control flow -----------------------------------------------------------
 def test_signature_runners_run_their_subgraphs_as_litert():
-    b = ModelBuilder()
-    main = b.subgraph("main")
-    x = main.input("x", (3,))
-    y = main.tensor("y", (3,))
-    main.op("RELU", [x], [y])
-    main.output(y)
-    second = b.subgraph("double")
-    u = second.input("u", (2,), shape_signature=(-1,))
-    v = second.tensor("v", (2,), shape_signature=(-1,))
-    second.op("ADD", [u, u], [v])
-    second.output(v)
-    b.signature("main", 0, {"x": x}, {"y": y})
-    b.signature("double", 1, {"u": u}, {"v": v})
-    model = b.finish()
+    model = two_signature_model(resizable=True)
     ours, theirs = _ours(model), _theirs(model)
     assert ours.get_signature_list() == theirs.get_signature_list()
     for key, feeds in (("double", {"u": np.array([1.5, -2.0], np.float32)}),

@@ -503,8 +503,8 @@ class Interpreter:
         """numpy's BLAS threads for an invoke of `state`: None (left as it is: no BLAS call
         happens, and setting it costs ~3 us a step) where every op runs in the delegate's
         partitions and the delegate answers, or the invoke takes the lean step."""
-        if self._backend == "litert" or state.lean_step() is not None:
-            return None         # LiteRT's own pool has the budget; numpy computes nothing
+        if state.lean_step() is not None:
+            return None
         schedule = state.schedule
         if self._numpy_free[0] is not schedule:
             self._numpy_free = (schedule, schedule is not None and not self._options.background

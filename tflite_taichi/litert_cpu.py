@@ -145,7 +145,6 @@ class LiteRTModel:
         except (ValueError, RuntimeError) as e:
             raise BackendUnavailable(f"LiteRT cannot run this model: {_first_line(e)}") from None
         self._wrapper = self._interpreter._interpreter
-        self._allocated = {}            # subgraph -> {input tensor: shape} as last allocated
         # LiteRT's kernels trust what their Prepare is given (an omitted input a kernel needs
         # is a null pointer to it: a segfault), so no subgraph is prepared here: allocate()
         # prepares each after our own prepare accepted it, check_kernels() once the caller has
@@ -178,7 +177,6 @@ class LiteRTModel:
             raise BackendUnavailable(f"LiteRT cannot allocate subgraph {subgraph} for inputs of "
                                      f"shapes {[list(s) for s in input_shapes.values()]}: "
                                      f"{_first_line(e)}") from None
-        self._allocated[subgraph] = dict(input_shapes)
 
     def check_shapes(self, subgraph: int, shapes: dict) -> None:
         """ModelError where LiteRT gave a tensor of `subgraph` another shape than `shapes`

@@ -66,6 +66,11 @@ def die_with_parent(parent_pid: Optional[int]) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass                                            # not Linux
+    _exit_if_orphaned(parent_pid)
+
+
+def _exit_if_orphaned(parent_pid: Optional[int]) -> None:
+    """Exit now if the process that started this one (`parent_pid`, when known) is gone."""
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
 
@@ -77,8 +82,7 @@ def parent_pid() -> Optional[int]:
 
 def exit_if_parent_gone() -> None:
     """Where PR_SET_PDEATHSIG is not there: a child whose parent died exits before it writes."""
-    if _parent_pid is not None and os.getppid() != _parent_pid:
-        os._exit(1)
+    _exit_if_orphaned(_parent_pid)
 
 
 def importable_path() -> list:
