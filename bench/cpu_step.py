@@ -99,6 +99,8 @@ class Step:
             from tflite_taichi import Interpreter
             self.it = Interpreter(model_path=path, backend=name, num_threads=threads)
         self.it.allocate_tensors()
+        if hasattr(self.it, "wait_for_kernels"):    # `auto` on a GPU answers on the CPU until then
+            self.it.wait_for_kernels()
         self.inputs = [(d["index"], x) for d, x in zip(self.it.get_input_details(), inputs)]
         self.outputs = [d["index"] for d in self.it.get_output_details()]
         self.label = name if name != "auto" else f"auto -> {self.it.backend}"

@@ -1,7 +1,7 @@
 """Interpreter(answer_while_compiling=True): while a cold program's kernels compile (in worker
-processes), invoke() answers on the reference path with the same state; the first invoke after
-they are loaded runs them; a compile that fails warns and keeps the reference path, and
-wait_for_kernels() raises it. The subgraphs IF and WHILE call, delegated on their own, answer
+processes), invoke() answers on the CPU with the same state (LiteRT's kernels where it can carry
+the state, numpy where not); the first invoke after they are loaded runs them; a compile that
+fails warns and keeps the CPU answering, and wait_for_kernels() raises it. The subgraphs IF and WHILE call, delegated on their own, answer
 the same way. Each case is a fresh process (one Taichi arch per process); the
 compile is held behind a gate the script opens, so which path answers each step is certain."""
 import json
@@ -12,7 +12,9 @@ import sys
 import numpy as np
 import pytest
 from cases.state import check_nabu_steps, litert_nabu_tensors, nabu_sequence
+from ai_edge_litert.interpreter import Interpreter as LiteRTInterpreter
 from cases.control import I32, delegated_around_if_model
+from cases.sequence import BASE_SEQUENCE, lstm_model
 
 from tflite_taichi import Interpreter
 from tflite_taichi.testing import assert_float_close, run_sequence
@@ -28,9 +30,13 @@ args = json.loads(sys.argv[1])
 from tflite_taichi import Interpreter
 from tflite_taichi.runtime import compile_workers
 gate = threading.Event()
+opener = threading.Timer(90, gate.set)  # a run that waits where it should not ends, and fails
+opener.daemon = True
+opener.start()
 build = compile_workers.build_modules
 def gated(*a, **k):
-    gate.wait()
+    if not args.get("no_gate"):
+        gate.wait()
     if args.get("fail"):
         raise RuntimeError("the compile broke on purpose")
     return build(*a, **k)
@@ -47,11 +53,14 @@ if args.get("gate_loads"):           # cached modules' loads wait at the gate to
     kernels.ProgramKernels._loaded = gated_load
 steps = np.load(args["inputs"])
 record = {"paths": [], "tensors": []}
+if args.get("auto_picks"):           # `auto` as on a machine where that GPU is the best one
+    from tflite_taichi import backend as ti_backend
+    ti_backend.choose_auto = lambda *a, **k: args["auto_picks"]
+option = {} if args.get("default_option") else {"answer_while_compiling": True}
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     it = Interpreter(model_path=args["model"], backend=args["backend"], cache_dir=args["cache_dir"],
-                     answer_while_compiling=True,
-                     experimental_preserve_all_tensors=args.get("preserve", False))
+                     experimental_preserve_all_tensors=args.get("preserve", False), **option)
     it.allocate_tensors()
     record["after_allocate"] = it.summary()["runtime"]["kernels"]
     if args.get("close"):            # closed while its kernels compile
@@ -69,6 +78,8 @@ with warnings.catch_warnings(record=True) as caught:
                 it._main.program.kernels.thread.join(300)
             else:
                 record["waited"] = it.wait_for_kernels(timeout=300)
+        if step == args.get("reset_at"):
+            it.reset_all_variables()
         it.set_tensor(it.get_input_details()[0]["index"], x)
         it.invoke()
         record["paths"].append(it.summary()["runtime"]["answered_by"])
@@ -139,18 +150,78 @@ def test_the_first_invokes_answer_on_the_reference_path_and_the_state_carries_ov
     check_nabu_steps(ours, expected, f"{backend}, reference then delegate")
 
 
+@pytest.mark.parametrize("backend", ["vulkan"])    # the executor's switch: any backend will do
+def test_the_first_invokes_answer_on_litert_and_the_lstm_state_carries_over(tmp_path, backend):
+    """A sequence LSTM (CPU only: its state in two variable tensors) then RELU (delegated): 3
+    invokes answer on LiteRT's kernels while the kernels compile, each handed the state the
+    host holds and handing the new state back (reset_all_variables() before the third), then 3
+    on the delegate, which continue from it.
+    The LiteRT answers equal LiteRT's own run of the same sequence bit for bit (the same
+    kernels); the delegate's within assert_float_close of it (each path's own tolerance)."""
+    model = lstm_model(BASE_SEQUENCE, then="RELU")
+    path = tmp_path / "lstm_relu.tflite"
+    path.write_bytes(model)
+    rng = np.random.default_rng(5)
+    shape = Interpreter(model_content=model, backend="reference").get_input_details()[0]["shape"]
+    steps = [rng.uniform(-2, 2, shape).astype(np.float32) for _ in range(6)]
+    theirs = LiteRTInterpreter(model_content=model)
+    theirs.allocate_tensors()
+    out = theirs.get_output_details()[0]["index"]
+    expected = []
+    for k, x in enumerate(steps):
+        if k == 2:
+            theirs.reset_all_variables()
+        theirs.set_tensor(theirs.get_input_details()[0]["index"], x)
+        theirs.invoke()
+        expected.append(theirs.get_tensor(out))
+    record = run(tmp_path, path, backend, steps, [out], open_at=3, reset_at=2)
+    assert record["after_allocate"] == "compiling"
+    assert record["paths"] == ["litert"] * 3 + ["delegate"] * 3
+    assert record["waited"] is True and not record["warnings"]
+    for k, (got, want) in enumerate(zip(record["tensors"], expected)):
+        ours = np.array(got[str(out)], np.float32)
+        if k < 3:
+            np.testing.assert_array_equal(ours, want, err_msg=f"{backend}, invoke {k} on LiteRT")
+        else:
+            assert_float_close(ours, want, what=f"{backend}, invoke {k} on the delegate")
+
+
+def test_auto_on_a_gpu_answers_while_compiling_by_default_and_named_backends_wait(demo, tmp_path):
+    """`auto` where it chose a GPU: the first answers come from LiteRT at once (the option's
+    default); a backend named keeps tf.lite's contract: allocate_tensors() returns with the
+    kernels loaded, and the delegate answers the first invoke."""
+    path, steps, output, expected = demo
+    auto = run(tmp_path, path, "auto", steps, [output], open_at=2, auto_picks="vulkan",
+               default_option=True)
+    assert auto["after_allocate"] == "compiling" and auto["paths"] == ["litert"] * 2 + ["delegate"]
+    for got, want in zip(auto["tensors"], expected):
+        assert_float_close(np.array(got[str(output)], np.float32), want, what="auto")
+    (tmp_path / "named").mkdir()
+    named = run(tmp_path / "named", path, "vulkan", steps, [output], open_at=0, default_option=True,
+                no_gate=True)
+    assert named["after_allocate"] == "ready" and named["paths"] == ["delegate"] * 3
+
+
+def test_preserve_all_tensors_answers_on_numpy_which_keeps_the_intermediates(demo, tmp_path):
+    """LiteRT keeps no intermediates between invokes: with experimental_preserve_all_tensors
+    the answers while compiling come from numpy, so get_tensor reads every intermediate."""
+    path, steps, output, expected = demo
+    record = run(tmp_path, path, "cpu", steps[:1], [output], open_at=99, preserve=True)
+    assert record["paths"] == ["reference"]
+
+
 def test_a_failed_background_compile_warns_keeps_answering_and_wait_raises(demo, tmp_path):
     path, steps, output, expected = demo
     """The compile raises: the invoke after it ended warns (once) and every invoke answers on
-    the reference path; wait_for_kernels() raises the compile's exception."""
+    the CPU (LiteRT's kernels); wait_for_kernels() raises the compile's exception."""
     record = run(tmp_path, path, "cpu", steps, [output], open_at=1, fail=True, join=True)
-    assert record["paths"] == ["reference"] * 3
+    assert record["paths"] == ["litert"] * 3
     assert record["wait_error"] == "RuntimeError: the compile broke on purpose"
     assert record["kernels"] == "failed (RuntimeError: the compile broke on purpose)"
     failed = [w for w in record["warnings"] if "compiling this model's kernels failed" in w]
     assert len(failed) == 1, record["warnings"]
-    for got, want in zip(record["tensors"], expected):
-        np.testing.assert_array_equal(np.array(got[str(output)], np.float32), want)
+    for got, want in zip(record["tensors"], expected):     # LiteRT's, against numpy's
+        assert_float_close(np.array(got[str(output)], np.float32), want, what="LiteRT while failed")
 
 
 def test_a_warm_cache_runs_the_delegate_from_the_first_invoke(demo, tmp_path):
@@ -166,11 +237,11 @@ def test_a_warm_cache_runs_the_delegate_from_the_first_invoke(demo, tmp_path):
 
 def test_llvm_archs_load_cached_modules_in_the_background_too(demo, tmp_path):
     """cpu (and cuda): loading a cached module compiles its machine code, seconds per kernel,
-    so a warm start answers on the reference path while that runs too."""
+    so a warm start answers on the CPU (LiteRT) while that runs too."""
     path, steps, output, expected = demo
     run(tmp_path, path, "cpu", steps, [output], open_at=0)
     warm = run(tmp_path, path, "cpu", steps, [output], open_at=1, gate_loads=True)
-    assert warm["after_allocate"] == "compiling" and warm["paths"] == ["reference"] + ["delegate"] * 2
+    assert warm["after_allocate"] == "compiling" and warm["paths"] == ["litert"] + ["delegate"] * 2
     assert warm["waited"] is True and warm["kernels"] == "ready"
     for got, want in zip(warm["tensors"][1:], expected[1:]):
         np.testing.assert_allclose(np.array(got[str(output)], np.float32), want, rtol=1e-5, atol=1e-6)

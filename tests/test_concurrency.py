@@ -110,18 +110,22 @@ def one_interpreter(backend: str, threads: int = 3, calls: int = 8) -> None:
     it.allocate_tensors()
     runner = it.get_signature_runner()
     state, active, overlaps = it._main, [0], []
-    original = state._invoke
 
-    def instrumented():
-        active[0] += 1
-        if active[0] > 1:
-            overlaps.append(active[0])
-        time.sleep(0.002)               # a window for another thread to enter, were it unlocked
-        try:
-            original()
-        finally:
-            active[0] -= 1
-    state._invoke = instrumented
+    def counted(original):
+        def instrumented(*args):
+            active[0] += 1
+            if active[0] > 1:
+                overlaps.append(active[0])
+            time.sleep(0.002)           # a window for another thread to enter, were it unlocked
+            try:
+                return original(*args)
+            finally:
+                active[0] -= 1
+        return instrumented
+    # every way an invoke reaches the graph: ours, LiteRT's (and its lean path: executor.
+    # SubgraphState.invoke_litert_lean, which Interpreter.invoke calls straight)
+    for name in ("_invoke", "_invoke_litert", "invoke_litert_lean"):
+        setattr(state, name, counted(getattr(state, name)))
 
     def work(i, barrier):
         barrier.wait()
@@ -143,13 +147,35 @@ def test_one_interpreter_from_several_threads_reference():
     one_interpreter("reference")
 
 
-def test_the_lock_is_what_serialises(monkeypatch):
+def test_two_interpreters_in_two_threads_litert():
+    two_interpreters("litert")
+
+
+def test_one_interpreter_from_several_threads_litert():
+    """The lean path (set_tensor / invoke / get_tensor straight to LiteRT) holds the lock too."""
+    one_interpreter("litert")
+
+
+@pytest.mark.parametrize("backend", ["reference", "litert"])
+def test_the_lock_is_what_serialises(monkeypatch, backend):
     """The overlap check can fail: without the interpreter's lock, invokes do overlap."""
-    import contextlib
     import tflite_taichi.interpreter as interp
-    monkeypatch.setattr(interp.threading, "RLock", lambda: contextlib.nullcontext())
+
+    class NoLock:
+        def acquire(self):
+            return True
+
+        def release(self):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+    monkeypatch.setattr(interp.threading, "RLock", NoLock)
     with pytest.raises(AssertionError):        # mixed-up outputs, or overlapping invokes
-        one_interpreter("reference", threads=3, calls=3)
+        one_interpreter(backend, threads=3, calls=3)
 
 
 def run_all(backend: str) -> dict:

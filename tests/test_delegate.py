@@ -44,8 +44,9 @@ def test_an_op_the_delegate_refuses_splits_the_model(taichi_workers):
     for backend, s in summaries.items():
         assert [p["ops"] for p in s["partitions"]] == [[0, 1], [3, 4]], backend
         assert s["ops_delegated"] == 4 and s["ops_total"] == 5
-        assert s["fallback"] == [{"index": 2, "op": "CUSTOM:CpuOnlyAbs",
-                                  "reason": "no Taichi implementation of this op yet"}]
+        assert s["fallback"] == [{"index": 2, "op": "CUSTOM:CpuOnlyAbs",      # LiteRT lacks it
+                                  "reason": "no Taichi implementation of this op yet",
+                                  "runs_on": "numpy"}]
         assert ("WARNING: op code #2 (CUSTOM:CpuOnlyAbs) cannot be handled by this delegate: "
                 "no Taichi implementation of this op yet") in s["warnings"]
         where = ("the delegate's cpu backend (Taichi on the CPU, no GPU)" if backend == "cpu"
@@ -69,7 +70,8 @@ def test_a_float64_constant_stays_on_the_cpu_with_its_name(taichi_workers):
     summaries = check_delegate(b.finish(), taichi_workers, expect_all_delegated=False)
     for backend, s in summaries.items():
         assert s["fallback"] == [{"index": 0, "op": "CONV_2D", "reason": (
-            "constant 'filter64' is float64; the delegate's weights are float32 (or float16)")}], backend
+            "constant 'filter64' is float64; the delegate's weights are float32 (or float16)"),
+            "runs_on": "numpy"}], backend      # LiteRT's CONV_2D has no float64 filter either
 
 
 def test_partitions_follow_dependencies_not_graph_order(taichi_workers):

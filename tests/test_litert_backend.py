@@ -20,7 +20,8 @@ from cases.signatures import two_signature_model
 from cases.state import accumulator_model, nabu_sequence
 from tflite_taichi import Interpreter, litert_cpu
 from tflite_taichi.builder import RESOURCE, ModelBuilder
-from tflite_taichi.errors import BackendUnavailable, InputError, InterpreterStateError, ModelError
+from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError, ModelError,
+                                  NotReadyError)
 from tflite_taichi.testing import model_random_inputs
 
 THREADS = 2
@@ -703,3 +704,117 @@ def test_an_omitted_input_runs_on_litert_where_its_kernel_checks_for_it():
 
 if __name__ == "__main__" and sys.argv[1:2] == ["fuzz-child"]:
     _fuzz_child(*(int(a) for a in sys.argv[2:5]))
+
+
+# -- 8. where the io data lives: LiteRT's tensors, until a view is handed out ------------------
+# set_tensor / get_tensor copy straight into and out of LiteRT's tensors (the lean path,
+# executor.SubgraphState.litert_lean); every other way in or out must see the same data
+def test_inputs_set_on_the_lean_path_are_what_every_other_path_sees():
+    model, _mid = _unary_chain()
+    ours = _ours(model)
+    x = np.array([[1, -2, 3], [-4, 5, -6]], np.float32)
+    ours.set_tensor(0, x)
+    np.testing.assert_array_equal(ours.get_tensor(0), x)               # read back before invoke
+    y_index = ours.get_output_details()[0]["index"]
+    np.testing.assert_array_equal(ours.get_tensor(y_index), np.zeros((2, 3), np.float32))
+    ours.invoke()
+    want = np.maximum(x, 0) * 2
+    np.testing.assert_array_equal(ours.get_tensor(y_index), want)
+    x_view, y_view = ours.tensor(0)(), ours.tensor(y_index)()           # the data moves to the views
+    np.testing.assert_array_equal(x_view, x)
+    np.testing.assert_array_equal(y_view, want)
+    ours.set_tensor(0, -x)                  # set_tensor after a view: the view shows it
+    np.testing.assert_array_equal(x_view, -x)
+    ours.invoke()
+    np.testing.assert_array_equal(y_view, np.maximum(-x, 0) * 2)
+    np.testing.assert_array_equal(ours.get_tensor(y_index), np.maximum(-x, 0) * 2)
+
+
+def test_the_other_byte_order_and_other_index_types_take_the_checked_path():
+    model, _mid = _unary_chain()
+    ours, theirs = _ours(model), _theirs(model)
+    x = np.array([[1.5, -2, 3], [-4, 5.25, -6]], np.float32)
+    y_index = ours.get_output_details()[0]["index"]
+    ours.set_tensor(np.int64(0), x.astype(">f4"))       # values converted, not bytes reread
+    ours.invoke()
+    want = _run(theirs, [x])[0]
+    np.testing.assert_array_equal(ours.get_tensor(np.int32(y_index)), want)
+    for bad in (0.0, "0", None):
+        with pytest.raises(InputError, match="out of range"):
+            ours.set_tensor(bad, x)
+        with pytest.raises(InputError, match="out of range"):
+            ours.get_tensor(bad if bad != 0.0 else float(y_index))
+    with pytest.raises(InputError, match="neither an input nor an output"):
+        ours.set_tensor(_mid, x)
+    with pytest.raises(InputError, match=r"got shape \[1, 6\], expected \[2, 3\]"):
+        ours.set_tensor(0, x.reshape(1, 6))
+    with pytest.raises(InputError, match="got float64 data"):
+        ours.set_tensor(0, [[1.0, 2, 3], [4, 5, 6]])
+    ours.set_tensor(0, x[:, ::-1])                      # a strided view: its values, in order
+    ours.invoke()
+    np.testing.assert_array_equal(ours.get_tensor(y_index), np.maximum(x[:, ::-1], 0) * 2)
+
+
+def test_an_output_set_by_the_caller_reads_back_until_the_next_invoke():
+    model, _mid = _unary_chain()
+    ours = _ours(model)
+    y_index = ours.get_output_details()[0]["index"]
+    ours.set_tensor(y_index, np.full((2, 3), 9, np.float32))
+    np.testing.assert_array_equal(ours.get_tensor(y_index), np.full((2, 3), 9, np.float32))
+    ours.set_tensor(0, np.ones((2, 3), np.float32))
+    ours.invoke()
+    np.testing.assert_array_equal(ours.get_tensor(y_index), np.full((2, 3), 2, np.float32))
+
+
+def test_inputs_survive_close_and_a_resize_that_does_not_fit():
+    model = _dynamic_batch()
+    ours, reference = _ours(model), Interpreter(model_content=model, backend="reference")
+    reference.allocate_tensors()
+    x = np.array([[1, -2, 3, -4]], np.float32)
+    out = ours.get_output_details()[0]["index"]
+    for it in (ours, reference):
+        it.set_tensor(0, x)
+        it.invoke()
+    want = reference.get_tensor(out)
+    ours.close()
+    ours.allocate_tensors()                 # same shapes: the input set before close() stays
+    ours.invoke()
+    np.testing.assert_array_equal(ours.get_tensor(out), want)
+    ours.resize_tensor_input(0, [1, 5])     # FULLY_CONNECTED's weights take 4 features
+    with pytest.raises(InputError, match="does not fit the model"):
+        ours.allocate_tensors()
+    np.testing.assert_array_equal(ours.get_tensor(0), x)
+    ours.invoke()
+    np.testing.assert_array_equal(ours.get_tensor(out), want)
+    ours.resize_tensor_input(0, [1, 4])
+    with pytest.raises(NotReadyError, match="before allocate_tensors"):
+        ours.set_tensor(0, x)               # a resize asks for allocate_tensors first
+    with pytest.raises(NotReadyError, match="before allocate_tensors"):
+        ours.invoke()
+
+
+def test_a_resize_litert_refuses_puts_litert_back_with_the_inputs(monkeypatch):
+    """LiteRT resized its tensors, then the allocation failed: the interpreter keeps its previous
+    shapes (executor.SubgraphState.allocate), so LiteRT's tensors must go back to them too,
+    holding the inputs set before."""
+    model = _dynamic_batch()
+    ours = _ours(model)
+    x = np.array([[1, -2, 3, -4]], np.float32)
+    out = ours.get_output_details()[0]["index"]
+    ours.set_tensor(0, x)
+    ours.invoke()
+    want = ours.get_tensor(out)
+    real = litert_cpu.LiteRTModel.allocate
+
+    def allocates_then_fails(self, subgraph, shapes):
+        real(self, subgraph, shapes)
+        if any(s[0] == 3 for s in shapes.values()):
+            raise BackendUnavailable("planted: LiteRT cannot allocate this")
+    monkeypatch.setattr(litert_cpu.LiteRTModel, "allocate", allocates_then_fails)
+    ours.resize_tensor_input(0, [3, 4])
+    with pytest.raises(BackendUnavailable, match="planted"):
+        ours.allocate_tensors()
+    ours.invoke()
+    got = ours.get_tensor(out)
+    assert got.shape == (1, 3), got.shape
+    np.testing.assert_array_equal(got, want)

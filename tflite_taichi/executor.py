@@ -18,8 +18,10 @@ from typing import Optional
 import numpy as np
 
 from tflite_taichi import graph as graph_mod
-from tflite_taichi.errors import (InputError, InterpreterStateError, ModelError, NotReadyError,
-                                  TensorTooLargeError)
+from tflite_taichi.auto_choice import Chooser
+from tflite_taichi.litert_cpu import litert_invoke_error
+from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError, ModelError,
+                                  NotReadyError, TensorTooLargeError)
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 from tflite_taichi.variables import Variables
 
@@ -34,7 +36,13 @@ class DelegateOptions:
     profile: bool = False
     preserve_all: bool = False          # copy every delegated tensor back for get_tensor
     reference_ops: frozenset = frozenset()  # op names kept on numpy (`auto` without a GPU)
-    background: bool = False            # answer on numpy while the kernels compile
+    background: bool = False            # answer on the CPU while the kernels compile
+    # `auto` on a GPU with LiteRT to answer meanwhile: time both sides' first invokes and run
+    # on the faster from then on (auto_choice.py)
+    choose: bool = False
+    # (islands, specs, dynamic) -> litert_islands.IslandRunner: the schedule's CPU steps on
+    # LiteRT's kernels (Taichi backends where LiteRT is installed; None: on numpy)
+    litert_islands: object = None
     threads: int = 0                    # Taichi's CPU loops' budget (costs.cpu_loop_threads)
     cost_backend: Optional[str] = None  # `auto` on a GPU: what numpy runs faster stays on the CPU
     cache: object = None                # runtime.cache.ModelCache (Taichi backends)
@@ -306,6 +314,8 @@ class ModelRuntime:
         """The model on LiteRT's CPU kernels (backend 'litert'), None on other backends."""
         if self._litert is None and self._litert_factory is not None:
             self._litert = self._litert_factory()
+            if self._litert is None:            # refused (the factory kept why): not again
+                self._litert_factory = None
         return self._litert
 
     def close(self) -> None:
@@ -383,6 +393,10 @@ class SubgraphState:
         self.input_shapes = {}          # resized inputs: tensor index -> shape
         self.prepared = None            # PreparedGraph after allocate_tensors
         self.schedule = None            # partitions and CPU steps (Taichi backends)
+        # what run_schedule runs when the program answers: the schedule's items with runs of
+        # CPU steps as LiteRT islands (_plan_islands), or None (the schedule's own)
+        self.run_items = None
+        self.islands_refused = None     # why LiteRT does not run this schedule's CPU steps
         self.program = None             # delegate.Program: the partitions on the device
         self.io = {}                    # input/output tensor index -> array in the model's dtype
         self.values = {}                # float views from the last invoke
@@ -396,12 +410,26 @@ class SubgraphState:
         self.failed = None              # why the last invoke() failed ("Type: message"), or None
         self.closed = False             # close() freed the device memory
         self._answering = None          # the program that ran the last invoke (None: reference)
-        self.answered_by = None         # 'delegate' or 'reference': which path ran the last invoke
+        # which path ran the last invoke: 'delegate', 'reference' (numpy) or 'litert' (LiteRT's
+        # CPU kernels: backend 'litert', or the answers while the kernels compile)
+        self.answered_by = None
         self._lean = (None, None)       # (program, its lean_step or None): see lean_step
+        self._interim = None            # see _interim_litert
+        # `auto`'s measurement of this subgraph's two sides (auto_choice.Chooser), once it has a
+        # program; its choice, once made, holds for the interpreter's lifetime
+        self.chooser = None
+        # backend 'litert': LiteRT's tensors hold the inputs and outputs (set_tensor writes
+        # them there, get_tensor reads them there: one copy each, as in LiteRT) until
+        # Interpreter.tensor() hands out a live view of an io array; from then on the io arrays
+        # hold them and each invoke copies them across (a view may be written at any time)
+        self.views_given = False
+        # while LiteRT holds them: (LiteRT's wrapper, {input: dtype}, outputs) for the
+        # Interpreter's lean set_tensor / invoke / get_tensor (see litert_lean); else None
+        self.litert_lean = None
 
     # what allocate() puts back when a resize does not fit (the last invoke's values, which a
     # failed _allocate never reaches, stay as they are)
-    _KEPT = ("input_shapes", "prepared", "schedule", "program", "io")
+    _KEPT = ("input_shapes", "prepared", "schedule", "program", "io", "run_items", "islands_refused")
 
     def allocate(self):
         """Prepare (and on a Taichi backend plan and compile) for the current input shapes. If
@@ -409,6 +437,8 @@ class SubgraphState:
         back (its input shapes included), so the interpreter stays usable, and the error says
         which resize did not fit; a first allocate's error passes as it is."""
         good = self._good
+        self._take_io_from_litert(outputs=False)    # the inputs set so far, kept if they fit
+        self.litert_lean = None
         try:
             if self.runtime is None:
                 self._allocate()
@@ -428,6 +458,7 @@ class SubgraphState:
                 for name in self._KEPT:
                     setattr(self, name, good[name])
                 self.input_shapes = dict(previous)
+                self._restore_litert()
             # MemoryError: numpy could not allocate the resized tensors (a ModelError covers
             # limits we check ourselves); either way the resize is what does not fit
             if not tried or not isinstance(e, (ModelError, MemoryError)):
@@ -452,6 +483,7 @@ class SubgraphState:
         else:
             self.prepared = graph_mod.prepare(self.subgraph, self.resolved, self.input_shapes)
         self.schedule, self.program = None, None
+        self.run_items, self.islands_refused = None, None
         variables = Variables()         # this allocation's variable tensors (reset below)
         if self.options.backend not in ("reference", "litert"):
             from tflite_taichi.delegate import Program
@@ -469,6 +501,7 @@ class SubgraphState:
                                        cpu_threads=self.options.threads,
                                        variables=getattr(self.runtime, "resources", None),
                                        state=variables)
+        self.run_items, self.islands_refused = self._plan_islands()
         old = self.io
         self.io = {}
         for t in list(self.subgraph.inputs) + list(self.subgraph.outputs):
@@ -481,16 +514,118 @@ class SubgraphState:
         if self.options.backend == "litert":
             litert = self.runtime.litert
             litert.allocate(self.subgraph.index, {t: self.io[t].shape for t in self.subgraph.inputs})
-            litert.check_shapes(self.subgraph.index, {
-                t: spec.shape for t, spec in self.prepared.specs.items()
-                if t not in self.prepared.dynamic and self.subgraph.tensors[t].dtype is not None})
+            litert.check_shapes(self.subgraph.index, self._static_shapes())
+            self._give_io_to_litert()
         self.variables = variables
         self.reset_variables()          # as LiteRT's AllocateTensors
         self.values = {}
         self.invoked = False
         self._answering, self.answered_by = None, None
         self._lean = (None, None)
+        self._interim = None            # LiteRT not yet allocated for these shapes (_interim_litert)
         self.timings, self.kernel_timings = {}, {}
+
+    # -- the CPU steps of a schedule: islands on LiteRT's kernels ----------------------------------
+    def _plan_islands(self) -> tuple:
+        """(the items run_schedule runs when the program answers: the schedule's, each run of
+        CPU steps LiteRT can take replaced by one litert_islands.IslandStep; why LiteRT does
+        not run them, or None). Not with profile=True (its table times each op) nor
+        experimental_preserve_all_tensors (LiteRT keeps no island's intermediates)."""
+        make = self.options.litert_islands
+        if (make is None or self.program is None or self.options.profile
+                or self.options.preserve_all):
+            return None, None
+        from tflite_taichi.litert_islands import IslandStep, island_runs
+        runs = island_runs(self.model, self.subgraph.index, self.schedule.items)
+        if not runs:
+            return None, None
+        try:
+            runner = make([island for _, _, island in runs], self.prepared.specs,
+                          frozenset(self.prepared.dynamic))
+        except (BackendUnavailable, ModelError, InputError) as e:
+            return None, str(e)
+        items = list(self.schedule.items)
+        for k, (start, count, _island) in reversed(list(enumerate(runs))):
+            items[start:start + count] = [IslandStep(runner, k, items[start:start + count])]
+        return items, None
+
+    def islands(self) -> list:
+        """The op indices each LiteRT island of the schedule runs (summary, inspect)."""
+        return [[step.op.index for step in item.replaces]
+                for item in (self.run_items or ()) if hasattr(item, "replaces")]
+
+    # -- backend 'litert': where the io data lives ----------------------------------------------
+    def _litert_holds_io(self) -> bool:
+        return self.options.backend == "litert" and not self.views_given
+
+    def _give_io_to_litert(self) -> None:
+        """After LiteRT's allocation: the inputs (kept or zeros) into LiteRT's tensors, which
+        hold them from here while no view is out; the lean path's table for them."""
+        if not self._litert_holds_io():
+            return
+        litert, index = self.runtime.litert, self.subgraph.index
+        for t in self.subgraph.inputs:
+            litert.write(t, self.io[t], index)
+        self.litert_lean = (litert.wrapper, {
+            t: self.io[t].dtype for t in self.subgraph.inputs if self.io[t].dtype.kind in "biufc"},
+            frozenset(self.subgraph.outputs))
+
+    def _take_io_from_litert(self, outputs: bool) -> None:
+        """What LiteRT holds into the io arrays: the inputs (and, after an invoke, the
+        outputs, where `outputs`), before LiteRT's tensors are resized or freed, or when the io
+        arrays start holding the data (a view handed out)."""
+        if not (self._litert_holds_io() and self._good is not None and self.runtime.litert is not None):
+            return
+        litert, index = self.runtime.litert, self.subgraph.index
+        for t in self.subgraph.inputs:
+            np.copyto(self.io[t], litert.read(t, index))
+        if outputs and self.invoked:
+            for t in self.subgraph.outputs:
+                value = litert.read(t, index)
+                if value.shape == self.io[t].shape:
+                    np.copyto(self.io[t], value)
+                else:               # a data-dependent shape: this invoke's
+                    self.io[t] = value
+
+    def _restore_litert(self) -> None:
+        """After a resize that did not fit: LiteRT's tensors back to the kept shapes, the kept
+        inputs in them (best effort: if LiteRT cannot, the next invoke says so)."""
+        if self.options.backend != "litert" or self.prepared is None:
+            return
+        try:
+            self.runtime.litert.allocate(self.subgraph.index,
+                                         {t: self.io[t].shape for t in self.subgraph.inputs})
+        except (BackendUnavailable, InputError):
+            return
+        self._give_io_to_litert()
+
+    def unprepare(self) -> None:
+        """An input was resized: allocate() must run again before anything else."""
+        self.prepared, self.litert_lean = None, None
+
+    def hand_out_views(self) -> None:
+        """Interpreter.tensor(): the io arrays hold the data from now on (a live view may be
+        written at any time, so each invoke copies the inputs across)."""
+        if self.views_given:
+            return
+        self._take_io_from_litert(outputs=True)
+        self.views_given, self.litert_lean = True, None
+
+    def io_shape(self, t) -> tuple:
+        """The current shape of input or output `t` (an output's changes with the data)."""
+        if self._litert_holds_io() and self.invoked and self.prepared is not None:
+            return self.runtime.litert.shape(t, self.subgraph.index)
+        return self.io[t].shape
+
+    def set_io(self, t, value) -> None:
+        """An input's (or output's) data, checked by the caller: `value` in the model's dtype
+        (either byte order) and shape."""
+        if not self._litert_holds_io():
+            np.copyto(self.io[t], value)
+            return
+        self.runtime.litert.write(t, np.asarray(value, dtype=self.io[t].dtype), self.subgraph.index)
+        if t not in self.subgraph.inputs:   # an output: its data until the next invoke
+            np.copyto(self.io[t], value)
 
     def reset_variables(self):
         """Variable tensors (an LSTM's state) back to their values in the model (or zeros)."""
@@ -513,12 +648,14 @@ class SubgraphState:
         # outputs straight into the io arrays, where they fit
         device = program.start_invoke(values, {t: self.io[t] for t in self.subgraph.outputs})
         profiling = self.options.profile
-        return run_schedule(self.schedule.items, values, host, device,
+        return run_schedule(self.run_items or self.schedule.items, values, host, device,
                             self.timings if profiling else None,
                             self.kernel_timings if profiling else None)
 
     def close(self) -> None:
         """Free the device memory and kernels (the interpreter must be allocated again)."""
+        self._take_io_from_litert(outputs=False)    # LiteRT's tensors may go: the inputs stay
+        self.litert_lean = None
         self.closed = True
         for program in {id(p): p for p in (self.program, (self._good or {}).get("program"))
                         if p is not None}.values():
@@ -544,20 +681,72 @@ class SubgraphState:
             if self.options.backend == "litert":
                 self._invoke_litert()
                 return
-            lean = self.lean_step()
-            if lean is not None:        # no numpy arithmetic: no floating-point warnings to mute
-                self.values, self.invoked = {}, False
-                lean()
-                self.answered_by, self.invoked = "delegate", True
+            if self.chooser is not None or (self.options.choose and self.program is not None):
+                self._invoke_choosing()
                 return
-            # NaN and Inf in the data are values, not errors (LiteRT neither warns nor stops):
-            # numpy's floating-point warnings are off while the graph runs
-            with np.errstate(all="ignore"):
-                self._invoke()
+            self._invoke_any()
         except BaseException as e:
             self.values, self.invoked = {}, False
             self.failed = f"{type(e).__name__}: {e}"
             raise
+
+    def _invoke_any(self):
+        """One invoke on whatever answers now: the delegate (its lean step where it can take
+        it), or the CPU while its kernels compile."""
+        lean = self.lean_step()
+        if lean is not None:            # no numpy arithmetic: no floating-point warnings to mute
+            self.values, self.invoked = {}, False
+            lean()
+            self.answered_by, self.invoked = "delegate", True
+            return
+        # NaN and Inf in the data are values, not errors (LiteRT neither warns nor stops):
+        # numpy's floating-point warnings are off while the graph runs
+        with np.errstate(all="ignore"):
+            self._invoke()
+
+    def _invoke_choosing(self):
+        """`auto` on a GPU (DelegateOptions.choose): the side auto_choice chose answers; until
+        it has chosen, whichever answers now does, timed, and once the GPU's first invokes are
+        in, the choice is made (LiteRT timed beside them where its interim answers were too
+        few) and kept in the kernel cache for the next process."""
+        chooser = self.chooser
+        if chooser is None:
+            chooser = self.chooser = Chooser()
+        if chooser.choice is not None:
+            litert = self._interim_litert() if chooser.choice.runs_on == "litert" else None
+            if litert is not None:
+                self._invoke_interim(litert)
+            else:
+                self._invoke_any()
+            return
+        start = time.perf_counter()
+        self._invoke_any()
+        chooser.add(self.answered_by, time.perf_counter() - start)
+        if chooser.gpu_timed():
+            self._choose(chooser)
+
+    def _choose(self, chooser) -> None:
+        litert = self._interim_litert()
+        if litert is None:          # LiteRT cannot run these shapes: the GPU it is
+            chooser.litert = [float("inf")]
+        for _ in range(chooser.litert_missing()):
+            chooser.add("litert", self._time_litert(litert))
+        choice = chooser.decide()
+        cache = self.options.cache
+        if cache is not None:
+            cache.remember_choice(self.subgraph.index, choice)
+
+    def _time_litert(self, litert) -> float:
+        """One LiteRT invoke of the inputs and state the host holds, answering nothing (its
+        outputs and state are dropped): a step time beside the GPU's."""
+        sg = self.subgraph
+        state = list(self.prepared.variables or {})
+        self._answering = None          # the host's state, in the model's dtypes (no device codes)
+        inputs = [(t, self.io[t]) for t in sg.inputs]
+        inputs += [(t, np.ascontiguousarray(self._to_model_dtype(t, self.variables[t]))) for t in state]
+        start = time.perf_counter()
+        litert.run(sg.index, inputs, list(sg.outputs))
+        return time.perf_counter() - start
 
     def answering_program(self):
         """The program that runs the next invoke: None when there is none, or while its kernels
@@ -590,8 +779,13 @@ class SubgraphState:
                 and self.runtime.has_run_init(init(item.node.options)))
 
     def _invoke(self):
-        feeds = {}
         program = self._answering = self.answering_program()
+        if program is None and self.program is not None:    # its kernels are compiling
+            interim = self._interim_litert()
+            if interim is not None:
+                self._invoke_interim(interim)
+                return
+        feeds = {}
         # inputs the delegate takes as integer codes go as they are (its kernels dequantize them)
         codes = program.layout.codes if program is not None else ()
         for t in self.subgraph.inputs:
@@ -619,17 +813,80 @@ class SubgraphState:
         self.invoked = True
 
     def _invoke_litert(self):
-        """The whole subgraph on LiteRT's CPU kernels: inputs in the model's dtypes in, outputs
-        back into the io arrays (a data-dependent shape replaces its array)."""
+        """The whole subgraph on LiteRT's CPU kernels. While LiteRT holds the io data, only its
+        invoke; else the inputs in from the io arrays and the outputs back into them (a
+        data-dependent shape replaces its array)."""
         self.values, self.invoked = {}, False
         sg, io = self.subgraph, self.io
-        outputs = self.runtime.litert.run(sg.index, [(t, io[t]) for t in sg.inputs], sg.outputs)
-        for t, value in zip(sg.outputs, outputs):
-            held = io[t]
+        litert = self.runtime.litert
+        if self._litert_holds_io():
+            litert.invoke(sg.index)
+        else:
+            outputs = litert.run(sg.index, [(t, io[t]) for t in sg.inputs], sg.outputs)
+            for t, value in zip(sg.outputs, outputs):
+                held = io[t]
+                if value.shape == held.shape:
+                    np.copyto(held, value)      # into the array a tensor(i)() view holds
+                else:
+                    io[t] = value
+        self.answered_by, self.invoked = "litert", True
+
+    def _interim_litert(self):
+        """The model on LiteRT's CPU kernels, allocated for this allocation's shapes, to answer
+        while the kernels compile (Interpreter._interim_litert); None: numpy answers."""
+        if self._interim is None:
+            self._interim = False
+            litert = self.runtime.litert if self.runtime is not None else None
+            if litert is not None:
+                try:
+                    litert.allocate(self.subgraph.index, {t: self.io[t].shape for t in self.subgraph.inputs})
+                    litert.check_shapes(self.subgraph.index, self._static_shapes())
+                    self._interim = True
+                except (BackendUnavailable, InputError, ModelError):
+                    pass        # LiteRT does not take these shapes: numpy answers
+        return self.runtime.litert if self._interim else None
+
+    def _static_shapes(self) -> dict:
+        """Every data tensor's shape that does not depend on the data (ours, from prepare)."""
+        return {t: spec.shape for t, spec in self.prepared.specs.items()
+                if t not in self.prepared.dynamic and self.subgraph.tensors[t].dtype is not None}
+
+    def _invoke_interim(self, litert) -> None:
+        """One invoke on LiteRT while the kernels compile, as the delegate would answer it: the
+        inputs, and the variable tensors' state (an LSTM's h and c, as the host holds them),
+        in; the outputs and the new state out, to the host, where the delegate's first invoke
+        takes it up (Variables: a host write makes the device's copies stale)."""
+        sg = self.subgraph
+        state = list(self.prepared.variables or {})
+        self._answering = None          # the host's state, in the model's dtypes (no device codes)
+        inputs = [(t, self.io[t]) for t in sg.inputs]
+        inputs += [(t, np.ascontiguousarray(self._to_model_dtype(t, self.variables[t]))) for t in state]
+        self.values, self.invoked = {}, False
+        values = litert.run(sg.index, inputs, list(sg.outputs) + state)
+        for t, value in zip(sg.outputs, values):
+            held = self.io[t]
             if value.shape == held.shape:
-                np.copyto(held, value)      # into the array a tensor(i)() view holds
-            else:
-                io[t] = value
+                np.copyto(held, value)
+            else:                   # a data-dependent shape: this invoke's
+                self.io[t] = value
+        for t, value in zip(state, values[len(sg.outputs):]):
+            tensor = sg.tensors[t]
+            self.variables[t] = (dequantize(value, tensor.quantization)
+                                 if is_float_view(tensor.dtype, tensor.quantization) else value)
+        self.answered_by, self.invoked = "litert", True
+
+    def invoke_litert_lean(self, wrapper) -> None:
+        """invoke() while LiteRT holds the io data (`wrapper`: litert_lean's): the same as
+        invoke() -> _invoke_litert, with nothing else on the way (a model of a few
+        microseconds is mostly this path)."""
+        self.failed, self.invoked = None, False
+        try:
+            wrapper.Invoke(self.subgraph.index)
+        except BaseException as e:
+            self.failed = f"{type(e).__name__}: {e}"
+            if isinstance(e, (ValueError, RuntimeError)):
+                raise litert_invoke_error(e, self.subgraph.index) from None
+            raise
         self.answered_by, self.invoked = "litert", True
 
     def _read_litert(self, t, name):
@@ -676,6 +933,8 @@ class SubgraphState:
                 "fix the inputs and invoke() again")
         self.require_value(t)
         if t in self.io:
+            if self._litert_holds_io() and (self.invoked or t in self.subgraph.inputs):
+                return self.runtime.litert.read(t, self.subgraph.index)
             return self.io[t].copy()
         if self.options.backend == "litert" and not (
                 self.prepared is not None and t in self.prepared.constants):
@@ -698,6 +957,16 @@ def cpu_step(runtime=None, state=None):
     """run(step, values): one step on numpy, its inputs from `values`, its outputs into it
     (`state`: the variable tensors a step that updates them overwrites)."""
     def run(step, values: dict) -> None:
+        if hasattr(step, "replaces"):       # an island: LiteRT runs its steps
+            try:
+                step.run(values)
+                return
+            except InterpreterStateError:
+                # LiteRT refused this invoke's data (a GATHER index out of range): its steps
+                # on numpy, which names the op and the value (or answers, if LiteRT erred)
+                for inner in step.replaces:
+                    run(inner, values)
+                return
         inputs = [values[t] if t != -1 else None for t in step.op.inputs]
         for t, v in zip(step.op.outputs, graph_mod.run_step(step, inputs, runtime, state)):
             values[t] = v

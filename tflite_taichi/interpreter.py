@@ -65,6 +65,13 @@ def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = N
     return backend
 
 
+def _answers_while_compiling_by_default(requested: str, resolved: str) -> bool:
+    """`auto` on a GPU, with LiteRT to answer meanwhile: a cold compile (seconds to minutes) or
+    a warm cuda load (seconds) no longer holds up the first result."""
+    from tflite_taichi import litert_cpu
+    return requested == "auto" and resolved not in HOST_BACKENDS + ("cpu",) and litert_cpu.available()
+
+
 class _BackendStart(threading.Thread):
     """The cache folder (CacheError if unsafe: it remembers auto's probes), the backend resolved
     and its C API runtime started (device.start_early), in a thread beside the model's read:
@@ -115,7 +122,7 @@ def _invoked_shape(state, t, declared):
     if not state.invoked:
         return declared
     if t in state.io:
-        return state.io[t].shape
+        return state.io_shape(t)
     value = state.values.get(t)
     return np.shape(value) if value is not None else declared
 
@@ -200,11 +207,13 @@ class Interpreter:
                  backend: str = "auto", precision: str = "fp32",
                  max_delegated_partitions: int = 1, profile: bool = False,
                  cache_dir=None, model_token: Optional[str] = None,
-                 max_tensor_bytes: Optional[int] = None, answer_while_compiling: bool = False):
+                 max_tensor_bytes: Optional[int] = None,
+                 answer_while_compiling: Optional[bool] = None):
         """The positional arguments are LiteRT's, in LiteRT's order (ai_edge_litert.interpreter.
         Interpreter), so code written for it runs unchanged; ours are keyword-only.
-        backend: 'auto' (the best hardware GPU backend, else Taichi's CPU), 'reference'
-        (numpy), or a Taichi arch: 'cuda', 'vulkan', 'metal', 'opengl', 'gles', 'cpu'.
+        backend: 'auto' (the best hardware GPU backend; without one, 'litert', else Taichi's
+        CPU), 'litert' (the whole model on LiteRT's CPU kernels), 'reference' (numpy), or a
+        Taichi arch: 'cuda', 'vulkan', 'metal', 'opengl', 'gles', 'cpu'.
         precision: 'fp32', or 'fp16' (f16 storage on cuda, vulkan, cpu).
         num_threads: as in LiteRT, the most threads a CPU op may use; None or -1: every core this
         process may run on; 0: one. It bounds numpy's BLAS during each invoke (one thread on the
@@ -228,9 +237,15 @@ class Interpreter:
         allocated.
         answer_while_compiling: when the kernels are not cached, allocate_tensors() returns
         without waiting for them: they compile in worker processes while invoke() answers on
-        the reference path (numpy, the same results within the stated tolerances, the same
-        state), and the first invoke after they are loaded runs them.
-        summary()["runtime"]["kernels"] says where they stand, wait_for_kernels() waits."""
+        the CPU, and the first invoke after they are loaded runs them. The CPU answers come
+        from LiteRT's kernels where it is installed and can hand the model's state across
+        (variable tensors can be; resource variables and CALL_ONCE cannot), else from numpy
+        (always with experimental_preserve_all_tensors, whose intermediates numpy keeps): the
+        same results within the stated tolerances, the same state.
+        summary()["runtime"]["kernels"] says where they stand, wait_for_kernels() waits.
+        None (default): on for backend='auto' where it chose a GPU and LiteRT is installed
+        (the first answers come at once, at LiteRT's speed), off for every backend named (the
+        synchronous tf.lite contract: allocate_tensors() returns with the kernels loaded)."""
         if (model_path is None) == (model_content is None):
             raise InputError("pass exactly one of model_path or model_content")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < -1):
@@ -258,12 +273,17 @@ class Interpreter:
         self._requested_backend = backend
         self._litert_refused = None     # why `auto` could not run the model on LiteRT
         budget = threads.resolve(num_threads)
+        if answer_while_compiling is None:
+            answer_while_compiling = _answers_while_compiling_by_default(backend, self._backend)
         litert_model = None
         if self._backend == "litert":
             litert_model = self._litert_model(model_path, model_content, budget,
                                               bool(experimental_preserve_all_tensors))
             if litert_model is None:    # auto: LiteRT refused it; Taichi's CPU backend runs it
                 self._backend = "cpu"
+        elif answer_while_compiling and self._backend != "reference":
+            litert_model = self._interim_litert(model_path, model_content, budget,
+                                                bool(experimental_preserve_all_tensors))
         self._precision = precision
         self._num_threads = num_threads
         # numpy's BLAS threads during an invoke (threads.py): the budget, or one thread where
@@ -277,17 +297,27 @@ class Interpreter:
         elif backend == "auto":         # a GPU: what numpy runs faster stays on the CPU (costs.py)
             cost_backend = self._backend
         self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)
+        self._auto_choice = None        # auto_choice.Choice an earlier process made, taken here
         if self._backend not in HOST_BACKENDS:
-            from tflite_taichi.backend import ensure_runtime
             self._cache = cache.open_model(
                 cache_root, model_token, model_path if model_path is not None else model_content,
                 self._backend, precision, max_delegated_partitions,
                 bool(experimental_preserve_all_tensors), reference_ops)
+            if backend == "auto" and self._backend != "cpu":
+                litert_model = self._taking_a_remembered_choice(
+                    litert_model, model_path, model_content, budget,
+                    bool(experimental_preserve_all_tensors))
+        if self._backend not in HOST_BACKENDS:
+            from tflite_taichi.backend import ensure_runtime
             ensure_runtime(self._backend, self._cache.root)
         self._options = DelegateOptions(
             backend=self._backend, precision=precision, max_partitions=max_delegated_partitions,
             profile=bool(profile), preserve_all=bool(experimental_preserve_all_tensors),
             reference_ops=reference_ops, background=bool(answer_while_compiling),
+            choose=(backend == "auto" and self._backend not in HOST_BACKENDS + ("cpu",)
+                    and litert_model is not None),
+            litert_islands=self._islands_on_litert(model_path, model_content, budget,
+                                                   bool(experimental_preserve_all_tensors)),
             threads=budget, cost_backend=cost_backend, cache=self._cache)
         self._lock = threading.RLock()   # see _serialised
         self._runtime = ModelRuntime(self._model, self._resolved, self._state,
@@ -297,9 +327,24 @@ class Interpreter:
         self._main = self._state(0)
         for index in init_subgraphs(self._model, self._resolved):
             self._state(index)          # prepared by allocate_tensors() with the main graph
-        self._last_invoke_s = None
 
     # -- internals -------------------------------------------------------------------------
+    def _taking_a_remembered_choice(self, litert_model, model_path, model_content, budget: int,
+                                    preserve_all: bool):
+        """`auto` on a GPU: where an earlier process measured LiteRT's CPU kernels faster on
+        this model (auto_choice.py; kept in the kernel cache's record), the whole model runs on
+        LiteRT from the start, and no GPU kernel is compiled or loaded. Returns the LiteRT factory the
+        interpreter then uses (the one given where there is no such choice, or LiteRT now
+        refuses the model)."""
+        remembered = self._cache.choice(0)
+        if remembered is None or remembered.runs_on != "litert" or preserve_all:
+            return litert_model
+        whole = self._litert_model(model_path, model_content, budget, preserve_all)
+        if whole is None:
+            return litert_model
+        self._backend, self._cache, self._auto_choice = "litert", None, remembered
+        return whole
+
     def _litert_model(self, model_path, model_content, budget: int, preserve_all: bool):
         """() -> the model on LiteRT's CPU kernels (litert_cpu.LiteRTModel), built here once to
         know that LiteRT takes the model; None where `auto` chose LiteRT and it refuses the
@@ -337,6 +382,49 @@ class Interpreter:
 
         def model():
             return made.pop() if made else litert_cpu.LiteRTModel(data, budget, preserve_all)
+        return model
+
+    def _islands_on_litert(self, model_path, model_content, budget: int, preserve_all: bool):
+        """On a Taichi backend: (islands, specs, dynamic) -> litert_islands.IslandRunner, the
+        runs of CPU steps between partitions on LiteRT's kernels, as around the official
+        delegate; None (numpy runs them) where LiteRT is not installed, or intermediates must be
+        readable (LiteRT keeps no island's)."""
+        from tflite_taichi import litert_cpu
+        if self._backend in HOST_BACKENDS or preserve_all or not litert_cpu.available():
+            return None
+        data = bytes(self._model._keepalive) if model_path is not None else bytes(model_content)
+
+        def make(islands, specs, dynamic):
+            from tflite_taichi.litert_islands import IslandRunner
+            litert_cpu.refuse_what_litert_trusts(self._model, self._resolved)
+            return IslandRunner(data, self._model, islands, budget, specs, dynamic)
+        return make
+
+    def _interim_litert(self, model_path, model_content, budget: int, preserve_all: bool):
+        """answer_while_compiling: () -> the model on LiteRT's CPU kernels, for the answers
+        while the kernels compile (made at the first such answer: a warm start never pays for
+        it), or None where numpy answers instead, as it did before LiteRT could: LiteRT is not
+        installed or refuses the model (the reason kept for summary()), intermediates must be
+        readable (experimental_preserve_all_tensors: numpy keeps them all), or the model has
+        state LiteRT cannot hand back to the delegate (resource variables, CALL_ONCE, variable
+        tensors of a called subgraph). None: no such factory."""
+        from tflite_taichi import litert_cpu
+        if preserve_all or not litert_cpu.available() or not litert_cpu.interim_can_carry_state(
+                self._model, self._resolved):
+            return None
+        data = bytes(self._model._keepalive) if model_path is not None else bytes(model_content)
+
+        def model():
+            try:
+                litert_cpu.refuse_what_litert_trusts(self._model, self._resolved)
+                from tflite_taichi.executor import check_on_host
+                check_on_host(self._model, self._resolved)  # before LiteRT's Prepare sees it
+                made = litert_cpu.LiteRTModel(data, budget)
+                made.check_kernels()
+                return made
+            except TfliteTaichiError as e:
+                self._litert_refused = str(e)
+                return None
         return model
 
     def _state(self, subgraph_index: int) -> SubgraphState:
@@ -441,8 +529,26 @@ class Interpreter:
                  "operand_types": dtypes(op.inputs), "result_types": dtypes(op.outputs)}
                 for op in sg.operators]
 
-    @_serialised
     def set_tensor(self, tensor_index, value, subgraph_index=0):
+        lock = self._lock
+        lock.acquire()      # (not `with`: half the cost, on a path of a few tenths of a us)
+        try:
+            lean = self._main.litert_lean
+            # backend 'litert', the common case (an array of the input's dtype, native byte
+            # order): one copy into LiteRT's tensor, whose SetTensor checks the shape and the
+            # index itself; whatever it refuses, _set_tensor says why, in our words
+            if lean is not None and type(value) is np.ndarray and subgraph_index == 0:
+                if value.dtype is lean[1].get(tensor_index):
+                    try:
+                        lean[0].SetTensor(tensor_index, value, 0)
+                        return
+                    except (TypeError, ValueError):
+                        pass
+            self._set_tensor(tensor_index, value, subgraph_index)
+        finally:
+            lock.release()
+
+    def _set_tensor(self, tensor_index, value, subgraph_index):
         state = self._state(subgraph_index)
         tensor = self._tensor(tensor_index, subgraph_index)
         # LiteRT lets an output be set too (its data until the next invoke overwrites it)
@@ -461,25 +567,39 @@ class Interpreter:
         if value.dtype != tensor.dtype and value.dtype.newbyteorder("=") != tensor.dtype:
             raise InputError(f"cannot set tensor {tensor.index} ('{tensor.name}'): got {value.dtype} "
                              f"data, the input is {tensor.dtype}")
-        expected = state.io[tensor.index].shape
+        expected = state.io_shape(tensor.index)
         if value.shape != expected:
             raise InputError(f"cannot set tensor {tensor.index} ('{tensor.name}'): got shape "
                              f"{list(value.shape)}, expected {list(expected)} "
                              "(call resize_tensor_input first to change it)")
-        np.copyto(state.io[tensor.index], value)
+        state.set_io(tensor.index, value)
 
-    @_serialised
     def get_tensor(self, tensor_index, subgraph_index=0):
-        tensor = self._tensor(tensor_index, subgraph_index)
-        state = self._state(subgraph_index)
-        state.require_allocated("get_tensor()")
-        return state.read(tensor.index)
+        lock = self._lock
+        lock.acquire()
+        try:
+            state = self._main
+            lean = state.litert_lean
+            # backend 'litert' after an invoke: an output straight from LiteRT (a fresh array)
+            if lean is not None and state.invoked and tensor_index in lean[2] and subgraph_index == 0:
+                try:
+                    return lean[0].GetTensor(tensor_index, 0)
+                except TypeError:       # an index of another type that equals an output's
+                    pass
+            tensor = self._tensor(tensor_index, subgraph_index)
+            state = self._state(subgraph_index)
+            state.require_allocated("get_tensor()")
+            return state.read(tensor.index)
+        finally:
+            lock.release()
 
     def tensor(self, tensor_index):
         """A function returning the tensor's array: a live view for inputs and outputs (as in
         LiteRT; writing into an input's view sets it), a fresh copy for other tensors."""
         tensor = self._tensor(tensor_index)
         state = self._main
+        with self._lock:
+            state.hand_out_views()      # the io arrays hold the data from now on
 
         def view():
             state.require_allocated("tensor()()")
@@ -489,15 +609,21 @@ class Interpreter:
             return state.io[tensor.index]
         return view
 
-    @_serialised
     def invoke(self):
-        start = time.perf_counter()
-        if self._backend == "litert":       # LiteRT's pool has the budget; numpy runs nothing
-            self._main.invoke()
-        else:
-            with threads.blas_limited(self._blas_budget(self._main)):
-                self._main.invoke()
-        self._last_invoke_s = time.perf_counter() - start
+        lock = self._lock
+        lock.acquire()
+        try:
+            state = self._main
+            lean = state.litert_lean
+            if lean is not None:
+                state.invoke_litert_lean(lean[0])   # LiteRT's pool has the budget
+            elif self._backend == "litert":
+                state.invoke()
+            else:
+                with threads.blas_limited(self._blas_budget(state)):
+                    state.invoke()
+        finally:
+            lock.release()
 
     def _blas_budget(self, state: SubgraphState) -> Optional[int]:
         """numpy's BLAS threads for an invoke of `state`: None (left as it is: no BLAS call
@@ -547,7 +673,7 @@ class Interpreter:
                 raise InputError(f"resize of '{tensor.name}' to {list(shape)} is not allowed by its "
                                  f"shape_signature {list(sig)} (strict=True)")
         state.input_shapes[tensor.index] = shape
-        state.prepared = None   # shapes must be propagated again by allocate_tensors()
+        state.unprepare()       # shapes must be propagated again by allocate_tensors()
 
     def get_signature_list(self):
         return {s.key: {"inputs": sorted(s.inputs), "outputs": sorted(s.outputs)}
@@ -581,12 +707,15 @@ class Interpreter:
     @_serialised
     def op_table(self) -> list:
         """Per op of the main graph: index, name, version, output shapes, whether it was folded
-        at prepare, and `delegate`: None if the delegate takes it, else the reason it cannot."""
+        at prepare, `delegate`: None if the delegate takes it, else the reason it cannot, and
+        `runs_on`: 'delegate', 'litert' (LiteRT's CPU kernels: backend 'litert', or an island
+        between partitions), 'numpy' or 'folded' (computed once at prepare)."""
         from tflite_taichi.partition import delegate_reason
         state = self._require_prepared("op_table()")
         folded = set(state.prepared.folded)
         steps = {s.op.index: s for s in state.prepared.steps}
         refused = state.schedule.refused if state.schedule is not None else {}
+        on_litert = {i for island in state.islands() for i in island}
         rows = []
         for op in state.subgraph.operators:
             step = steps.get(op.index)
@@ -602,6 +731,9 @@ class Interpreter:
                 "index": op.index, "op": op.name, "version": op.version,
                 "outputs": [list(state.prepared.specs[t].shape) for t in op.outputs],
                 "folded": op.index in folded, "delegate": reason,
+                "runs_on": ("folded" if op.index in folded else
+                            "litert" if self._backend == "litert" or op.index in on_litert else
+                            "delegate" if reason is None and state.schedule is not None else "numpy"),
             })
         return rows
 
@@ -638,7 +770,9 @@ class Interpreter:
                            # thread, Taichi merges them into one); 0 on other backends
                            "cpu_threads": program.code(p).cpu_threads}
                           for p in state.schedule.partitions]
-            fallback = [{"index": i, "op": names[i], "reason": r}
+            on_litert = {i for island in state.islands() for i in island}
+            fallback = [{"index": i, "op": names[i], "reason": r,
+                         "runs_on": "litert" if i in on_litert else "numpy"}
                         for i, r in sorted(state.schedule.refused.items())]
         return {
             "backend": self._backend,
@@ -653,13 +787,27 @@ class Interpreter:
             "quantization": model_kind(self._model),
             "cache": self._cache.info() if self._cache is not None else None,
             "runtime": self._runtime_info(state),
+            # the last invoke's path: 'delegate', 'litert' (LiteRT's CPU kernels) or 'reference'
+            "answered_by": state.answered_by,
             # subgraphs IF/WHILE/composites call, each delegated on its own (executor.DelegatedCall)
             "calls": [call.info() for call in self._runtime.delegated_calls()],
             # backend 'litert': the model on LiteRT's CPU kernels (litert_cpu.LiteRTModel)
             "cpu_executor": self._runtime.litert.describe() if self._backend == "litert" else None,
             # `auto` without a GPU: why LiteRT did not take the model (Taichi's cpu runs it)
             "litert_refused": self._litert_refused,
+            # `auto` on a GPU: which side it measured faster on this model (auto_choice.py), as
+            # {runs_on: 'litert' | 'gpu', litert_ms, gpu_ms, how: 'measured' | 'cached'};
+            # None until it has measured
+            "auto_choice": self._auto_choice_info(state),
+            # on a Taichi backend: the runs of ops between partitions that LiteRT's kernels run
+            # (op indices per island), and why LiteRT does not run them where it does not
+            "litert_islands": {"islands": state.islands(), "refused": state.islands_refused},
         }
+
+    def _auto_choice_info(self, state) -> Optional[dict]:
+        choice = self._auto_choice or (state.chooser.choice if state.chooser is not None else None)
+        return None if choice is None else {**choice.as_record(), "how": choice.how,
+                                            "text": choice.describe()}
 
     def _runtime_info(self, state) -> Optional[dict]:
         """Where the delegate's kernels run: Taichi's C API ('capi') or its Python runtime
@@ -790,7 +938,7 @@ class SignatureRunner:
         for t, a in arrays.items():
             if t not in current or current[t].shape != a.shape:
                 state.input_shapes[t] = a.shape
-                state.prepared = None
+                state.unprepare()
         if state.prepared is None:
             state.allocate()
         for t, a in arrays.items():

@@ -121,6 +121,18 @@ def _variable_value(sg, op, opdef):
     return sg.tensors[tensors[k]] if k < len(tensors) and tensors[k] != -1 else None
 
 
+def interim_can_carry_state(model, resolved) -> bool:
+    """Whether LiteRT can answer for a delegate whose kernels compile, with the state handed
+    across each invoke: only variable tensors of the subgraph invoked can be (LiteRT's
+    resource variables, CALL_ONCE's having run and the variable tensors of called subgraphs
+    live inside its interpreter, which can neither hand them out nor take them in)."""
+    if any(opdef.variable_access or opdef.writes_resource_handle or opdef.init_subgraph_of
+           for opdef, _options in resolved.values()):
+        return False
+    called = {sg.index for sg in model.subgraphs} - {0} - {s.subgraph_index for s in model.signatures}
+    return not any(t.is_variable for sg in model.subgraphs if sg.index in called for t in sg.tensors)
+
+
 def _litert_threads(budget: int) -> int:
     """LiteRT's num_threads for our budget (threads.resolve: at least 1)."""
     return max(int(budget), 1)
@@ -191,6 +203,22 @@ class LiteRTModel:
                                  f"{list(shape)}: the file is inconsistent")
 
     # -- an invoke ---------------------------------------------------------------------------
+    @property
+    def wrapper(self):
+        """LiteRT's wrapper (SetTensor / Invoke / GetTensor by subgraph), for the
+        Interpreter's lean path (executor.SubgraphState.litert_lean)."""
+        return self._wrapper
+
+    def write(self, t: int, value: np.ndarray, subgraph: int) -> None:
+        """Copies `value` (the tensor's dtype, native byte order, its shape) into tensor `t`."""
+        self._wrapper.SetTensor(t, value, subgraph)
+
+    def invoke(self, subgraph: int) -> None:
+        try:
+            self._wrapper.Invoke(subgraph)
+        except (ValueError, RuntimeError) as e:
+            raise litert_invoke_error(e, subgraph) from None
+
     def run(self, subgraph: int, inputs, outputs) -> list:
         """Sets `inputs` [(tensor, array in the model's dtype)], invokes `subgraph` and returns a
         fresh array for each of `outputs` [tensor]. (Lists, not dicts: on a model of a few
@@ -198,16 +226,15 @@ class LiteRTModel:
         wrapper = self._wrapper
         for t, value in inputs:
             wrapper.SetTensor(t, value, subgraph)
-        try:
-            wrapper.Invoke(subgraph)
-        except (ValueError, RuntimeError) as e:
-            raise InterpreterStateError(f"LiteRT's invoke of subgraph {subgraph} failed: "
-                                        f"{_first_line(e)}") from None
+        self.invoke(subgraph)
         return [wrapper.GetTensor(t, subgraph) for t in outputs]
 
     def read(self, t: int, subgraph: int):
         """A tensor's current contents (a fresh array)."""
         return self._wrapper.GetTensor(t, subgraph)
+
+    def shape(self, t: int, subgraph: int) -> tuple:
+        return tuple(int(d) for d in self._wrapper.TensorSize(t, subgraph))
 
     def reset_variables(self) -> None:
         """Variable tensors back to their values in the model, every subgraph's (LiteRT's
@@ -221,6 +248,11 @@ class LiteRTModel:
 
     def close(self) -> None:
         self._interpreter = self._wrapper = None
+
+
+def litert_invoke_error(error: BaseException, subgraph: int) -> InterpreterStateError:
+    """What a failed LiteRT invoke raises (its ValueError / RuntimeError, first line)."""
+    return InterpreterStateError(f"LiteRT's invoke of subgraph {subgraph} failed: {_first_line(error)}")
 
 
 def _first_line(error: BaseException) -> str:

@@ -121,12 +121,13 @@ def lstm_weights(case) -> dict:
 
 
 def lstm_model(case, state="variable", x_q=None, out_q=None, state_q=(None, None),
-               weight_q=None, options=None) -> bytes:
+               weight_q=None, options=None, then=None) -> bytes:
     """A one-op LSTM (or, with case["op"], UNIDIRECTIONAL_SEQUENCE_LSTM) model. state:
     'variable' (as LiteRT requires), 'zero' (constant zeros) or 'input' (model inputs after x:
     output_state, then cell_state). x_q, out_q, state_q: int8 quantization of the input, output
     and states; weight_q: int8 weights with that scale; options: op options overriding the
-    case's."""
+    case's; then: a unary op (e.g. "RELU") applied to the LSTM's output, which is then the
+    model's (an op the delegate takes after one it does not: a compiled program with state)."""
     from tflite_taichi.testing import quantize_array
     w = lstm_weights(case)
     B, C, O = case["n_batch"], case["n_cell"], case["n_output"]
@@ -162,6 +163,10 @@ def lstm_model(case, state="variable", x_q=None, out_q=None, state_q=(None, None
     if case.get("op", "LSTM") == SEQ:
         options.update(time_major=case["time_major"], diagonal_recurrent_tensors=case["diagonal"])
     g.op(case.get("op", "LSTM"), ins, [y], **{**options, **(options_override or {})})
+    if then is not None:
+        z = g.tensor("z", y_shape(case), dtype(out_q), out_q)
+        g.op(then, [y], [z])
+        y = z
     g.output(y)
     return b.finish()
 

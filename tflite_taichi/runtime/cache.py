@@ -924,6 +924,35 @@ class ModelCache:
                     "covers": self.covers,
                     "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
 
+    def choice(self, subgraph: int):
+        """What `auto` measured for subgraph `subgraph` of this model in an earlier process
+        (auto_choice.Choice, how='cached'), or None: none recorded, the record is for something
+        else, or what it holds is not well-formed (the folder is ours, its contents are still
+        only data)."""
+        from tflite_taichi.auto_choice import from_record
+        if self.root is None or self.record_reason is not None:
+            return None
+        record, _unreadable = _read_json(self._record_path())
+        choices = record.get("auto_choices") if isinstance(record, dict) else None
+        return from_record(choices.get(str(subgraph))) if isinstance(choices, dict) else None
+
+    def remember_choice(self, subgraph: int, choice) -> None:
+        """Keep `auto`'s measured choice for subgraph `subgraph` in the token's record (written
+        whole, atomically: a record another process wrote meanwhile keeps its other entries)."""
+        if self.root is None:
+            return
+        record, _unreadable = _read_json(self._record_path())
+        if not isinstance(record, dict) or record.get("covers") != self.covers:
+            record = {"format": FORMAT, "token": self.token, "token_given": self.token_given,
+                      "covers": self.covers,
+                      "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        choices = record.get("auto_choices")
+        record["auto_choices"] = {**(choices if isinstance(choices, dict) else {}),
+                                  str(subgraph): choice.as_record()}
+        with contextlib.suppress(OSError):
+            _write_json(self._record_path(), record)
+            self.record_reason = None
+
     @property
     def state(self) -> str:
         """'warm' when every program of the last allocate loaded its kernels from the cache."""

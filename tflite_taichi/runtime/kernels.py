@@ -296,7 +296,8 @@ class ProgramKernels:
             self.failed = pending.error
             warnings.warn(f"tflite_taichi: compiling this model's kernels failed "
                           f"({type(pending.error).__name__}: {pending.error}); its invokes run on "
-                          "the reference path (numpy)", RuntimeWarning, stacklevel=5)
+                          "the CPU (LiteRT's kernels, or numpy where LiteRT cannot run the model)",
+                          RuntimeWarning, stacklevel=5)
             return False
         return True
 

@@ -184,7 +184,8 @@ def _import(spec):
     from tflite_taichi.interpreter import Interpreter
     return InterpreterRuntime(Interpreter, spec, {
         "backend": backend, "precision": spec["precision"], "profile": spec["profile"],
-        "cache_dir": spec.get("cache_dir") or None})
+        "cache_dir": spec.get("cache_dir") or None,
+        "answer_while_compiling": False})      # the backend's own steps: `auto` waits too
 
 
 def _start(spec, np):

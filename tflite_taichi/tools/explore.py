@@ -35,7 +35,8 @@ def collect(model_path: str, backend: str, profile: bool, shape_pairs=None, seed
     from tflite_taichi.interpreter import Interpreter
     from tflite_taichi.testing import model_random_inputs
     with switches.overriding(ONE_KERNEL_PER_GROUP if profile else {}):
-        it = Interpreter(model_path=model_path, backend=backend, profile=profile)
+        it = Interpreter(model_path=model_path, backend=backend, profile=profile,
+                         answer_while_compiling=False)    # the placement shown is what ran
         apply_shapes(it, shape_pairs)
         it.allocate_tensors()
         if profile:

@@ -1,0 +1,168 @@
+"""`auto` on a machine with a GPU measures both sides and runs a model where it answers sooner
+(tflite_taichi/auto_choice.py): the choice itself, from step times; the whole loop on this
+machine's Vulkan (Mesa's lavapipe, a software device, where LiteRT's CPU kernels are ~100x
+faster on the demo model: 0.05 ms against 8 ms a step), with `auto` told that Vulkan is the best
+GPU; the choice kept in the kernel cache and taken by the next process from its start; and a
+record that is not well-formed, ignored. Each run is a fresh process (one Taichi arch each)."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tflite_taichi.auto_choice import GPU_STEPS, Choice, Chooser, from_record
+from tflite_taichi.testing import assert_float_close
+from tflite_taichi.tools.demo import build_demo_model
+
+
+# -- the choice, from step times --------------------------------------------------------------
+def _chooser(litert_s, gpu_s):
+    chooser = Chooser()
+    for s in litert_s:
+        chooser.add("litert", s)
+    for s in gpu_s:
+        chooser.add("delegate", s)
+    return chooser
+
+
+def test_the_faster_median_wins_and_the_gpus_first_step_is_left_out():
+    # the GPU's first invoke (pipelines made, constants uploaded) would lose it the choice:
+    # with it the median is 3 ms, without it 2 ms, against LiteRT's 2.5 ms
+    chooser = _chooser([2.5e-3] * 3, [5.0, 1e-3, 1e-3, 3e-3, 3e-3])
+    assert chooser.gpu_timed() and chooser.litert_missing() == 0
+    choice = chooser.decide()
+    assert choice.runs_on == "gpu" and choice.gpu_ms == pytest.approx(2.0)
+    assert _chooser([1e-5] * 3, [1e-3] * GPU_STEPS).decide().runs_on == "litert"
+    assert _chooser([1e-3] * 3, [1e-3] * GPU_STEPS).decide().runs_on == "gpu"     # a tie: the GPU
+    assert _chooser([1e-3], [1e-3] * 2).litert_missing() == 2
+    assert not _chooser([], [1e-3] * (GPU_STEPS - 1)).gpu_timed()
+
+
+def test_other_answers_do_not_count_and_a_made_choice_is_final():
+    chooser = _chooser([], [])
+    chooser.add("reference", 1.0)               # numpy answered: neither side's step
+    assert chooser.litert == [] and chooser.gpu == []
+    chooser = _chooser([1e-5] * 3, [1e-3] * GPU_STEPS)
+    made = chooser.decide()
+    chooser.add("delegate", 0.0)
+    assert chooser.choice is made and len(chooser.gpu) == GPU_STEPS
+
+
+@pytest.mark.parametrize("record", [
+    None, [], "litert", {"runs_on": "cpu", "litert_ms": 1, "gpu_ms": 2},
+    {"runs_on": "litert", "litert_ms": "1", "gpu_ms": 2}, {"runs_on": "litert", "litert_ms": 1},
+    {"runs_on": "litert", "litert_ms": float("nan"), "gpu_ms": 2},
+    {"runs_on": "litert", "litert_ms": 1, "gpu_ms": float("inf")},
+    {"runs_on": "litert", "litert_ms": -1, "gpu_ms": 2},
+    {"runs_on": "litert", "litert_ms": True, "gpu_ms": 2}])
+def test_a_record_that_is_not_well_formed_is_no_choice(record):
+    assert from_record(record) is None
+
+
+def test_a_well_formed_record_is_a_cached_choice():
+    choice = from_record({"runs_on": "litert", "litert_ms": 0.05, "gpu_ms": 8})
+    assert choice == Choice("litert", 0.05, 8.0, how="cached")
+    assert from_record(Choice("gpu", 1, 2).as_record()) == Choice("gpu", 1.0, 2.0, how="cached")
+
+
+# -- the whole loop on lavapipe ---------------------------------------------------------------
+RUN = r'''
+import json, sys, warnings
+import numpy as np
+args = json.loads(sys.argv[1])
+from tflite_taichi import backend as ti_backend
+ti_backend.choose_auto = lambda *a, **k: "vulkan"   # as where Vulkan is the best GPU
+from tflite_taichi import Interpreter
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    it = Interpreter(model_path=args["model"], backend="auto", cache_dir=args["cache_dir"])
+    it.allocate_tensors()
+    record = {"backend": it.backend, "paths": [], "outputs": []}
+    x = np.load(args["inputs"])
+    for step in range(args["steps"]):
+        if step == 1:
+            record["waited"] = it.wait_for_kernels(timeout=300)
+        it.set_tensor(it.get_input_details()[0]["index"], x[step])
+        it.invoke()
+        record["paths"].append(it.summary()["answered_by"])
+        record["outputs"].append(it.get_tensor(it.get_output_details()[0]["index"]).tolist())
+    record["choice"] = it.summary()["auto_choice"]
+if args.get("cli"):                 # `tflite-taichi run` says what auto chose, and why
+    import contextlib, io, os
+    from tflite_taichi.cli import main
+    os.environ["TFLITE_TAICHI_CACHE_DIR"] = args["cache_dir"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["run", args["model"]])
+    record["cli"] = out.getvalue()
+print("RESULT " + json.dumps(record), flush=True)
+'''
+
+
+def _run(model_path, cache_dir, inputs_path, steps, cli=False) -> dict:
+    proc = subprocess.run([sys.executable, "-c", RUN, json.dumps({
+        "model": str(model_path), "cache_dir": str(cache_dir), "inputs": str(inputs_path),
+        "steps": steps, "cli": cli})], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False"})
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture
+def demo(tmp_path):
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    model = build_demo_model()
+    path = tmp_path / "demo.tflite"
+    path.write_bytes(model)
+    theirs = LiteRT(model_content=model)
+    theirs.allocate_tensors()
+    shape = theirs.get_input_details()[0]["shape"]
+    steps = np.random.default_rng(3).uniform(-1, 1, (12, *shape)).astype(np.float32)
+    np.save(tmp_path / "steps.npy", steps)
+    expected = []
+    for x in steps:
+        theirs.set_tensor(theirs.get_input_details()[0]["index"], x)
+        theirs.invoke()
+        expected.append(theirs.get_tensor(theirs.get_output_details()[0]["index"]))
+    return path, tmp_path / "steps.npy", expected
+
+
+def test_auto_measures_runs_the_faster_side_and_the_next_process_starts_there(demo, tmp_path):
+    path, inputs, expected = demo
+    cache = tmp_path / "cache"
+    first = _run(path, cache, inputs, 4 + GPU_STEPS)
+    assert first["backend"] == "vulkan" and first["waited"] is True
+    delegated = [k for k, p in enumerate(first["paths"]) if p == "delegate"]
+    assert len(delegated) == GPU_STEPS, first["paths"]     # timed, then LiteRT's from there on
+    assert all(p == "litert" for p in first["paths"][delegated[-1] + 1:]), first["paths"]
+    assert first["paths"][-1] == "litert"
+    choice = first["choice"]
+    assert choice["runs_on"] == "litert" and choice["how"] == "measured", choice
+    assert choice["litert_ms"] < choice["gpu_ms"], choice
+    records = list((cache / "models").glob("*.json"))
+    assert [json.loads(r.read_text())["auto_choices"]["0"]["runs_on"] for r in records] == ["litert"]
+    second = _run(path, cache, inputs, 3, cli=True)
+    assert second["backend"] == "litert" and second["paths"] == ["litert"] * 3, second
+    assert second["choice"]["how"] == "cached" and second["choice"]["runs_on"] == "litert"
+    headline = second["cli"].splitlines()[0]
+    assert re.search(r"all \d+ ops \(auto measured LiteRT's CPU kernels \(cached: LiteRT "
+                     r"[\d.e+-]+ ms, GPU [\d.e+-]+ ms a step\)\)", headline), headline
+    for k, out in enumerate(first["outputs"] + second["outputs"]):
+        step = k if k < len(first["outputs"]) else k - len(first["outputs"])
+        assert_float_close(np.array(out, np.float32), expected[step], what=f"answer {k}")
+
+
+def test_a_tampered_choice_is_ignored_and_measured_again(demo, tmp_path):
+    path, inputs, _expected = demo
+    cache = tmp_path / "cache"
+    _run(path, cache, inputs, 2 + GPU_STEPS)
+    [record_path] = list((cache / "models").glob("*.json"))
+    record = json.loads(record_path.read_text())
+    record["auto_choices"] = {"0": {"runs_on": "litert", "litert_ms": "fast", "gpu_ms": 8}}
+    record_path.write_text(json.dumps(record))
+    again = _run(path, cache, inputs, 2)
+    assert again["backend"] == "vulkan" and again["choice"] is None, again

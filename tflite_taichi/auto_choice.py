@@ -1,0 +1,82 @@
+"""Where `auto` runs a model on a machine with a GPU: on the GPU backend it chose, or on LiteRT's
+CPU kernels, whichever answers a step sooner, measured on this machine and remembered.
+
+A GPU launch costs microseconds and a host round trip more; a small or sequential model (a
+wake-word detector, an LSTM classifier, a text classifier) does its whole step on the CPU in less
+than that, and an image model does not. No size threshold says which is which on every machine,
+so `auto` measures: the invokes LiteRT answers while the GPU's kernels compile (or, when the
+kernels were cached, a few LiteRT invokes of the same inputs beside the GPU's), then the GPU's
+first invokes; the faster side runs from then on, and the choice is kept in the kernel cache's
+record of the model (runtime/cache.ModelCache.remember_choice), so the next process starts on it
+at once: a model LiteRT runs faster never loads its GPU kernels at all.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+
+# LiteRT's invokes timed: its interim answers, topped up by invokes beside the GPU's
+LITERT_STEPS = 3
+# the GPU's invokes timed; the first is left out (first dispatches create pipelines and upload
+# constants: seconds on vulkan/opengl, not a step's cost)
+GPU_STEPS = 5
+
+
+@dataclass(frozen=True)
+class Choice:
+    runs_on: str            # 'litert' or 'gpu'
+    litert_ms: float        # LiteRT's median step (ms)
+    gpu_ms: float           # the GPU's median step (ms)
+    how: str = "measured"   # 'measured' in this process, 'cached' from an earlier one
+
+    def describe(self) -> str:
+        faster = "LiteRT's CPU kernels" if self.runs_on == "litert" else "the GPU"
+        return (f"{faster} ({self.how}: LiteRT {self.litert_ms:.3g} ms, GPU {self.gpu_ms:.3g} ms "
+                "a step)")
+
+    def as_record(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "how"}
+
+
+def from_record(record) -> Optional[Choice]:
+    """A Choice read back from the cache's record (untrusted JSON: None unless well-formed)."""
+    if not isinstance(record, dict) or record.get("runs_on") not in ("litert", "gpu"):
+        return None
+    times = [record.get("litert_ms"), record.get("gpu_ms")]
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and np.isfinite(t) and t >= 0
+               for t in times):
+        return None
+    return Choice(record["runs_on"], float(times[0]), float(times[1]), how="cached")
+
+
+class Chooser:
+    """The step times of one subgraph's two sides, until there are enough to choose."""
+
+    def __init__(self):
+        self.litert = []            # seconds per invoke LiteRT answered
+        self.gpu = []               # seconds per invoke the delegate answered
+        self.choice: Optional[Choice] = None
+
+    def add(self, answered_by: Optional[str], seconds: float) -> None:
+        if self.choice is not None:
+            return
+        if answered_by == "litert":
+            self.litert.append(seconds)
+        elif answered_by == "delegate":
+            self.gpu.append(seconds)
+
+    def litert_missing(self) -> int:
+        """LiteRT invokes still to time once the GPU's are in (0: none)."""
+        return max(LITERT_STEPS - len(self.litert), 0)
+
+    def gpu_timed(self) -> bool:
+        return len(self.gpu) >= GPU_STEPS
+
+    def decide(self) -> Choice:
+        """The faster side by median step (a tie goes to the GPU, which leaves the CPU free)."""
+        litert_ms = float(np.median(self.litert)) * 1e3
+        gpu_ms = float(np.median(self.gpu[1:])) * 1e3
+        self.choice = Choice("litert" if litert_ms < gpu_ms else "gpu", litert_ms, gpu_ms)
+        return self.choice
