@@ -209,6 +209,11 @@ class OpDef:
                                              # LiteRT kernel reads its inputs by position, where
                                              # an omitted one is a null pointer (a RESHAPE whose
                                              # shape input was -1 crashed LiteRT)
+    litert_leaves_rows_unwritten: bool = False  # its LiteRT kernel writes only part of its
+                                             # outputs (TFLite_Detection_PostProcess: the first
+                                             # num_detections rows), the rest is whatever its
+                                             # arena held: it stays off LiteRT islands, where the
+                                             # other paths' zeros are the answer
     min_inputs: int = 1
     max_inputs: Optional[int] = None
 

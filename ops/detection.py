@@ -419,7 +419,8 @@ def _reference_postprocess(node, inputs):
 
 DETECTION_POSTPROCESS = register_op(OpDef(
     name="CUSTOM:TFLite_Detection_PostProcess", infer=_infer_postprocess,
-    reference=_reference_postprocess, parse=_parse_postprocess, min_inputs=3, max_inputs=3))
+    reference=_reference_postprocess, parse=_parse_postprocess, min_inputs=3, max_inputs=3,
+    litert_leaves_rows_unwritten=True))
 
 
 # -- NON_MAX_SUPPRESSION_V4 / V5 -------------------------------------------------------------

@@ -75,6 +75,12 @@ import numpy as np
 args = json.loads(sys.argv[1])
 from tflite_taichi import backend as ti_backend
 ti_backend.choose_auto = lambda *a, **k: "vulkan"   # as where Vulkan is the best GPU
+if args.get("litert_refuses_shapes"):
+    from tflite_taichi import litert_cpu
+    from tflite_taichi.errors import ModelError
+    def refuse(*a, **k):
+        raise ModelError("planted: LiteRT infers other shapes")
+    litert_cpu.LiteRTModel.check_shapes = refuse
 from tflite_taichi import Interpreter
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -102,10 +108,10 @@ print("RESULT " + json.dumps(record), flush=True)
 '''
 
 
-def _run(model_path, cache_dir, inputs_path, steps, cli=False) -> dict:
+def _run(model_path, cache_dir, inputs_path, steps, cli=False, **options) -> dict:
     proc = subprocess.run([sys.executable, "-c", RUN, json.dumps({
         "model": str(model_path), "cache_dir": str(cache_dir), "inputs": str(inputs_path),
-        "steps": steps, "cli": cli})], capture_output=True, text=True, timeout=600,
+        "steps": steps, "cli": cli, **options})], capture_output=True, text=True, timeout=600,
         env={**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False"})
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -166,3 +172,18 @@ def test_a_tampered_choice_is_ignored_and_measured_again(demo, tmp_path):
     record_path.write_text(json.dumps(record))
     again = _run(path, cache, inputs, 2)
     assert again["backend"] == "vulkan" and again["choice"] is None, again
+
+
+def test_where_litert_cannot_run_the_shapes_the_gpu_runs_and_nothing_is_kept(demo, tmp_path):
+    """LiteRT refuses the interpreter's shapes: numpy answers while compiling, the GPU's invokes
+    are timed, the GPU it is for this interpreter, and no choice goes to the cache (another
+    process or other shapes may find LiteRT able)."""
+    path, inputs, _expected = demo
+    cache = tmp_path / "cache"
+    record = _run(path, cache, inputs, 3 + GPU_STEPS, litert_refuses_shapes=True)
+    assert record["paths"][1:] == ["delegate"] * (2 + GPU_STEPS), record["paths"]
+    assert record["paths"][0] in ("reference", "delegate"), record["paths"]
+    choice = record["choice"]
+    assert choice["runs_on"] == "gpu" and "LiteRT cannot run the model" in choice["text"], choice
+    for kept in (cache / "models").glob("*.json"):
+        assert "auto_choices" not in json.loads(kept.read_text()), kept.read_text()

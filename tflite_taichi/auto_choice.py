@@ -32,6 +32,8 @@ class Choice:
     how: str = "measured"   # 'measured' in this process, 'cached' from an earlier one
 
     def describe(self) -> str:
+        if not np.isfinite(self.litert_ms):
+            return f"the GPU (LiteRT cannot run the model at these shapes; GPU {self.gpu_ms:.3g} ms a step)"
         faster = "LiteRT's CPU kernels" if self.runs_on == "litert" else "the GPU"
         return (f"{faster} ({self.how}: LiteRT {self.litert_ms:.3g} ms, GPU {self.gpu_ms:.3g} ms "
                 "a step)")

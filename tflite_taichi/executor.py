@@ -727,8 +727,12 @@ class SubgraphState:
 
     def _choose(self, chooser) -> None:
         litert = self._interim_litert()
-        if litert is None:          # LiteRT cannot run these shapes: the GPU it is
+        if litert is None:
+            # LiteRT cannot run these shapes: the GPU it is, for this interpreter (not kept:
+            # another process, or other shapes, may find LiteRT able)
             chooser.litert = [float("inf")]
+            chooser.decide()
+            return
         for _ in range(chooser.litert_missing()):
             chooser.add("litert", self._time_litert(litert))
         choice = chooser.decide()

@@ -375,6 +375,7 @@ def island_runs(model, subgraph: int, items) -> list:
             runs.append((start, end - start, island_of(model, subgraph, ops)))
     for position, item in enumerate(items):
         if (not hasattr(item, "steps") and not _called_subgraphs(item.op)
+                and not _leaves_rows_unwritten(item.op)
                 and island_safe(model, subgraph, item.op.index) is None):
             if not ops:
                 start = position
@@ -384,6 +385,14 @@ def island_runs(model, subgraph: int, items) -> list:
         start, ops = None, []
     close(len(items))
     return runs
+
+
+def _leaves_rows_unwritten(op) -> bool:
+    """An op whose LiteRT kernel writes only part of its outputs (OpDef.litert_leaves_rows_
+    unwritten): on an island the rest would be whatever LiteRT's arena held, where every other
+    path of ours writes zeros."""
+    opdef = lookup(op.name)
+    return opdef is not None and opdef.litert_leaves_rows_unwritten
 
 
 class IslandRunner:
