@@ -91,7 +91,8 @@ def write_dataset(folder, rng, n_npy=200, with_victim=False) -> dict:
     sub = os.path.join(folder, "more")
     os.makedirs(sub)
     for i in range(20):
-        np.savez(os.path.join(sub, f"z{i:03d}.npz"), serving_x=rng.standard_normal(item))  # float64
+        np.savez(os.path.join(sub, f"z{i:03d}.npz"),
+                 serving_x=rng.standard_normal(item).astype(np.float32))
     for i in range(20):
         _png(os.path.join(sub, f"img{i:03d}.png"), rng)
     rows = [rng.standard_normal(item).astype(np.float32).tolist() for _ in range(40)]
@@ -100,6 +101,7 @@ def write_dataset(folder, rng, n_npy=200, with_victim=False) -> dict:
     bad = {os.path.join(folder, "garbage.npy"): "not a .npy file",
            os.path.join(folder, "wrong_shape.npy"): "has shape [5, 5, 3]",
            os.path.join(folder, "ints.npy"): "is int64",
+           os.path.join(folder, "doubles.npy"): "is float64; input 'x' is float32",
            os.path.join(sub, "broken.png"): "not a readable image",
            os.path.join(folder, "notes.txt"): "not an input file",
            os.path.join(folder, "table.parquet#7"): "column 'x'"}
@@ -107,6 +109,7 @@ def write_dataset(folder, rng, n_npy=200, with_victim=False) -> dict:
         f.write(b"this is not numpy")
     np.save(os.path.join(folder, "wrong_shape.npy"), np.zeros((5, 5, 3), np.float32))
     np.save(os.path.join(folder, "ints.npy"), np.ones(item, np.int64))
+    np.save(os.path.join(folder, "doubles.npy"), rng.standard_normal(item))
     with open(os.path.join(sub, "broken.png"), "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n truncated")
     with open(os.path.join(folder, "notes.txt"), "w") as f:

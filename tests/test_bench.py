@@ -299,10 +299,10 @@ def test_speed_table_sets_runtimes_side_by_side_with_ours_over_litert():
                                 _row("cuda", error="killed"), _row("vulkan", 3.0)]},
     ]
     head, a, b, c = bench.speed_rows(results)
-    assert head == ["model", "LiteRT CPU 16 thr", "LiteRT GPU", "cuda", "vulkan", "ours / LiteRT"]
-    assert a == ["a", "1.00 ms", "2.00 ms", "**0.50 ms**", "2.50 ms", "0.50x"]
-    assert b == ["b", "1.00 ms", "refuses the model", "**0.90 ms**", "1.20 ms", "0.90x"]
-    assert c == ["c", "4.00 ms", "no GPU adapter", "error", "**3.00 ms**", "0.75x"]
+    assert head == ["model", "LiteRT CPU 16 thr", "LiteRT GPU", "cuda", "vulkan", "ours vs LiteRT"]
+    assert a == ["a", "1.00 ms", "2.00 ms", "**0.50 ms**", "2.50 ms", "2.00x faster"]
+    assert b == ["b", "1.00 ms", "refuses the model", "**0.90 ms**", "1.20 ms", "1.11x faster"]
+    assert c == ["c", "4.00 ms", "no GPU adapter", "error", "**3.00 ms**", "1.33x faster"]
     text = bench.render_speed_text(results)
     assert "**" not in text and "target" not in text and text.splitlines()[1].split()[:2] == ["a", "1.00"]
     assert bench.render_speed_table(results).splitlines()[2].startswith("| a | 1.00 ms | 2.00 ms | **0.50 ms**")
@@ -332,9 +332,9 @@ def test_cli_bench_several_models_side_by_side(model_path, tmp_path, capsys):
     speed = captured.out[captured.out.index("\n\nmodel"):].strip().splitlines()
     assert speed.pop().startswith("written: ")
     assert speed[0].split() == ["model", "LiteRT", "CPU", "1", "thr", "LiteRT", "GPU", "reference",
-                                "ours", "/", "LiteRT"]
+                                "ours", "vs", "LiteRT"]
     assert [l.split()[0] for l in speed[1:]] == ["add_relu", "relu"]
-    assert all(re.search(r" \d+\.\d\dx$", l) for l in speed[1:]), speed
+    assert all(re.search(r" \d+\.\d\dx (faster|slower)$", l) for l in speed[1:]), speed
     assert all("no GPU adapter" in l for l in speed[1:])
     assert "adapter" in captured.err.lower()
     results = json.loads(js.read_text())

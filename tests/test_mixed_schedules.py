@@ -73,6 +73,8 @@ record["islands"] = s["litert_islands"]
 record["runs_on"] = {f["op"]: f["runs_on"] for f in s["fallback"]}
 record["delegated"] = s["ops_delegated"]
 record["op_table"] = [row["runs_on"] for row in it.op_table()]
+main_graph = list(it.node_data()["where"].values())[0]["results"]   # subgraph 0 first
+record["node_data"] = [main_graph[str(op.index)]["value"] for op in it.model.main.operators]
 if args.get("cli"):                 # `tflite-taichi run`'s headline says where they ran
     import contextlib, io
     from tflite_taichi.cli import main
@@ -125,6 +127,8 @@ def test_the_ops_between_partitions_run_on_litert_as_litert_runs_them(tmp_path, 
     assert record["islands"] == {"islands": [[1, 2]], "refused": None}, record["islands"]
     assert record["runs_on"] == {"TOPK_V2": "litert", "ARG_MAX": "litert"}
     assert record["op_table"] == ["delegate", "litert", "litert", "delegate"]
+    assert record["node_data"] == ["partition 0 (vulkan)", "CPU (LiteRT)", "CPU (LiteRT)",
+                                   "partition 1 (vulkan)"], record["node_data"]
     if not int8:    # one partition delegated (the default): MUL joins the island
         assert "1 of 4 ops on the delegate, 3 on the CPU (LiteRT's kernels: " in record["cli"], record["cli"]
     assert record["delegated"] == 2 and record["paths"] == ["delegate"] * 3
@@ -146,6 +150,7 @@ def test_an_op_litert_lacks_keeps_the_island_on_numpy_and_says_why(tmp_path):
     assert "CpuOnlyAbs" in record["islands"]["refused"], record["islands"]
     assert set(record["runs_on"].values()) == {"numpy"}
     assert record["op_table"] == ["delegate", "numpy", "numpy", "numpy", "delegate"]
+    assert record["node_data"][1:4] == ["CPU"] * 3, record["node_data"]
     reference = [np.abs(np.maximum(x, 0)) for x in xs]
     for step, (ours, x) in enumerate(zip(record["outputs"], reference)):
         top = -np.sort(-x, axis=1)[:, :3]

@@ -156,22 +156,41 @@ def choose_auto(cache_root: Optional[str] = None) -> str:
     return "cpu"
 
 
+def cannot_start(name: str, why: str) -> BackendUnavailable:
+    """The one sentence a backend that cannot start here is refused with, every backend alike."""
+    return BackendUnavailable(f"backend '{name}' cannot start here: {why}; use 'auto' (the best "
+                              f"GPU this machine has, else the CPU) or 'cpu'")
+
+
+def _taichi_words(text: str) -> str:
+    """A refusal of Taichi's without its enum reprs ("Arch=[<Arch.metal: 4>]" -> "metal")."""
+    import re
+    return re.sub(r"Arch=\[<Arch\.(\w+): \d+>\]", r"\1", text)
+
+
+# the library each backend's driver is reached through on Linux: where it cannot be loaded,
+# Taichi would print its own C++ warnings ("libcuda.so lib not found", "C-API error") and then
+# refuse the arch in its own words
+DRIVER_LIBRARIES = {"cuda": ("libcuda.so.1", "there is no NVIDIA driver (libcuda.so.1 is not "
+                                             "installed or not loadable)"),
+                    "vulkan": ("libvulkan.so.1", "there is no Vulkan loader (libvulkan.so.1 is "
+                                                 "not installed or not loadable)")}
+
+
 def check_driver(name: str) -> None:
-    """BackendUnavailable in one sentence, before Taichi is touched, where the backend's driver
-    library is missing: Taichi would print its own warnings from C++ ("libcuda.so lib not
-    found", "Falling back to x64") and then refuse the arch in its own words. Only CUDA's
-    driver has one library to look for (Vulkan's and OpenGL's loaders may exist without a
-    device: probe() and the device's start tell those)."""
-    if name != "cuda" or not sys.platform.startswith("linux"):
+    """BackendUnavailable in one sentence, before Taichi is touched, where the backend cannot
+    be had here: Metal off macOS, or a driver library that is missing (a loader may exist
+    without a device: probe() and the device's start tell those)."""
+    if name == "metal" and sys.platform != "darwin":
+        raise cannot_start(name, "Metal is Apple's GPU API, which Taichi runs on macOS only")
+    if name not in DRIVER_LIBRARIES or not sys.platform.startswith("linux"):
         return
     import ctypes
+    library, why = DRIVER_LIBRARIES[name]
     try:
-        ctypes.CDLL("libcuda.so.1")
+        ctypes.CDLL(library)
     except OSError:
-        raise BackendUnavailable("backend 'cuda' cannot start here: there is no NVIDIA driver "
-                                 "(libcuda.so.1 is not installed or not loadable); use 'auto' "
-                                 "(the best GPU this machine has, else the CPU), 'vulkan' or "
-                                 "'cpu'") from None
+        raise cannot_start(name, why) from None
 
 
 def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
@@ -191,7 +210,8 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
         if s.backend is None and name in ("opengl", "gles"):
             ok, _software, detail = probe(name, cache_root=cache_root)
             if not ok:
-                raise BackendUnavailable(f"{name} does not work here: {detail}")
+                raise cannot_start(name, f"no working {'OpenGL' if name == 'opengl' else 'OpenGL ES'} "
+                                         f"driver was found (the probe: {_taichi_words(detail)})")
             # process-wide on purpose: libEGL reads EGL_PLATFORM at every display it opens (the
             # C API device's, Taichi's Python runtime's when it compiles later) and the compile
             # workers inherit it; set only where the user left it unset and has no display
@@ -200,9 +220,9 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
     from tflite_taichi.runtime import cache, device
     try:
         device.get(name, lambda: cache.driver_env(s.cache_root))
-    except BackendUnavailable:
+    except BackendUnavailable as e:
         with s.lock:
             if device.current(name) is None:
                 s.release()
-        raise
+        raise cannot_start(name, f"its device did not start ({_taichi_words(str(e))})") from None
     return name

@@ -14,7 +14,7 @@ import numpy as np
 
 from tflite_taichi.cli_inputs import (UsageError, apply_shapes, check_declared_shape, match_inputs,
                                       needs_shapes, parse_input_args, parse_shape_args,
-                                      read_npy, signature_text)
+                                      read_npy, refuse_float64, signature_text)
 from tflite_taichi.errors import ModelError, TfliteTaichiError
 from tflite_taichi.interpreter import BACKENDS, Interpreter
 from tflite_taichi.testing import model_random_inputs, random_input
@@ -58,6 +58,8 @@ def _load_inputs(it, pairs, seed, shape_pairs=None, resize=False):
     rng = np.random.default_rng(seed)
     for d in it.get_input_details():
         index = d["index"]
+        if index in arrays:
+            refuse_float64(arrays[index], d, f"--input {given[index][0]}: {given[index][1]}")
         if index in arrays and index in sized and tuple(arrays[index].shape) != sized[index][1]:
             raise UsageError(f"--input {given[index][0]} is {list(arrays[index].shape)} but "
                              f"--shape {sized[index][0]} says {list(sized[index][1])}")
@@ -109,6 +111,12 @@ class _KernelBar:
         else:
             self.bar.update(1)
 
+    def compiling(self) -> bool:
+        return self.bar is not None and self.bar.n < self.bar.total
+
+    def counts(self) -> tuple:
+        return self.bar.n, self.bar.total
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -124,13 +132,19 @@ class _KernelLog:
 
     def __call__(self, done: int, total: int) -> None:
         if done == 0:
+            self.total += total         # before the line: a Ctrl-C may land as soon as it is out
             if self.start is None:
                 self.start = time.perf_counter()
                 print(f"tflite-taichi: compiling {total} kernel(s): the first run of this model "
                       "here (they are cached for the next)...", file=self.stream, flush=True)
-            self.total += total
         else:
             self.done += 1
+
+    def compiling(self) -> bool:
+        return self.start is not None and self.done < self.total
+
+    def counts(self) -> tuple:
+        return self.done, self.total
 
     def close(self) -> None:
         if self.start is not None:
@@ -148,18 +162,29 @@ def _compile_progress_bar():
     try:
         with compile_progress(bar):
             yield
+    except KeyboardInterrupt:
+        if bar.compiling():
+            raise _InterruptedCompile("{} of {}".format(*bar.counts())) from None
+        raise
     finally:
-        bar.close()
+        if not bar.compiling():
+            bar.close()         # "compiled N of M" only of a compile that finished
+
+
+class _InterruptedCompile(KeyboardInterrupt):
+    """Ctrl-C while kernels compiled: main() says that their compile starts over next time."""
 
 
 def _print_profile(it) -> None:
     prof = it.profile()
+    # a CPU op is named by what runs it: numpy, or LiteRT's kernels (an island between partitions)
+    runs_on = {row["index"]: row["runs_on"] for row in it.op_table()}
     print(f"  profile ({prof['backend']}, {prof['launches_per_invoke']} kernel launch(es) per invoke):")
     print(f"    {'what':<44} {'launches':>8} {'median ms':>10}")
     for item in prof["items"]:
         ops = item["ops"]
         what = (f"partition: {len(ops)} ops (#{ops[0]}..#{ops[-1]})" if item["kind"] == "partition"
-                else f"cpu: #{ops[0]} {item['op']}")
+                else f"{runs_on.get(ops[0], 'numpy')}: #{ops[0]} {item['op']}")
         ms = f"{item['ms']:.3f}" if item["ms"] is not None else "-"
         print(f"    {what:<44} {item['launches']:>8} {ms:>10}")
 
@@ -167,19 +192,22 @@ def _print_profile(it) -> None:
 @contextlib.contextmanager
 def _plain_warnings():
     """Warnings raised while the block runs, said the command line's way: the delegate's notes
-    (DelegateWarning: each op it refuses and why) kept in the list the block gets, for the
-    command to print with -v (its summary line says what ran where); any other warning as one
-    `tflite-taichi: warning:` line on stderr (Python's form adds the file and source line of
-    our entry point, twice the noise)."""
-    from tflite_taichi.partition import DelegateWarning
+    (DelegateWarning: each op it cannot take and why; and its INFO log lines: the ops it keeps
+    on the CPU by choice, what ran where) kept in order in the list the block gets, for the
+    command to print with -v (its summary line says what ran where), never on stderr; any other
+    warning as one `tflite-taichi: warning:` line on stderr (Python's form adds the file and
+    source line of our entry point, twice the noise)."""
+    from tflite_taichi.partition import DelegateWarning, notes_into
     notes = []
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, notes_into(caught):
         warnings.simplefilter("always")
         try:
             yield notes
         finally:
             for w in caught:
-                if issubclass(w.category, DelegateWarning):
+                if isinstance(w, str):                      # a logged note, already "INFO: ..."
+                    notes.append(w)
+                elif issubclass(w.category, DelegateWarning):
                     notes.append(str(w.message))
                 elif not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning)):
                     print(f"tflite-taichi: warning: {w.message}", file=sys.stderr)
@@ -198,15 +226,26 @@ def _device_text(it, summary: dict) -> str:
                 + ("; no hardware GPU was found)" if it._requested_backend == "auto" else ")"))
     if backend == "cpu":
         return "cpu (Taichi on the CPU" + (": no hardware GPU was found)" if it._requested_backend == "auto" else ")")
-    device = (summary.get("runtime") or {}).get("vulkan_device")
+    device = (summary.get("runtime") or {}).get("vulkan_device") or _probed_device(backend)
     if device and is_software_device(device):
         return f"{backend} on {device}, a software device (the CPU emulating a GPU: slower than cpu)"
     return f"{backend} ({device})" if device else backend
 
 
-def _placement_text(it, s: dict) -> str:
-    """One line: where the ops ran."""
-    text = f"ran on {_device_text(it, s)}"
+def _probed_device(backend: str):
+    """The device the start-up probe of a GPU API found (OpenGL's renderer: llvmpipe is the CPU
+    emulating a GPU), where the runtime does not name it; None where nothing was probed."""
+    from tflite_taichi.backend import GFX_PROBED
+    from tflite_taichi.runtime import session
+    if backend not in GFX_PROBED:
+        return None
+    ok, _software, device = session.SESSION.probes.get(backend, (False, False, ""))
+    return device if ok else None
+
+
+def _placement_text(it, s: dict, verb: str = "ran") -> str:
+    """One line: where the ops ran (`verb` "runs": where they will run)."""
+    text = f"{verb} on {_device_text(it, s)}"
     if s["backend"] == "reference":
         return text
     choice = s.get("auto_choice")
@@ -243,6 +282,7 @@ def cmd_run(args) -> int:
         constructed = time.perf_counter()
         _load_inputs(it, args.input, args.seed, args.shape, args.resize)
         start_s = (constructed - start, time.perf_counter() - constructed)
+        _say_first_dispatch(it)
         times = []
         for _ in range(args.runs):
             start = time.perf_counter()
@@ -250,7 +290,7 @@ def cmd_run(args) -> int:
             times.append(time.perf_counter() - start)
         s = it.summary()
     outputs = []
-    print(f"{os.path.basename(args.model)} ({it._precision}) {_placement_text(it, s)}")
+    print(f"{os.path.basename(args.model)} ({_kind_text(it, s)}) {_placement_text(it, s)}")
     if args.verbose:
         for note in notes:
             print(f"  delegate: {note}")
@@ -269,6 +309,25 @@ def cmd_run(args) -> int:
     if args.output:
         _write_outputs(args.output, outputs)
     return 0
+
+
+def _say_first_dispatch(it) -> None:
+    """A line on stderr before the first invoke after a cold compile on a GPU API: the driver
+    builds each kernel's pipeline (its own shader compile) at its first dispatch, seconds
+    on a big model, which would otherwise pass without a word."""
+    from tflite_taichi.backend import GFX_PROBED
+    if it.backend in GFX_PROBED and (it.summary().get("runtime") or {}).get("compiled_in"):
+        print("tflite-taichi: preparing the GPU pipelines (the first invoke after a compile)...",
+              file=sys.stderr, flush=True)
+
+
+def _kind_text(it, summary: dict) -> str:
+    """What the model is (float32, full-integer int8, float16 weights...); the delegate's
+    storage precision only where it is not the model's own: fp16 on a Taichi backend."""
+    kind = summary["quantization"]
+    if summary["backend"] not in ("reference", "litert") and it._precision == "fp16":
+        kind += "; the delegate's tensors in fp16"
+    return kind
 
 
 def _start_text(summary: dict, construct_s: float, allocate_s: float) -> str:
@@ -304,8 +363,8 @@ def cmd_inspect(args) -> int:
     """A summary first (what the model is, its IO, its ops by kind, what the delegate would
     take and why not the rest); --ops lists every op, --tensors every tensor; --explore and
     --node-data show what the delegate did on the graph (tools/explore.py)."""
-    extras = [flag for flag, given in (("--backend", args.backend is not None), ("--profile", args.profile),
-                                       ("--port", args.port is not None), ("--no-browser", args.no_browser))
+    extras = [flag for flag, given in (("--profile", args.profile), ("--port", args.port is not None),
+                                       ("--no-browser", args.no_browser))
               if given]
     if extras and not (args.explore or args.node_data):
         raise UsageError(f"{', '.join(extras)}: only with --explore or --node-data")
@@ -332,15 +391,19 @@ def cmd_inspect(args) -> int:
     print(f"  kind: {summary['quantization']}"
           + ("; runs as a float view (quantized tensors carried as float32 real values, snapped "
              "to their grid after every op; IO (de)quantized on the CPU)" if summary["float_view"] else ""))
-    rows = it.op_table()
-    _print_delegate_summary(rows)
+    could = it.op_table()           # the reference path's table: what the delegate supports
+    placed = _print_placement(args, could)
+    rows = placed.op_table() if placed is not None else could
     if args.ops:
-        print("ops (subgraph 0):")
+        print(f"ops (subgraph 0) on --backend {args.backend}:" if placed is not None else
+              "ops (subgraph 0), as the delegate would take them elsewhere:")
         places = {"folded": "folded at prepare", "delegate": "the delegate",
                   "litert": "LiteRT's CPU kernels", "numpy": "reference (numpy)"}
-        for row in rows:
-            where = places[row["runs_on"]]
-            delegate = "yes" if row["delegate"] is None else f"no: {row['delegate']}"
+        for row, support in zip(rows, could):
+            where = places[row["runs_on"]] if placed is not None else "elsewhere: " + (
+                "folded at prepare" if support["folded"] else
+                "the delegate" if support["delegate"] is None else "the CPU")
+            delegate = "yes" if support["delegate"] is None else f"no: {support['delegate']}"
             print(f"  #{row['index']:<4} {row['op']:<24} v{row['version']}  {row['outputs']}  "
                   f"[{where}; delegate {delegate}]")
     if args.tensors:
@@ -363,7 +426,7 @@ def _explore(args) -> int:
     from tflite_taichi.partition import DelegateWarning
     with warnings.catch_warnings():     # the summary above said what the delegate takes
         warnings.simplefilter("ignore", DelegateWarning)
-        data = explore.collect(args.model, args.backend or "auto", args.profile, args.shape)
+        data = explore.collect(args.model, args.backend, args.profile, args.shape)
     if args.node_data:
         for name, path in explore.write(data, args.node_data).items():
             print(f"node data ({name}): {path}")
@@ -395,25 +458,65 @@ def _signature_note(d, settable: bool = True) -> str:
             + ("; --shape sets it)" if settable else ")"))
 
 
-def _print_delegate_summary(rows) -> None:
-    """How many ops the delegate takes, and the others grouped by op and reason."""
+def _print_placement(args, could: list):
+    """Where the ops will run with `--backend` (the same line `run` prints after running, from
+    an Interpreter prepared as `run` prepares it: a Taichi backend compiles its kernels here,
+    cached for the run), then what the delegate could take on a Taichi backend where that
+    backend does not run the delegate (litert, reference) or cannot start here (its reason
+    said). Returns the prepared Interpreter, or None where the backend cannot start."""
+    from tflite_taichi.errors import BackendUnavailable
+    try:
+        with _plain_warnings():      # the line below says what the delegate's notes say
+            placed = Interpreter(model_path=args.model, backend=args.backend,
+                                 answer_while_compiling=False)
+            apply_shapes(placed, args.shape)
+            with _compile_progress_bar():
+                placed.allocate_tensors()
+    except BackendUnavailable as e:
+        print(f"  --backend {args.backend} cannot start here ({e})")
+        _print_delegate_summary(could, "elsewhere, the delegate would take")
+        return None
+    summary = placed.summary()
+    print(f"  --backend {args.backend} {_placement_text(placed, summary, verb='runs')}")
+    if placed.backend in ("litert", "reference"):
+        _print_delegate_summary(could, "on a Taichi backend (--backend cpu, vulkan, ...), the "
+                                       "delegate would take")
+    else:
+        _print_refusals(summary["fallback"])
+    return placed
+
+
+def _print_delegate_summary(rows, lead: str) -> None:
+    """How many ops the delegate takes by the op table `rows`, and the others grouped by op
+    and reason."""
     runtime = [r for r in rows if not r["folded"]]
-    refused = Counter((r["op"], r["delegate"]) for r in runtime if r["delegate"] is not None)
+    refused = [{"op": r["op"], "reason": r["delegate"]} for r in runtime if r["delegate"] is not None]
     folded = len(rows) - len(runtime)
-    print(f"  the delegate takes {len(runtime) - sum(refused.values())} of {len(runtime)} ops"
-          + (f" ({folded} more are computed once at load)" if folded else "")
-          + (":" if refused else ""))
-    for (op, reason), n in refused.most_common():
+    print(f"  {lead} {len(runtime) - len(refused)} of {len(runtime)} ops"
+          + (f"; {folded} computed once at load" if folded else "") + (":" if refused else ""))
+    _print_refusals(refused)
+
+
+def _print_refusals(refused: list) -> None:
+    """The ops the delegate does not take ({op, reason} each), grouped by op and reason."""
+    for (op, reason), n in Counter((r["op"], r["reason"]) for r in refused).most_common():
         print(f"    not {op}" + (f" x{n}" if n > 1 else "") + f": {reason}")
 
 
 def cmd_demo(args) -> int:
+    """The demo model, written to a temporary folder that is removed when the demo ends (one
+    left per run piled up in /tmp)."""
+    with tempfile.TemporaryDirectory(prefix="tflite_taichi_demo_") as folder:
+        return _demo(args, os.path.join(folder, "demo.tflite"))
+
+
+def _demo(args, path: str) -> int:
     from tflite_taichi.tools.demo import build_demo_model
     model = build_demo_model()
-    path = os.path.join(tempfile.mkdtemp(prefix="tflite_taichi_demo_"), "demo.tflite")
     with open(path, "wb") as f:
         f.write(model)
-    print(f"built a {len(model)}-byte demo classifier with tflite_taichi.builder: {path}")
+    print(f"built a {len(model)}-byte demo classifier with tflite_taichi.builder "
+          "(tflite_taichi.tools.demo.build_demo_model(); a temporary file, removed at the end)")
     results = {}
     import warnings
     from tflite_taichi.partition import DelegateWarning
@@ -467,7 +570,7 @@ def cmd_batch(args) -> int:
                        gpus_per_worker=args.gpus_per_worker, cpus_per_worker=args.cpus_per_worker,
                        fmt=args.format, preprocess=args.preprocess, precision=args.precision,
                        retries=args.retries, overwrite=args.overwrite, resume=args.resume,
-                       progress=sys.stderr.isatty(), task_timeout=args.task_timeout,
+                       progress=True, task_timeout=args.task_timeout,
                        imports=args.imports)
     per_invoke = sorted({w["items_per_invoke"] for w in result.workers if "items_per_invoke" in w})
     notes = sorted({w["batching"] for w in result.workers if "batching" in w})
@@ -552,7 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", action="store_true",
                      help="per-partition and per-CPU-op times and kernel launches")
     run.add_argument("-v", "--verbose", action="store_true",
-                     help="also print the delegate's warnings (each op it refuses, and why)")
+                     help="also print the delegate's notes (each op it leaves to the CPU, and why)")
     run.set_defaults(func=cmd_run)
     ins = sub.add_parser("inspect", help="IO, op counts, and per-op support",
                          description="What MODEL is and what the delegate would take: a summary "
@@ -572,8 +675,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="write that as Model Explorer's node data instead (FILE.json: where "
                           "each op runs; FILE.why.json, FILE.fusion.json, FILE.time.json beside "
                           "it); needs no Model Explorer")
-    ins.add_argument("--backend", default=None, choices=BACKENDS,
-                     help="the backend whose decisions --explore/--node-data show (default auto)")
+    ins.add_argument("--backend", default="auto", choices=BACKENDS,
+                     help="the backend whose placement inspect says, --explore and --node-data "
+                          "show: what `run` on it does (a Taichi backend compiles its kernels "
+                          "here, cached for the run; default auto)")
     ins.add_argument("--profile", action="store_true",
                      help="with --explore/--node-data: time each op (12 invokes on random "
                           "inputs, one kernel per fusion group)")
@@ -620,7 +725,8 @@ def build_parser() -> argparse.ArgumentParser:
     bat.add_argument("--cpus-per-worker", type=_fraction, default=1.0, metavar="F",
                      help="Ray: CPUs per actor (default 1)")
     bat.add_argument("--format", default="parquet", choices=("parquet", "npz"),
-                     help="how outputs are written: Parquet parts (default) or one .npz per input")
+                     help="how outputs are written: Parquet (default) or .npz part files, each "
+                          "holding a few batches' inputs (batch.read_outputs reads either)")
     bat.add_argument("--preprocess", metavar="P",
                      help="images to a float input: unit, signed, raw, imagenet or "
                           "'mean=M;std=S' (default: the model's metadata)")
@@ -654,6 +760,14 @@ def main(argv=None) -> int:
     except TfliteTaichiError as e:
         print(f"tflite-taichi: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:      # Ctrl-C: a line, not a traceback; 128 + SIGINT, as a shell says
+        model = getattr(args, "model", None)
+        model = os.path.basename(model if isinstance(model, str) else model[0]) if model else ""
+        print(f"tflite-taichi {args.command}: interrupted"
+              + (f" while compiling the kernels of {model} ({e} done): the rest are not cached "
+                 "and compile at the next run" if isinstance(e, _InterruptedCompile) else ""),
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -46,6 +46,17 @@ def read_npy(name: str, path: str) -> np.ndarray:
         raise UsageError(f"--input {name}: {path} is not a readable .npy file ({e})") from None
 
 
+def refuse_float64(array: np.ndarray, detail, what: str) -> None:
+    """A UsageError naming the fix where `array` is float64 (numpy's default float, so what
+    np.random and np.array give) for an input that is not: converting it quietly would hide a
+    loss of precision the user did not choose; the same rule as batch's."""
+    dtype = np.dtype(detail["dtype"])
+    if array.dtype != np.float64 or dtype == np.float64:
+        return
+    raise UsageError(f"{what} holds float64 data, but input '{detail['name']}' takes {dtype.name}: "
+                     f"save it as x.astype(np.{dtype.name})")
+
+
 def inputs_by_name(it) -> dict:
     """{every name --input accepts: the input's detail}: each model input's tensor name, and
     its name in the signatures of the main graph (e.g. `keras_tensor`, as

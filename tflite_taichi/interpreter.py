@@ -878,7 +878,8 @@ class Interpreter:
         from tflite_taichi import node_data
         self._main.require_allocated("node_data()")
         views = {index: node_data.SubgraphView(s.prepared, s.schedule, s.program, s.timings,
-                                               s.kernel_timings)
+                                               s.kernel_timings,
+                                               frozenset(i for isl in s.islands() for i in isl))
                  for index, s in self._states.items() if s.prepared is not None}
         for prepared, call in self._runtime.prepared_calls():
             views.setdefault(prepared.subgraph.index, node_data.SubgraphView(

@@ -16,7 +16,13 @@ module, so no resize can leave a caller holding freed memory.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
+import os
+import sys
+import tempfile
+import threading
 from typing import Optional
 
 import numpy as np
@@ -133,6 +139,46 @@ def interim_can_carry_state(model, resolved) -> bool:
     return not any(t.is_variable for sg in model.subgraphs if sg.index in called for t in sg.tensors)
 
 
+# LiteRT's C++ prints this on stderr at the first allocation of a process; its logger has no
+# switch (TF_CPP_MIN_LOG_LEVEL does not reach it), so every user's output would carry an INFO
+# line of LiteRT's own. It goes to our log instead (logging at INFO, as our own notes do).
+XNNPACK_NOTE = b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n"
+_note = {"seen": False, "lock": threading.Lock()}
+_log = logging.getLogger("tflite_taichi.litert")
+
+
+@contextlib.contextmanager
+def xnnpack_note_to_the_log():
+    """Around a LiteRT allocation: until LiteRT has printed its XNNPACK note in this process,
+    stderr (file descriptor 2, which its C++ writes) goes to a temporary file for the call, and
+    whatever else was written there meanwhile is written back after it."""
+    if _note["seen"]:
+        yield
+        return
+    with _note["lock"]:
+        try:
+            sys.stderr.flush()
+            saved = os.dup(2)
+        except (OSError, ValueError):       # no stderr to speak of: nothing to keep calm
+            yield
+            return
+        with tempfile.TemporaryFile() as held:
+            os.dup2(held.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                held.seek(0)
+                written = held.read()
+                if XNNPACK_NOTE in written:
+                    _note["seen"] = True
+                    _log.info(XNNPACK_NOTE.decode().strip()[len("INFO: "):])
+                    written = written.replace(XNNPACK_NOTE, b"", 1)
+                if written:
+                    os.write(2, written)
+
+
 def _litert_threads(budget: int) -> int:
     """LiteRT's num_threads for our budget (threads.resolve: at least 1)."""
     return max(int(budget), 1)
@@ -166,7 +212,8 @@ class LiteRTModel:
         (a custom op it has no kernel for is refused here, not when the model is read). Call it
         only on a model our own prepare accepted."""
         try:
-            self._wrapper.AllocateTensors(0)
+            with xnnpack_note_to_the_log():
+                self._wrapper.AllocateTensors(0)
         except (ValueError, RuntimeError) as e:
             raise BackendUnavailable(f"LiteRT cannot run this model: {_first_line(e)}") from None
 
@@ -184,7 +231,8 @@ class LiteRTModel:
                     raise InputError(f"LiteRT cannot resize input {t} of subgraph {subgraph} to "
                                      f"{list(shape)}: {_first_line(e)}") from None
         try:
-            self._wrapper.AllocateTensors(subgraph)
+            with xnnpack_note_to_the_log():
+                self._wrapper.AllocateTensors(subgraph)
         except (ValueError, RuntimeError) as e:
             raise BackendUnavailable(f"LiteRT cannot allocate subgraph {subgraph} for inputs of "
                                      f"shapes {[list(s) for s in input_shapes.values()]}: "

@@ -50,6 +50,7 @@ class SubgraphView:
     program: object = None              # delegate.Program
     timings: Optional[dict] = None      # schedule position -> seconds per invoke
     kernel_timings: Optional[dict] = None   # (schedule position, kernel) -> seconds
+    on_litert: frozenset = frozenset()  # ops of the schedule's LiteRT islands (litert_islands.py)
 
 
 @dataclass
@@ -111,8 +112,12 @@ def subgraph_facts(subgraph, view: Optional[SubgraphView], backend: str) -> dict
             partition_number += 1
         else:
             index = item.op.index
-            facts[index] = OpFacts("CPU", CPU_COLOR, view.schedule.refused.get(index, ""),
-                                   time_us=_median_us(timings.get(position)))
+            why = view.schedule.refused.get(index, "")
+            if index in view.on_litert:
+                facts[index] = OpFacts("CPU (LiteRT)", CPU_COLOR, why + "; LiteRT's CPU kernels run "
+                                       "it, in an island between the partitions")
+            else:
+                facts[index] = OpFacts("CPU", CPU_COLOR, why, time_us=_median_us(timings.get(position)))
     return _complete(facts, subgraph)
 
 

@@ -17,6 +17,8 @@ dependency.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import sys
@@ -32,9 +34,15 @@ from tflite_taichi.quant import is_float_view
 
 ARENA_DTYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.bool_)}
 
+# The delegate's own choices (ops it keeps on the CPU on purpose) and where the ops ran are
+# news, not something to act on: they are logged at INFO here; only what the delegate cannot
+# take is a DelegateWarning. A library configures no handlers: the application decides.
+_log = logging.getLogger("tflite_taichi.delegate")
+logging.getLogger("tflite_taichi").addHandler(logging.NullHandler())
+
 
 class DelegateWarning(UserWarning):
-    """An op the delegate cannot take, or how the model was split between GPU and CPU."""
+    """An op the delegate cannot take (what it keeps on the CPU by choice is logged instead)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,9 @@ class Partition:
 class Schedule:
     items: list                       # Partition or Step (a CPU op), in execution order
     refused: dict                     # op index -> reason it runs on the CPU
+    chosen: frozenset = frozenset()   # those of `refused` the delegate could take but keeps on
+                                      # the CPU by its own policy (auto's numpy ops, cost, the
+                                      # partition limit, variable-only runs): logged, not warned
 
     @property
     def partitions(self) -> list:
@@ -90,13 +101,25 @@ def carried_by_arena(spec, runtime: bool = True) -> bool:
 
 
 def delegate_reason(step: Step, fp16: bool = False, reference_ops=frozenset()) -> Optional[str]:
-    """None if the delegate takes this op instance, else why not (TFLite's warning text).
-    `reference_ops`: op names the CPU policy of `auto` keeps on numpy (backend.cpu_reference_ops(): ops declaring OpDef.numpy_faster_on_cpu)."""
-    opdef, node = step.opdef, step.node
+    """None if the delegate takes this op instance, else why not (TFLite's warning text):
+    the CPU policy's reason first, then what the delegate cannot do."""
+    return policy_reason(step, reference_ops) or capability_reason(step, fp16)
+
+
+def policy_reason(step: Step, reference_ops=frozenset()) -> Optional[str]:
+    """Why the CPU policy of `auto` keeps this op on numpy (a choice, not a limit), or None.
+    `reference_ops`: op names that policy keeps on numpy (backend.cpu_reference_ops(): ops
+    declaring OpDef.numpy_faster_on_cpu)."""
     if step.op.name in reference_ops and costs.numpy_wins_on_cpu(step):
         return ("backend='auto' without a GPU runs it on numpy, which is faster than Taichi's "
                 "cpu kernel for this op at this size (BLAS and vectorised taps; measured per "
                 "op)")
+    return None
+
+
+def capability_reason(step: Step, fp16: bool = False) -> Optional[str]:
+    """None if the delegate can take this op instance, else why it cannot."""
+    opdef, node = step.opdef, step.node
     if opdef.stateful:
         variable = variable_of(step)
         if variable is None and opdef.infer_takes_runtime:      # IF, WHILE, composites
@@ -246,7 +269,12 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
     costs.py's estimate stays on the CPU. called: the subgraph is one that IF/WHILE call
     (executor.DelegatedCall), whose every call pays the host's round trips too. backend: the
     Taichi backend the delegate runs on, as its warnings name it."""
-    reasons = {s.op.index: delegate_reason(s, fp16, reference_ops) for s in graph.steps}
+    reasons, chosen = {}, set()
+    for s in graph.steps:
+        policy = policy_reason(s, reference_ops)
+        if policy is not None:
+            chosen.add(s.op.index)
+        reasons[s.op.index] = policy or capability_reason(s, fp16)
     slots = _variable_slots(graph, reasons)
     groups = _group_by_dependencies(graph, {i for i, r in reasons.items() if r is None})
     # a run of variable reads and writes alone (an init subgraph's assignments) computes nothing
@@ -254,6 +282,7 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
     idle = [g for delegated, g in groups if delegated and _only_variables(g)]
     for run in idle:
         for step in run:
+            chosen.add(step.op.index)
             reasons[step.op.index] = ("a partition of variable reads and writes alone computes "
                                       "nothing on the device: the host copies the values")
     if idle:
@@ -266,6 +295,7 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
             if faster is not None:
                 keep.remove(run)
                 for step in run:
+                    chosen.add(step.op.index)
                     reasons[step.op.index] = (
                         f"backend='auto': numpy runs its partition of {len(run)} op(s) faster than "
                         f"{cost_backend} (estimated {faster[0]:.0f} us against {faster[1]:.0f} us, "
@@ -276,6 +306,7 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
             for step in run:
                 reasons.setdefault(step.op.index, None)
                 if reasons[step.op.index] is None:
+                    chosen.add(step.op.index)
                     reasons[step.op.index] = (
                         f"ops that run on the CPU separate it from the delegated ones, and the "
                         f"delegate takes only the {max_partitions} largest group(s) of connected "
@@ -287,9 +318,10 @@ def build_schedule(graph: PreparedGraph, max_partitions: int = 1, fp16: bool = F
             items.append(_partition(group, graph, preserve_all, slots))
         else:
             items.extend(group)
-    schedule = Schedule(items=items, refused={i: r for i, r in reasons.items() if r is not None})
+    refused = {i: r for i, r in reasons.items() if r is not None}
+    schedule = Schedule(items=items, refused=refused, chosen=frozenset(chosen.intersection(refused)))
     if warn:
-        _warn(schedule, graph, backend)
+        _report(schedule, graph, backend)
     return schedule
 
 
@@ -396,17 +428,19 @@ def _address_variables(p: Partition, slots: dict, graph: PreparedGraph) -> None:
                 access(t, VariableSlot(t, tuple(value.shape), value.dtype, "tensor"), s, t in written)
 
 
-def _warn(schedule: Schedule, graph: PreparedGraph, backend: Optional[str]):
-    """TFLite's delegate warnings, one line per op kind and reason (with the op codes), then
-    one summary line naming where the delegated ops run. The full list, op by op, is
-    summary()["fallback"] (and `tflite-taichi inspect`)."""
+def _report(schedule: Schedule, graph: PreparedGraph, backend: Optional[str]):
+    """TFLite's delegate lines, one per op kind and reason (with the op codes), then one
+    summary line naming where the delegated ops run. What the delegate cannot take is a
+    DelegateWarning; what it keeps on the CPU by choice, and the summary, are logged at INFO.
+    The full list, op by op, is summary()["fallback"] (and `tflite-taichi inspect`)."""
     names = {s.op.index: s.op.name for s in graph.steps}
     where = f" of subgraph {graph.subgraph.index}" if graph.subgraph.index else ""
     groups: dict = {}
     for index, reason in sorted(schedule.refused.items()):
         # reasons that differ only in the tensor they name ('c0', 'c1') are one kind
-        groups.setdefault((names[index], re.sub(r"'[^']*'", "''", reason)), []).append(index)
-    for (name, _), indices in groups.items():
+        key = (names[index], index in schedule.chosen, re.sub(r"'[^']*'", "''", reason))
+        groups.setdefault(key, []).append(index)
+    for (name, by_choice, _), indices in groups.items():
         reason = schedule.refused[indices[0]]
         if len(indices) == 1:
             ops = f"op code #{indices[0]} ({name})"
@@ -415,11 +449,15 @@ def _warn(schedule: Schedule, graph: PreparedGraph, backend: Optional[str]):
             ops = f"{len(indices)} {name} ops (op codes {shown})"
             if any(schedule.refused[i] != reason for i in indices):
                 reason += f" (op #{indices[0]}'s words; the others name their own tensors)"
-        _warn_user(f"WARNING: {ops}{where} cannot be handled by this delegate: {reason}")
+        line = f"{ops}{where} cannot be handled by this delegate: {reason}"
+        if by_choice:
+            _log.info(line)         # the text itself as the record's msg: filters can read it
+        else:
+            _warn_user(f"WARNING: {line}")
     delegated = sum(len(p.steps) for p in schedule.partitions)
-    _warn_user(f"INFO: {delegated} of {len(graph.steps)} ops{where} run on {_delegate_name(backend)} in "
-               f"{len(schedule.partitions)} partition(s); {len(graph.steps) - delegated} run on "
-               f"the CPU ({len(graph.folded)} folded at prepare)")
+    _log.info(f"{delegated} of {len(graph.steps)} ops{where} run on {_delegate_name(backend)} in "
+              f"{len(schedule.partitions)} partition(s); {len(graph.steps) - delegated} run on the "
+              f"CPU; {len(graph.folded)} computed once at load")
 
 
 def _delegate_name(name: Optional[str]) -> str:
@@ -449,3 +487,33 @@ def _warn_user(message: str) -> None:
     registry = frame.f_globals.setdefault("__warningregistry__", {})
     warnings.warn_explicit(message, DelegateWarning, frame.f_code.co_filename, frame.f_lineno,
                            module=frame.f_globals.get("__name__", "__main__"), registry=registry)
+
+
+class _LinesHandler(logging.Handler):
+    """Each record as one line tagged with its level ("INFO: ..."), appended to a list."""
+
+    def __init__(self, lines: list):
+        super().__init__(logging.INFO)
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname}: {record.getMessage()}")
+
+
+@contextlib.contextmanager
+def notes_into(lines: list):
+    """The delegate's logged notes while the block runs, appended to `lines` as "INFO: ..."
+    strings and kept from every other handler: for callers that say them their own way (the
+    command line's -v, testing's workers). Pass the list catch_warnings(record=True) fills to
+    keep warnings and notes in the order they came."""
+    handler = _LinesHandler(lines)
+    level, propagate = _log.level, _log.propagate
+    _log.addHandler(handler)
+    _log.setLevel(logging.INFO)
+    _log.propagate = False
+    try:
+        yield lines
+    finally:
+        _log.removeHandler(handler)
+        _log.setLevel(level)
+        _log.propagate = propagate

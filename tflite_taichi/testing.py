@@ -180,7 +180,12 @@ def _run(it, inputs) -> list:
     for d, x in zip(details, inputs):
         if tuple(d["shape"]) != np.shape(x):
             it.resize_tensor_input(d["index"], np.shape(x))
-    it.allocate_tensors()
+    if type(it).__module__.startswith("ai_edge_litert"):   # its XNNPACK note: to our log
+        from tflite_taichi.litert_cpu import xnnpack_note_to_the_log
+        with xnnpack_note_to_the_log():
+            it.allocate_tensors()
+    else:
+        it.allocate_tensors()
     for d, x in zip(it.get_input_details(), inputs):
         it.set_tensor(d["index"], x)
     it.invoke()
@@ -373,7 +378,9 @@ def _worker_main(conn, backend: str):
             sys.path.extend(p for p in kwargs.pop("sys_path", ()) if p not in sys.path)
             for module in kwargs.pop("plugins", ()):   # users' op modules (register_op at import)
                 importlib.import_module(module)
-            with warnings.catch_warnings(record=True) as caught:
+            from tflite_taichi.partition import notes_into
+            # the delegate's warnings and its logged INFO notes, in the order they came
+            with warnings.catch_warnings(record=True) as caught, notes_into(caught):
                 warnings.simplefilter("always")
                 sequence = kwargs.pop("sequence", None)
                 it = Interpreter(model_content=model, backend=kwargs.pop("backend", backend),
@@ -387,7 +394,7 @@ def _worker_main(conn, backend: str):
                         if kwargs.get("experimental_preserve_all_tensors"):
                             steps.append(_all_op_outputs(it))
             summary = it.summary()
-            summary["warnings"] = [str(w.message) for w in caught]
+            summary["warnings"] = [w if isinstance(w, str) else str(w.message) for w in caught]
             if kwargs.get("experimental_preserve_all_tensors"):      # every op's output
                 summary["tensors"] = (_all_op_outputs(it) if sequence is None else steps)
             if kwargs.get("profile"):

@@ -22,7 +22,7 @@ from tflite_taichi.batch.inputs import (InputSpec, Item, check_images, discover,
 from tflite_taichi.batch.folder import Claim, check_out_dir, identity, prepare
 from tflite_taichi.batch.outputs import (FORMATS, count_written, merge_errors, output_info,
                                          read_errors, read_outputs, write_manifest)
-from tflite_taichi.batch.runner import RunConfig, import_modules
+from tflite_taichi.batch.runner import RunConfig, import_modules, probe_batching
 from tflite_taichi import threads
 from tflite_taichi.errors import BatchError
 
@@ -137,6 +137,8 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     overwrite: remove a previous run's files from `out_dir` (only those) first. resume: finish
     the interrupted run in `out_dir` (same model, inputs and fmt): its complete part files are
     kept and only the inputs none of them holds are run. Either way every input ends up once.
+    progress: say how the run goes on stderr (local pool; Ray shows Ray Data's): a bar on a
+    terminal, plain lines in a pipe or a log.
     imports: modules imported here and in every worker before the model is read, e.g. one that
     registers the model's custom ops (a worker is a fresh process: what this process registered
     by other means is not there); each must be importable in the workers too.
@@ -166,6 +168,7 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
     reader = Interpreter(model_content=model_data, backend="reference")   # no Taichi here
     spec = input_spec(reader, parse_preprocess(preprocess))
     info = output_info(reader)
+    batching_note = probe_batching(reader, spec, info, batch_size)   # resizes `reader`: last use
     items, problems = discover(list(inputs), exclude=out_dir)
     check_images(spec, items)
     resolved = _resolve_backend(backend, cache_dir, model_data)
@@ -177,7 +180,8 @@ def run(model, inputs: Union[str, Sequence[str]], out_dir: str, *, backend: str 
         task_items = batch_size * max(1, math.ceil(TASK_ITEMS / batch_size))
         config = RunConfig(model=model_data, backend=resolved, precision=precision,
                            batch_size=batch_size, spec=spec, info=info, out_dir=out_dir, fmt=fmt,
-                           cache_dir=cache_dir, part_prefix=record.prefix, imports=tuple(imports))
+                           cache_dir=cache_dir, part_prefix=record.prefix, imports=tuple(imports),
+                           batching_note=batching_note)
         todo = [item for item in items if item.key not in record.done]
         result = _run_items(todo, problems, config, ray=ray, workers=workers, retries=retries,
                             task_items=task_items, progress=progress, task_timeout=task_timeout,
@@ -231,7 +235,7 @@ def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,
         task_items = max(1, math.ceil(len(items) / asked))
     tasks = _tasks(items, task_items)
     workers = max(1, min(workers, len(tasks)))
-    bar = _ProgressBar(len(items), workers) if progress else None
+    bar = _progress(len(items), workers, config.backend) if progress else None
     pool = LocalPool(config, worker_environments(config.backend, workers, devices), retries,
                      progress=bar.update if bar else None, task_timeout=task_timeout)
     try:
@@ -244,6 +248,47 @@ def _run_local(items, config: RunConfig, workers: Optional[int], retries: int,
             f"{workers} of the {asked} workers started: {len(items)} input(s) give each worker "
             "one at least")
     return report
+
+
+PROGRESS_LINE_S = 10.0       # in a pipe or a log: a progress line at most this often
+
+
+def _progress(total: int, workers: int, backend: str):
+    """A progress bar on a terminal; plain lines in a pipe or a log (a bar's redraws would flood
+    it, and silence until the end looks like a hang), as `run` says its compiles."""
+    if sys.stderr.isatty():
+        return _ProgressBar(total, workers)
+    return _ProgressLines(total, workers, backend, sys.stderr)
+
+
+class _ProgressLines:
+    """A line when the workers start, then one as tasks finish (the first at once, then at most
+    one every PROGRESS_LINE_S, and the last): inputs done, items/s, each worker's count."""
+
+    def __init__(self, total: int, workers: int, backend: str, stream):
+        self.total, self.stream = total, stream
+        self.per_worker = [0] * workers
+        self.started = time.perf_counter()
+        self.last_line = None
+        self._say(f"batch: {total} input(s); starting {workers} worker(s) on {backend}...")
+
+    def _say(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+    def update(self, n: int, worker) -> None:
+        self.per_worker[worker.slot] += n
+        done, now = sum(self.per_worker), time.perf_counter()
+        if done < self.total and self.last_line is not None and \
+                now - self.last_line < PROGRESS_LINE_S:
+            return
+        self.last_line = now
+        seconds = now - self.started
+        counts = ", ".join(f"worker {i}: {c}" for i, c in enumerate(self.per_worker))
+        self._say(f"batch: {done} of {self.total} inputs done in {seconds:.1f} s "
+                  f"({done / seconds if seconds > 0 else 0.0:.1f} items/s; {counts})")
+
+    def close(self) -> None:
+        pass
 
 
 class _ProgressBar:

@@ -391,18 +391,20 @@ def decode(spec: InputSpec, key: str, payload) -> list:
         return _from_row(spec, payload)
     suffix = _suffix(key)
     if suffix == ".npy":
-        return _from_npy(spec, payload)
+        return _from_npy(spec, payload, key)
     if suffix == ".npz":
-        return _from_npz(spec, payload)
+        return _from_npz(spec, payload, key)
     if suffix in IMAGE_SUFFIXES:
         return _from_image(spec, payload)
     raise ItemError(f"not an input file (suffix {suffix or 'none'})")
 
 
-def _conform(spec: InputSpec, i: int, value: np.ndarray, what: str) -> np.ndarray:
+def _conform(spec: InputSpec, i: int, value: np.ndarray, what: str,
+             file: Optional[str] = None) -> np.ndarray:
     """`value` as input i of one item: its shape (with or without a leading batch dimension of
-    1) and dtype (a lossless cast, or float64 -> float32), else an ItemError."""
-    _check_declared(spec, i, value.shape, value.dtype, what)
+    1) and dtype (a lossless cast; a narrower float only for a table's numbers: _check_declared),
+    else an ItemError."""
+    _check_declared(spec, i, value.shape, value.dtype, what, file)
     want_shape, want_dtype = spec.item_shapes[i], np.dtype(spec.dtypes[i])
     if tuple(value.shape) != want_shape:
         value = value.reshape(want_shape)
@@ -411,9 +413,15 @@ def _conform(spec: InputSpec, i: int, value: np.ndarray, what: str) -> np.ndarra
     return np.ascontiguousarray(value)
 
 
-def _check_declared(spec: InputSpec, i: int, shape, dtype: np.dtype, what: str) -> None:
+def _check_declared(spec: InputSpec, i: int, shape, dtype: np.dtype, what: str,
+                    file: Optional[str] = None) -> None:
     """An ItemError unless an array of `shape` and `dtype` can be input i of one item: checked
-    on an array file's header too, before its data is read or memory given to it."""
+    on an array file's header too, before its data is read or memory given to it.
+
+    `file`: the array file (.npy, .npz) that declares `dtype`. Float data wider than the
+    input's (float64 for a float32 input) is refused, as `tflite-taichi run` refuses it: it would
+    lose precision unsaid, so the message names the conversion. A table's numbers (file None)
+    arrive as Python floats whatever the column held, so they are narrowed to the input's type."""
     want_shape, want_dtype = spec.item_shapes[i], np.dtype(spec.dtypes[i])
     shape = tuple(int(s) for s in shape)
     if shape != want_shape and shape != (1,) + want_shape:
@@ -422,11 +430,15 @@ def _check_declared(spec: InputSpec, i: int, shape, dtype: np.dtype, what: str) 
     if dtype != want_dtype:
         lossless = np.can_cast(dtype, want_dtype, "safe")
         float_narrowing = dtype.kind == "f" and want_dtype.kind == "f"
+        if float_narrowing and file is not None and not lossless:
+            raise ItemError(f"{what} in {file} is {dtype}; input '{spec.names[i]}' is "
+                            f"{want_dtype}: write the array as {want_dtype} "
+                            f"(array.astype(np.{want_dtype.name}))")
         if dtype.hasobject or not (lossless or float_narrowing):
             raise ItemError(f"{what} is {dtype}; input '{spec.names[i]}' is {want_dtype}")
 
 
-def _read_npy(spec: InputSpec, i: int, stream, what: str) -> np.ndarray:
+def _read_npy(spec: InputSpec, i: int, stream, what: str, file: str) -> np.ndarray:
     """Input i from a .npy stream (a file's bytes, or an .npz member as it inflates): the header
     first, checked against the input (shape, dtype, so the byte count), then exactly the bytes
     it declares; a header declaring more than the input takes costs nothing to refuse."""
@@ -441,14 +453,14 @@ def _read_npy(spec: InputSpec, i: int, stream, what: str) -> np.ndarray:
     except (ValueError, EOFError, OSError, SyntaxError) as e:
         raise ItemError(f"{what} is not a readable .npy array ({e})") from None
     shape, fortran, dtype = header
-    _check_declared(spec, i, shape, dtype, what)
+    _check_declared(spec, i, shape, dtype, what, file)
     nbytes = _elements(shape) * dtype.itemsize
     data = stream.read(nbytes)
     if len(data) < nbytes:
         raise ItemError(f"{what} is truncated: {len(data)} bytes of the {nbytes} its header declares")
     # a writable array, as np.load gives (a view of `data`, bytes, would be read-only)
     value = np.frombuffer(bytearray(data), dtype=dtype).reshape(shape, order="F" if fortran else "C")
-    return _conform(spec, i, value, what)
+    return _conform(spec, i, value, what, file)
 
 
 def _single_input(spec: InputSpec, what: str) -> None:
@@ -457,11 +469,11 @@ def _single_input(spec: InputSpec, what: str) -> None:
                         f"({', '.join(spec.names)}): give an .npz with one array per input name")
 
 
-def _from_npy(spec: InputSpec, data: bytes) -> list:
+def _from_npy(spec: InputSpec, data: bytes, key: str) -> list:
     _single_input(spec, "a .npy file")
     if not data.startswith(np.lib.format.MAGIC_PREFIX):
         raise ItemError("not a .npy file (no numpy header)")
-    return [_read_npy(spec, 0, io.BytesIO(data), "the array")]
+    return [_read_npy(spec, 0, io.BytesIO(data), "the array", key)]
 
 
 def _match_names(spec: InputSpec, names: Sequence[str], what: str) -> list:
@@ -482,7 +494,7 @@ def _match_names(spec: InputSpec, names: Sequence[str], what: str) -> list:
     return chosen
 
 
-def _from_npz(spec: InputSpec, data: bytes) -> list:
+def _from_npz(spec: InputSpec, data: bytes, key: str) -> list:
     """The model's inputs from an .npz: names matched on the archive's list, then only the
     matched members inflated, each through its .npy header (_read_npy), so neither an unused
     member nor one that inflates past its input's size is ever decompressed whole."""
@@ -493,7 +505,7 @@ def _from_npz(spec: InputSpec, data: bytes) -> list:
             arrays = []
             for i, name in enumerate(names):
                 with archive.open(members[name]) as stream:
-                    arrays.append(_read_npy(spec, i, stream, f"array {name!r}"))
+                    arrays.append(_read_npy(spec, i, stream, f"array {name!r}", key))
             return arrays
     except ItemError:
         raise

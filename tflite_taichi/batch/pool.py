@@ -45,6 +45,9 @@ from tflite_taichi.runtime.children import ConnectedChild, exit_if_parent_gone
 
 PREFETCH = 2                 # tasks queued per worker: the next one is ready when one finishes
 START_ATTEMPTS = 3           # a worker slot that dies this many times while starting is retired
+START_WAIT_S = 30.0          # how long an idle worker leaves the tasks kept for workers still
+                             # starting before it takes them itself (the run's end waits as long
+                             # for starting workers: _stop)
 
 
 def _worker_main(conn, slot: int, config: RunConfig) -> None:
@@ -102,6 +105,7 @@ class _Worker:
         self.done_items = 0
         self.info = None
         self.last_heard = 0.0            # time.monotonic() of its last message, or of work given
+        self.idle_since = 0.0            # time.monotonic() when it last had no task
         self.kill_reason = None          # why the driver killed it (a task that took too long)
         self.retired = None              # why its slot takes no more work (it cannot start)
 
@@ -201,16 +205,38 @@ class LocalPool:
                 w.process.kill()
 
     def _feed(self) -> None:
-        for w in self.workers:
-            while w.ready and self.pending and len(w.outstanding) < PREFETCH:
-                if not w.outstanding:
-                    w.last_heard = time.monotonic()      # an idle worker's clock starts now
-                task_id, items = self.pending.popleft()
-                w.outstanding.append(task_id)
-                try:
-                    w.conn.send((task_id, items))
-                except (BrokenPipeError, OSError):
-                    break                        # dead: the wait on its pipe says so next
+        """Pending tasks to the ready workers, one at a time to the least busy (fewest tasks
+        queued, then fewest items done): a worker that has done nothing yet takes the last
+        task before one that has."""
+        broken = set()
+        while self.pending:
+            takers = [w for w in self.workers
+                      if w.ready and w.slot not in broken and len(w.outstanding) < PREFETCH
+                      and not self._kept_for_starting_workers(w)]
+            if not takers:
+                return
+            w = min(takers, key=lambda w: (len(w.outstanding), w.done_items))
+            if not w.outstanding:
+                w.last_heard = time.monotonic()      # an idle worker's clock starts now
+            task_id, items = self.pending.popleft()
+            w.outstanding.append(task_id)
+            try:
+                w.conn.send((task_id, items))
+            except (BrokenPipeError, OSError):
+                broken.add(w.slot)           # dead: the wait on its pipe says so next
+
+    def _kept_for_starting_workers(self, w: _Worker) -> bool:
+        """Whether the pending tasks are kept for the workers that have not started yet, one
+        each, rather than given to `w`: the first worker to start would otherwise queue the
+        tasks of a small run and do it all while the others start. An idle `w` takes them after
+        START_WAIT_S (a worker may take minutes to start, or never)."""
+        starting = sum(1 for other in self.workers
+                       if other is not w and other.info is None and not other.retired)
+        if len(self.pending) > starting:
+            return False
+        if w.outstanding:
+            return True
+        return time.monotonic() - w.idle_since < START_WAIT_S
 
     def _handle(self, w: _Worker, message) -> None:
         kind = message[0]
@@ -218,6 +244,7 @@ class LocalPool:
             if w.info is None:
                 self.ready_marks.append((time.perf_counter() - self.started, self.items_done))
             w.ready, w.info, w.start_failures = True, message[2], 0
+            w.idle_since = time.monotonic()
         elif kind == "failed":
             w.process.join(timeout=10)
             self._retire(w, f"it cannot start an interpreter: {message[2]}")
@@ -225,6 +252,8 @@ class LocalPool:
             _, _, task_id, written, errors, _seconds, w.info = message
             if task_id in w.outstanding:
                 w.outstanding.remove(task_id)
+            if not w.outstanding:
+                w.idle_since = time.monotonic()
             if task_id not in self.finished:
                 self.finished.add(task_id)
                 w.done_items += written + errors
@@ -310,7 +339,7 @@ class LocalPool:
             if w.process is not None and w.process.is_alive():
                 with contextlib.suppress(Exception):
                     w.conn.send(None)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_WAIT_S
         for w in self.workers:
             if w.process is None:
                 continue

@@ -47,6 +47,8 @@ class RunConfig:
     part_prefix: str = "part"    # this run's part files: PREFIX-000017.parquet (folder.py)
     imports: tuple = ()          # modules a worker imports first (custom ops: import_modules)
     threads: Optional[int] = None  # each worker's num_threads (None: the Interpreter's default)
+    batching_note: Optional[str] = None   # why the model cannot run batches (probe_batching),
+                                          # found on the driver: the workers run one item
 
 
 def import_modules(names) -> None:
@@ -58,6 +60,57 @@ def import_modules(names) -> None:
         except Exception as e:          # ImportError, or whatever the module raises at import
             raise BatchError(f"--import {name}: {type(e).__name__}: {e} (sys.path: "
                              f"{os.pathsep.join(sys.path[:4])}...)") from e
+
+
+def batch_group(it, resize, spec: InputSpec, info: list, n: int) -> tuple:
+    """(items per invoke, why) for interpreter `it`: n where the model runs a batch of n with
+    batch-first outputs, else 1. resize(k) gives its inputs k items and allocates; it is left
+    allocated for the group chosen."""
+    if n <= 1:
+        resize(1)
+        return 1, "one item per invoke (--batch 1)"
+    if not all(spec.batch_dims) or not all(out["batch_dim"] for out in info):
+        resize(1)
+        return 1, "one item per invoke: an input or output has no batch dimension of 1"
+    try:
+        resize(n)
+        shapes = [[int(size) for size in d["shape"]] for d in it.get_output_details()]
+    except TfliteTaichiError as e:
+        resize(1)
+        return 1, f"one item per invoke: the model does not take batch {n} ({e})"
+    if any(len(s) == 0 or s[0] != n for s in shapes):
+        resize(1)
+        return 1, (f"one item per invoke: with batch {n} the outputs' shapes are {shapes}, "
+                   "not batch-first")
+    return n, f"{n} items per invoke"
+
+
+def resizer(it, spec: InputSpec):
+    """resize(n) for batch_group: `it`'s inputs to n items each (an input already of that shape
+    is left as the model declares it, so the interpreter prepares it as a user's loop does),
+    then allocate."""
+    inputs = [d["index"] for d in it.get_input_details()]
+
+    def resize(n: int) -> None:
+        current = {d["index"]: list(d["shape"]) for d in it.get_input_details()}
+        for index, shape, batched in zip(inputs, spec.item_shapes, spec.batch_dims):
+            wanted = [n, *shape] if batched else list(shape)
+            if current[index] != wanted:
+                it.resize_tensor_input(index, wanted)
+        it.allocate_tensors()
+    return resize
+
+
+def probe_batching(reader, spec: InputSpec, info: list, n: int) -> Optional[str]:
+    """Why the model cannot run batches of n, found on the driver's reference interpreter
+    `reader` (numpy: no kernels to build, milliseconds), or None when it can (the workers then
+    check on their own backend). A model that cannot batch is known before any worker starts,
+    so no worker builds kernels for a batch it will not run (on cpu each kernel is machine code
+    built at load: seconds a worker)."""
+    if n <= 1:
+        return None
+    group, note = batch_group(reader, resizer(reader, spec), spec, info, n)
+    return note if group == 1 else None
 
 
 class BatchRunner:
@@ -84,36 +137,13 @@ class BatchRunner:
 
     # -- batching ---------------------------------------------------------------------------
     def _resize(self, n: int) -> None:
-        """Inputs of n items, then allocate; an input already of that shape is left as the model
-        declares it (not resized to the same shape: the interpreter then prepares it exactly as
-        a user's loop does)."""
-        spec = self.config.spec
-        current = {d["index"]: list(d["shape"]) for d in self.it.get_input_details()}
-        for index, shape, batched in zip(self.inputs, spec.item_shapes, spec.batch_dims):
-            wanted = [n, *shape] if batched else list(shape)
-            if current[index] != wanted:
-                self.it.resize_tensor_input(index, wanted)
-        self.it.allocate_tensors()
+        resizer(self.it, self.config.spec)(n)
 
     def _choose_group(self, n: int) -> tuple:
-        if n <= 1:
-            self._resize(1)
-            return 1, "one item per invoke (--batch 1)"
-        if not all(self.config.spec.batch_dims) or \
-                not all(spec["batch_dim"] for spec in self.config.info):
-            self._resize(1)
-            return 1, "one item per invoke: an input or output has no batch dimension of 1"
-        try:
-            self._resize(n)
-            shapes = [tuple(d["shape"]) for d in self.it.get_output_details()]
-        except TfliteTaichiError as e:
-            self._resize_back()
-            return 1, f"one item per invoke: the model does not take batch {n} ({e})"
-        if any(len(s) == 0 or s[0] != n for s in shapes):
-            self._resize_back()
-            return 1, (f"one item per invoke: with batch {n} the outputs' shapes are "
-                       f"{[list(s) for s in shapes]}, not batch-first")
-        return n, f"{n} items per invoke"
+        if n > 1 and self.config.batching_note is not None:
+            n = 1           # the driver found it cannot batch: no kernels built for a batch of n
+        group, note = batch_group(self.it, self._resize, self.config.spec, self.config.info, n)
+        return group, self.config.batching_note or note
 
     def _resize_back(self) -> None:
         self._resize(1)

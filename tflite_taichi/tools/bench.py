@@ -63,6 +63,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 from typing import Optional, Sequence
 
@@ -706,7 +707,14 @@ def devices_text(results: Sequence[dict]) -> str:
     for res in results:
         for r in res["rows"]:
             seen.setdefault(_label(r), r.get("device") or "-")
-    return "\n".join(f"  {label}: {device}" for label, device in seen.items())
+    # a device's description can run to 250 characters (several GPUs, a driver's long name):
+    # wrapped to a terminal's width, continued under its label
+    return "\n".join(textwrap.fill(f"{label}: {device}", width=DEVICE_LINE_WIDTH, initial_indent="  ",
+                                   subsequent_indent="      ", break_on_hyphens=False)
+                     for label, device in seen.items())
+
+
+DEVICE_LINE_WIDTH = 100
 
 
 def render_text(results: Sequence[dict], wide: bool = True) -> str:
@@ -747,8 +755,8 @@ def _refusal(row: dict) -> str:
 
 def speed_rows(results: Sequence[dict]) -> list:
     """One row per model: the step median (ms) of every runtime side by side, the fastest in
-    bold, then where both ran, our fastest backend over the faster LiteRT (CPU or GPU: below 1,
-    ours is faster). Header first; a runtime that did not run says why in a word."""
+    bold, then where both ran, our fastest backend against the faster LiteRT (CPU or GPU), in
+    words: "2.00x faster" or "18.25x slower" (a bare ratio read as a speed-up either way). Header first; a runtime that did not run says why in a word."""
     backends = list(dict.fromkeys(r["backend"] for res in results for r in res["rows"]))
     first_rows = {b: next((r for res in results for r in res["rows"] if r["backend"] == b and r["ok"]), None)
                   for b in backends}
@@ -757,7 +765,7 @@ def speed_rows(results: Sequence[dict]) -> list:
     ours = [b for b in backends if b not in LITERTS]
     with_ratio = bool(theirs and ours)
     if with_ratio:
-        head.append("ours / LiteRT")
+        head.append(RATIO_HEAD)
     lines = [head]
     for res in results:
         rows = {r["backend"]: r for r in res["rows"]}
@@ -776,9 +784,21 @@ def speed_rows(results: Sequence[dict]) -> list:
         if with_ratio:
             lite = [median[b] for b in theirs if b in median]
             mine = [median[b] for b in ours if b in median]
-            cells.append(f"{min(mine) / min(lite):.2f}x" if lite and mine else "-")
+            cells.append(_against_litert(min(mine), min(lite)) if lite and mine else "-")
         lines.append(cells)
     return lines
+
+
+RATIO_HEAD = "ours vs LiteRT"
+
+
+def _against_litert(ours_ms: float, litert_ms: float) -> str:
+    """Our time against LiteRT's, as a reader says it: "2.00x faster", "18.25x slower"."""
+    if ours_ms == litert_ms:
+        return "as fast"
+    if ours_ms < litert_ms:
+        return f"{litert_ms / ours_ms:.2f}x faster"
+    return f"{ours_ms / litert_ms:.2f}x slower"
 
 
 def render_speed_table(results: Sequence[dict]) -> str:
@@ -864,7 +884,7 @@ def render_markdown(report: dict) -> str:
         "",
         render_table(results),
         "",
-        "Step medians side by side (ms; the fastest in bold; ours / LiteRT: our fastest over the "
+        f"Step medians side by side (ms; the fastest in bold; {RATIO_HEAD}: our fastest against the "
         "faster LiteRT):",
         "",
         render_speed_table(results),
@@ -971,7 +991,8 @@ def add_arguments(p, many: bool = False) -> None:
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per subprocess (default 1800)")
     p.add_argument("--shape", action="append", metavar="NAME=D1,D2",
                    help="an input's shape where the model sizes it at run time (-1 in its "
-                        "signature, e.g. --shape audio=1,16000); every runtime runs at it")
+                        "signature, e.g. --shape audio=1,16000); every runtime runs at it, on "
+                        "each model that has an input of that name")
 
 
 def progress_bar(total: int, desc: str):
@@ -985,6 +1006,7 @@ def bench_models(paths: Sequence[str], backends: Sequence[str], args, threads: i
                  devices: dict) -> list:
     """bench_model for each path in turn, the options from `args` (add_arguments'), one
     progress bar on stderr over them all: what `tflite-taichi bench` and bench/bench.py run."""
+    per_model = shapes_per_model(paths, getattr(args, "shape", None))
     bar = progress_bar(len(paths) * len(backends) * units_per_backend(args.runs, args.warmup),
                        "bench")
     results = []
@@ -994,10 +1016,28 @@ def bench_models(paths: Sequence[str], backends: Sequence[str], args, threads: i
             results.append(bench_model(path, backends, threads=threads, runs=args.runs,
                                        warmup=args.warmup, precision=args.precision, seed=args.seed,
                                        profile=args.profile, timeout=args.timeout, progress=bar,
-                                       devices=devices, shapes=getattr(args, "shape", None)))
+                                       devices=devices, shapes=per_model[path]))
     finally:
         bar.close()
     return results
+
+
+def shapes_per_model(paths: Sequence[str], pairs) -> dict:
+    """{model path: the --shape NAME=D1,D2 arguments naming one of its inputs}: each --shape
+    applies to the models that have that input; a name no model has is a UsageError, said
+    before anything runs."""
+    from tflite_taichi.cli_inputs import UsageError, inputs_by_name, parse_shape_args
+    from tflite_taichi.interpreter import Interpreter
+    named = parse_shape_args(pairs)
+    per_model, used = {}, set()
+    for path in paths:
+        inputs = inputs_by_name(Interpreter(model_path=path, backend="reference")) if named else {}
+        per_model[path] = [pair for pair, name in zip(pairs or [], named) if name in inputs] or None
+        used.update(name for name in named if name in inputs)
+    unused = [name for name in named if name not in used]
+    if unused:
+        raise UsageError(f"--shape {unused[0]}: no model given has an input named {unused[0]!r}")
+    return per_model
 
 
 def run_cli(args) -> int:
