@@ -282,6 +282,8 @@ it.allocate_tensors()
 it.set_tensor(0, np.array([-1, 2, -3], np.float32))
 it.invoke()
 out["custom"] = [it.backend, it.summary()["litert_refused"], it.get_tensor(1).tolist()]
+from tflite_taichi.cli import _device_text
+out["custom_said"] = _device_text(it, it.summary())     # what `run`'s headline says
 out["plain"] = Interpreter(model_content=_unary_chain()[0], backend="auto").backend
 it = Interpreter(model_content=_uncalled_assign_of_one_input(), backend="auto")
 it.allocate_tensors()
@@ -316,6 +318,9 @@ def test_auto_without_a_gpu_falls_back_to_taichi_cpu_where_litert_cannot(tmp_pat
     out = json.loads(lines[0][len("RESULT "):])
     backend, refused, y = out["custom"]
     assert backend == "cpu" and "CpuOnlyAbs" in refused and y == [1, 2, 3], out
+    assert out["custom_said"].startswith("cpu (Taichi on the CPU: no hardware GPU was found, and "
+                                         "LiteRT cannot run the model: "), out["custom_said"]
+    assert "CpuOnlyAbs" in out["custom_said"], out["custom_said"]
     # models LiteRT would crash on (section 9): Taichi's cpu runs them, or says what is wrong
     backend, refused, y = out["uncalled"]
     assert backend == "cpu" and "ASSIGN_VARIABLE" in refused and y == [0, 2] * 16, out

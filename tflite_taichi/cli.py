@@ -225,11 +225,19 @@ def _device_text(it, summary: dict) -> str:
         return (f"LiteRT's CPU kernels (XNNPACK, {threads} thread{'s' if threads != 1 else ''}"
                 + ("; no hardware GPU was found)" if it._requested_backend == "auto" else ")"))
     if backend == "cpu":
-        return "cpu (Taichi on the CPU" + (": no hardware GPU was found)" if it._requested_backend == "auto" else ")")
+        if it._requested_backend != "auto":
+            return "cpu (Taichi on the CPU)"
+        refused = summary.get("litert_refused")     # auto tried LiteRT's kernels first
+        return ("cpu (Taichi on the CPU: no hardware GPU was found"
+                + (f", and LiteRT cannot run the model: {_shortened(refused)})" if refused else ")"))
     device = (summary.get("runtime") or {}).get("vulkan_device") or _probed_device(backend)
     if device and is_software_device(device):
         return f"{backend} on {device}, a software device (the CPU emulating a GPU: slower than cpu)"
     return f"{backend} ({device})" if device else backend
+
+
+def _shortened(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
 
 
 def _probed_device(backend: str):
