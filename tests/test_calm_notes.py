@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 
+from cases.conv import big_conv
 from cases.state import accumulator_model
 from tflite_taichi import graph as graph_mod
 from tflite_taichi.builder import ModelBuilder
@@ -38,20 +39,6 @@ def split_by_a_float64_constant() -> bytes:
     g.op("MUL", [t[2], g.const("m", np.full((1, 8), 2, np.float32))], [t[3]])
     g.op("RELU6", [t[3]], [t[4]])
     g.output(t[4])
-    return b.finish()
-
-
-def big_conv() -> bytes:
-    """A convolution with enough work that numpy (BLAS) beats Taichi's cpu kernel."""
-    rng = np.random.default_rng(1)
-    b = ModelBuilder()
-    g = b.subgraph()
-    x = g.input("x", (1, 128, 128, 16))
-    y = g.tensor("y", (1, 128, 128, 16))
-    g.op("CONV_2D", [x, g.const("w", rng.uniform(-1, 1, (16, 3, 3, 16)).astype(np.float32)),
-                     g.const("b", np.zeros(16, np.float32))], [y], padding="SAME", stride_h=1,
-         stride_w=1)
-    g.output(y)
     return b.finish()
 
 

@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 
+from cases.conv import big_conv
 from tflite_taichi import costs
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.tools.demo import build_tiny_mlp
@@ -15,18 +16,6 @@ from tflite_taichi.partition import build_schedule
 
 
 mlp = build_tiny_mlp       # FC 32 -> 64 (RELU) -> 10, softmax
-
-
-def big_conv():
-    rng = np.random.default_rng(1)
-    b = ModelBuilder()
-    g = b.subgraph()
-    x = g.input("x", (1, 128, 128, 16))
-    y = g.tensor("y", (1, 128, 128, 16))
-    g.op("CONV_2D", [x, g.const("w", rng.uniform(-1, 1, (16, 3, 3, 16)).astype(np.float32)),
-                     g.const("b", np.zeros(16, np.float32))], [y], padding="SAME", stride_h=1, stride_w=1)
-    g.output(y)
-    return b.finish()
 
 
 def small_chain(n=16):

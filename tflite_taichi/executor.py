@@ -743,14 +743,20 @@ class SubgraphState:
     def _time_litert(self, litert) -> float:
         """One LiteRT invoke of the inputs and state the host holds, answering nothing (its
         outputs and state are dropped): a step time beside the GPU's."""
-        sg = self.subgraph
+        inputs, _ = self._litert_inputs()
+        start = time.perf_counter()
+        litert.run(self.subgraph.index, inputs, list(self.subgraph.outputs))
+        return time.perf_counter() - start
+
+    def _litert_inputs(self) -> tuple:
+        """(inputs, state) for a LiteRT invoke of what the host holds: the model's inputs, and
+        its variable tensors' state (an LSTM's h and c) in the model's dtypes; `state` lists
+        those variable tensors."""
         state = list(self.prepared.variables or {})
         self._answering = None          # the host's state, in the model's dtypes (no device codes)
-        inputs = [(t, self.io[t]) for t in sg.inputs]
+        inputs = [(t, self.io[t]) for t in self.subgraph.inputs]
         inputs += [(t, np.ascontiguousarray(self._to_model_dtype(t, self.variables[t]))) for t in state]
-        start = time.perf_counter()
-        litert.run(sg.index, inputs, list(sg.outputs))
-        return time.perf_counter() - start
+        return inputs, state
 
     def answering_program(self):
         """The program that runs the next invoke: None when there is none, or while its kernels
@@ -861,10 +867,7 @@ class SubgraphState:
         in; the outputs and the new state out, to the host, where the delegate's first invoke
         takes it up (Variables: a host write makes the device's copies stale)."""
         sg = self.subgraph
-        state = list(self.prepared.variables or {})
-        self._answering = None          # the host's state, in the model's dtypes (no device codes)
-        inputs = [(t, self.io[t]) for t in sg.inputs]
-        inputs += [(t, np.ascontiguousarray(self._to_model_dtype(t, self.variables[t]))) for t in state]
+        inputs, state = self._litert_inputs()
         self.values, self.invoked = {}, False
         values = litert.run(sg.index, inputs, list(sg.outputs) + state)
         for t, value in zip(sg.outputs, values):

@@ -271,19 +271,18 @@ class Interpreter:
             starting.join()         # a model error wins over the backend's, as it always did
         cache_root, self._backend = starting.result()
         self._requested_backend = backend
+        self._bytes = None              # _model_bytes()
         self._litert_refused = None     # why `auto` could not run the model on LiteRT
         budget = threads.resolve(num_threads)
         if answer_while_compiling is None:
             answer_while_compiling = _answers_while_compiling_by_default(backend, self._backend)
         litert_model = None
         if self._backend == "litert":
-            litert_model = self._litert_model(model_path, model_content, budget,
-                                              bool(experimental_preserve_all_tensors))
+            litert_model = self._litert_model(budget, bool(experimental_preserve_all_tensors))
             if litert_model is None:    # auto: LiteRT refused it; Taichi's CPU backend runs it
                 self._backend = "cpu"
         elif answer_while_compiling and self._backend != "reference":
-            litert_model = self._interim_litert(model_path, model_content, budget,
-                                                bool(experimental_preserve_all_tensors))
+            litert_model = self._interim_litert(budget, bool(experimental_preserve_all_tensors))
         self._precision = precision
         self._num_threads = num_threads
         # numpy's BLAS threads during an invoke (threads.py): the budget, or one thread where
@@ -305,8 +304,7 @@ class Interpreter:
                 bool(experimental_preserve_all_tensors), reference_ops)
             if backend == "auto" and self._backend != "cpu":
                 litert_model = self._taking_a_remembered_choice(
-                    litert_model, model_path, model_content, budget,
-                    bool(experimental_preserve_all_tensors))
+                    litert_model, budget, bool(experimental_preserve_all_tensors))
         if self._backend not in HOST_BACKENDS:
             from tflite_taichi.backend import ensure_runtime
             ensure_runtime(self._backend, self._cache.root)
@@ -316,8 +314,7 @@ class Interpreter:
             reference_ops=reference_ops, background=bool(answer_while_compiling),
             choose=(backend == "auto" and self._backend not in HOST_BACKENDS + ("cpu",)
                     and litert_model is not None),
-            litert_islands=self._islands_on_litert(model_path, model_content, budget,
-                                                   bool(experimental_preserve_all_tensors)),
+            litert_islands=self._islands_on_litert(budget, bool(experimental_preserve_all_tensors)),
             threads=budget, cost_backend=cost_backend, cache=self._cache)
         self._lock = threading.RLock()   # see _serialised
         self._runtime = ModelRuntime(self._model, self._resolved, self._state,
@@ -329,7 +326,7 @@ class Interpreter:
             self._state(index)          # prepared by allocate_tensors() with the main graph
 
     # -- internals -------------------------------------------------------------------------
-    def _taking_a_remembered_choice(self, litert_model, model_path, model_content, budget: int,
+    def _taking_a_remembered_choice(self, litert_model, budget: int,
                                     preserve_all: bool):
         """`auto` on a GPU: where an earlier process measured LiteRT's CPU kernels faster on
         this model (auto_choice.py; kept in the kernel cache's record), the whole model runs on
@@ -339,21 +336,18 @@ class Interpreter:
         remembered = self._cache.choice(0)
         if remembered is None or remembered.runs_on != "litert" or preserve_all:
             return litert_model
-        whole = self._litert_model(model_path, model_content, budget, preserve_all)
+        whole = self._litert_model(budget, preserve_all)
         if whole is None:
             return litert_model
         self._backend, self._cache, self._auto_choice = "litert", None, remembered
         return whole
 
-    def _litert_model(self, model_path, model_content, budget: int, preserve_all: bool):
+    def _litert_model(self, budget: int, preserve_all: bool):
         """() -> the model on LiteRT's CPU kernels (litert_cpu.LiteRTModel), built here once to
         know that LiteRT takes the model; None where `auto` chose LiteRT and it refuses the
         model (the reason kept for summary()); BackendUnavailable for backend='litert'."""
         from tflite_taichi import litert_cpu
-        if model_path is not None:      # the bytes we validated, not the file read again
-            data = bytes(self._model._keepalive)
-        else:
-            data = bytes(model_content)
+        data = self._model_bytes()
         auto = self._requested_backend == "auto"
         try:
             litert_cpu.refuse_what_litert_trusts(self._model, self._resolved)
@@ -384,7 +378,7 @@ class Interpreter:
             return made.pop() if made else litert_cpu.LiteRTModel(data, budget, preserve_all)
         return model
 
-    def _islands_on_litert(self, model_path, model_content, budget: int, preserve_all: bool):
+    def _islands_on_litert(self, budget: int, preserve_all: bool):
         """On a Taichi backend: (islands, specs, dynamic) -> litert_islands.IslandRunner, the
         runs of CPU steps between partitions on LiteRT's kernels, as around the official
         delegate; None (numpy runs them) where LiteRT is not installed, or intermediates must be
@@ -392,15 +386,14 @@ class Interpreter:
         from tflite_taichi import litert_cpu
         if self._backend in HOST_BACKENDS or preserve_all or not litert_cpu.available():
             return None
-        data = bytes(self._model._keepalive) if model_path is not None else bytes(model_content)
 
         def make(islands, specs, dynamic):
             from tflite_taichi.litert_islands import IslandRunner
             litert_cpu.refuse_what_litert_trusts(self._model, self._resolved)
-            return IslandRunner(data, self._model, islands, budget, specs, dynamic)
+            return IslandRunner(self._model_bytes(), self._model, islands, budget, specs, dynamic)
         return make
 
-    def _interim_litert(self, model_path, model_content, budget: int, preserve_all: bool):
+    def _interim_litert(self, budget: int, preserve_all: bool):
         """answer_while_compiling: () -> the model on LiteRT's CPU kernels, for the answers
         while the kernels compile (made at the first such answer: a warm start never pays for
         it), or None where numpy answers instead, as it did before LiteRT could: LiteRT is not
@@ -412,20 +405,26 @@ class Interpreter:
         if preserve_all or not litert_cpu.available() or not litert_cpu.interim_can_carry_state(
                 self._model, self._resolved):
             return None
-        data = bytes(self._model._keepalive) if model_path is not None else bytes(model_content)
 
         def model():
             try:
                 litert_cpu.refuse_what_litert_trusts(self._model, self._resolved)
                 from tflite_taichi.executor import check_on_host
                 check_on_host(self._model, self._resolved)  # before LiteRT's Prepare sees it
-                made = litert_cpu.LiteRTModel(data, budget)
+                made = litert_cpu.LiteRTModel(self._model_bytes(), budget)
                 made.check_kernels()
                 return made
             except TfliteTaichiError as e:
                 self._litert_refused = str(e)
                 return None
         return model
+
+    def _model_bytes(self) -> bytes:
+        """The model's bytes as read_model validated them (a file's mapping, not the file read
+        again), for LiteRT; copied from a mapping once, at the first LiteRT model that needs them."""
+        if self._bytes is None:
+            self._bytes = bytes(self._model._keepalive)
+        return self._bytes
 
     def _state(self, subgraph_index: int) -> SubgraphState:
         if subgraph_index not in self._states:

@@ -28,6 +28,7 @@ import numpy as np
 from tflite_taichi import model as model_ir
 from tflite_taichi.errors import BackendUnavailable, ModelError
 from tflite_taichi.ops.base import lookup
+from tflite_taichi.quant import dequantize, is_float_view, quantize
 
 # The schema's `force_align: 16` on Buffer.data: the head's length keeps every constant of the
 # appended copy on the same boundary as in the original file.
@@ -419,7 +420,6 @@ class IslandRunner:
     def run(self, k: int, values: dict) -> None:
         """Island `k`: its inputs from `values` (float views of quantized tensors, as the host
         keeps them), its outputs into it (the same form)."""
-        from tflite_taichi.quant import dequantize, is_float_view, quantize
         island = self.islands[k]
         tensors = self.model.subgraphs[island.subgraph].tensors
         inputs, shapes = [], {}

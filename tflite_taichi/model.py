@@ -143,7 +143,8 @@ class Model:
     size: int = 0
     max_tensor_bytes: Optional[int] = None  # the memory limit per tensor (see tensor_bytes)
     metadata: dict = field(default_factory=dict)   # name -> bytes of the model's metadata entries
-    _keepalive: object = field(default=None, repr=False)   # the mmap behind the constant views
+    # the buffer behind the constant views: the file's mmap, or the bytes given
+    _keepalive: object = field(default=None, repr=False)
 
     @property
     def main(self) -> Subgraph:
@@ -229,6 +230,7 @@ def read_model(source, max_tensor_bytes: Optional[int] = None) -> Model:
         keepalive = buf
     elif isinstance(source, (bytes, bytearray, memoryview)):
         buf = bytes(source) if not isinstance(source, bytes) else source
+        keepalive = buf
     else:
         raise ModelError(f"model must be a path or bytes, got {type(source).__name__}")
     r = _Reader(buf, None if max_tensor_bytes is None else int(max_tensor_bytes), file_name)

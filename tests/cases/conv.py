@@ -4,6 +4,7 @@ delegate's tests."""
 import struct
 import numpy as np
 from hypothesis import strategies as st
+from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import Const, one_op_model, strategies
 
 
@@ -166,3 +167,18 @@ def tcb_case(draw, stride_within_kernel=True):
                  _tcb_out_size(padding, in_shape[2], k[1], s[1])[0], c_out)
     return dict(padding=padding, k=k, s=s, in_shape=in_shape, out_shape=out_shape,
                 c_out=c_out)
+
+
+def big_conv() -> bytes:
+    """One 3x3 CONV_2D of [1, 128, 128, 16] -> 16 channels, random weights: enough work that
+    numpy (BLAS) beats Taichi's cpu kernel on it (auto's cost policy, costs.py)."""
+    rng = np.random.default_rng(1)
+    b = ModelBuilder()
+    g = b.subgraph()
+    x = g.input("x", (1, 128, 128, 16))
+    y = g.tensor("y", (1, 128, 128, 16))
+    g.op("CONV_2D", [x, g.const("w", rng.uniform(-1, 1, (16, 3, 3, 16)).astype(np.float32)),
+                     g.const("b", np.zeros(16, np.float32))], [y], padding="SAME", stride_h=1,
+         stride_w=1)
+    g.output(y)
+    return b.finish()
