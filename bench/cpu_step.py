@@ -104,6 +104,13 @@ class Step:
         self.inputs = [(d["index"], x) for d, x in zip(self.it.get_input_details(), inputs)]
         self.outputs = [d["index"] for d in self.it.get_output_details()]
         self.label = name if name != "auto" else f"auto -> {self.it.backend}"
+        self.choice = None
+
+    def chosen(self) -> None:
+        """`auto` after its warm-up: where it runs and why (summary()["auto_choice"])."""
+        if self.name == "auto":
+            self.label = f"auto -> {self.it.backend}"
+            self.choice = (self.it.summary().get("auto_choice") or {}).get("text")
 
     def step(self) -> list:
         it = self.it
@@ -165,6 +172,7 @@ def run_model(label: str, path: str, backends: list, threads: int, steps: int, w
         try:
             for _ in range(warmup):
                 r.step()
+            r.chosen()
         except Exception as e:               # e.g. torch's form refusing an int8 input
             print(f"{label:28} {r.name:10} error: {type(e).__name__}: {e}"[:200], flush=True)
             runtimes.remove(r)
@@ -179,10 +187,14 @@ def run_model(label: str, path: str, backends: list, threads: int, steps: int, w
                "p10_ms": float(np.percentile(ms, 10)), "p90_ms": float(np.percentile(ms, 90))}
         if base is not None:
             row["vs_litert"] = row["median_ms"] / float(np.median(base.times) * 1e3)
+        if getattr(r, "choice", None):
+            row["auto_choice"] = r.choice
         rows.append(row)
         ratio = f"{row['vs_litert']:6.2f}x" if "vs_litert" in row else ""
         print(f"{label:28} {r.label:22} {row['median_ms']:9.4g} ms  "
               f"p10-p90 {row['p10_ms']:.4g}-{row['p90_ms']:.4g}  {ratio}", flush=True)
+        if "auto_choice" in row:
+            print(f"{'':28} auto chose {row['auto_choice']}", flush=True)
     return rows
 
 

@@ -549,13 +549,23 @@ def _state_inputs(node):
 # The first step reads output_state and cell_state from their tensors; h stays float32 between
 # steps (the reference's float view), whatever the output's storage. Compile time does not grow
 # with the sequence (an unrolled time loop compiled each step as its own task: measured 0.5-1 s
-# per step on Taichi's cpu backend, lavapipe and llvmpipe).
+# per step on Taichi's cpu backend, lavapipe and llvmpipe), but for one copy of the block's loop
+# per chunk of steps on LOOP_LIMITED_ARCHS (see LOOP_BUDGET).
 MAX_LANES = 256                 # threads of the block (shared-memory archs)
 # Archs where Taichi 1.7 has block barriers (ti.simt.block.sync): not gles, whose shared
 # arrays kit.has_shared_memory() reports but whose sync() raises "not supported".
 BARRIER_ARCHS = ("cuda", "amdgpu", "vulkan", "metal", "opengl", "dx11")
 # Shared memory the state may take: Vulkan guarantees 16 KiB per workgroup, OpenGL 32 KiB.
 MAX_SHARED_FLOATS = 4096
+# Mesa's software drivers (lavapipe for Vulkan, llvmpipe for OpenGL) end every loop of a shader
+# invocation once all its loops together have iterated LP_MAX_TGSI_LOOP_ITERATIONS (65535)
+# times, silently: a block that ran the whole sequence left the last steps unwritten. On these
+# archs the time loop is split into chunks of steps, each its own top-level loop (a dispatch,
+# whose invocations count afresh), the state carried between them in the scratch buffer. A
+# quarter of the limit is kept for loops the count below does not see.
+MESA_LOOP_LIMIT = 65535
+LOOP_BUDGET = MESA_LOOP_LIMIT * 3 // 4
+LOOP_LIMITED_ARCHS = ("vulkan", "opengl")
 
 
 @ti.func
@@ -592,13 +602,48 @@ def _state_layout(L):
 
 
 def _lanes(L) -> int:
-    widest = max(L.n_batch * L.n_cell, L.n_batch * L.n_output, 1)
-    return min(MAX_LANES, -(-widest // 32) * 32)
+    """Threads of the block: one per widest phase's item, up to MAX_LANES, a power of two
+    (Taichi's block_dim must be one on OpenGL, Metal and DX11; CUDA and Vulkan also take
+    multiples of 32)."""
+    widest = max(L.n_batch * L.n_cell, L.n_batch * L.n_output, 32)
+    return min(MAX_LANES, 1 << (widest - 1).bit_length())
+
+
+def _loop(trips: int, body: int = 0) -> int:
+    """Loop iterations a loop of `trips` passes costs, each running `body` iterations of inner
+    loops (one more for the exit test)."""
+    return trips * (1 + body) + 1
+
+
+def step_iterations(L, lanes: int, rows: int) -> int:
+    """An upper bound on the loop iterations one thread runs per time step (SequenceLstmStep's
+    phases: `rows` batch rows shared by `lanes` threads)."""
+    def items(width):
+        return -(-rows * width // lanes)
+    dot = _loop(L.n_input) + (0 if L.diagonal else _loop(L.n_output))
+    gates = 4                                          # CIFG has 3: the bound keeps 4
+    total = _loop(items(L.n_cell), gates * dot)        # gates, or layer norm's sums
+    if L.layer_norm:
+        statistics = 4 * 2 * _loop(L.n_cell)           # mean and variance of each gate
+        total += 2 * _loop(items(1), statistics) + 2 * _loop(items(L.n_cell), dot)
+    total += _loop(items(L.n_output), _loop(L.n_cell) if L.projection else 0)
+    return 1 + total
+
+
+def step_chunks(L, lanes: int, rows: int, arch: str) -> tuple:
+    """(first, end) time steps of each chunk: the whole sequence, or on LOOP_LIMITED_ARCHS
+    as many steps as LOOP_BUDGET allows a thread (at least one)."""
+    if arch not in LOOP_LIMITED_ARCHS:
+        return ((0, L.n_time),)
+    state_copies = 4 * _loop(-(-rows * max(L.n_cell, L.n_output) // lanes))
+    per_chunk = max(1, (LOOP_BUDGET - state_copies) // step_iterations(L, lanes, rows))
+    return tuple((t, min(t + per_chunk, L.n_time))
+                 for t in range(0, max(L.n_time, 1), per_chunk))
 
 
 @ti.data_oriented
 class SequenceLstmStep:
-    def __init__(self, L, opts, refs, out, scratch, shared, state=()):
+    def __init__(self, L, opts, refs, out, scratch, shared, state=(), arch="cpu"):
         self.L, self.out, self.s, self.shared = L, out, scratch, shared
         # where the last h and c go (the variable tensors' slots: StepIO.state), if anywhere
         self.h_last = state[0] if state and L.n_time > 0 else None
@@ -627,6 +672,11 @@ class SequenceLstmStep:
         # gates whose layer-norm statistics come before the cell update (i unless CIFG, f, c)
         self.early_gates = (1, 2) if L.cifg else (0, 1, 2)
         self.lanes = _lanes(L) if shared else 1
+        # only the block is split: one thread per row may pass the budget in a single step
+        # (4 n_cell (n_input + n_output) iterations), which chunks of steps cannot bound, so
+        # that path still meets Mesa's limit on lavapipe and llvmpipe (gles, or a state too big
+        # for shared memory)
+        self.chunks = step_chunks(L, self.lanes, L.n_batch, arch) if shared else ((0, L.n_time),)
 
     # -- the state: shared memory (one block) or this row's part of the scratch buffer --------
     @ti.func
@@ -830,10 +880,11 @@ class SequenceLstmStep:
 
     @ti.func
     def _sequence(self, arena: ti.template(), weights: ti.template(), io: ti.template(),
-                  sh: ti.template(), lane, row0, rows):
-        """Every time step for batch rows [row0, row0 + rows), this thread taking its items."""
+                  sh: ti.template(), lane, row0, rows, first: ti.template(), end: ti.template()):
+        """Time steps [first, end) for batch rows [row0, row0 + rows), this thread taking its
+        items."""
         C, O = self.n_cell, self.n_output
-        for t in range(self.T):
+        for t in range(first, end):
             if ti.static(self.layer_norm):
                 for m in range(self._items(lane, rows, C)):
                     e = lane + m * self.lanes
@@ -863,7 +914,25 @@ class SequenceLstmStep:
                 e = lane + m * self.lanes
                 self._emit(arena, weights, io, sh, t, row0 + e // O, e % O)
             self._sync()
-        self._write_state(arena, weights, io, sh, lane, row0, rows)
+
+    @ti.func
+    def _carry(self, arena: ti.template(), weights: ti.template(), io: ti.template(),
+               sh: ti.template(), lane, to_shared: ti.template()):
+        """The block's h and c between shared memory and the scratch buffer (same offsets), at
+        the edge of a chunk of time steps."""
+        for m in range(self._items(lane, self.B, self.n_output)):
+            i = self.h_off + lane + m * self.lanes
+            if ti.static(to_shared):
+                sh[i] = self.s.load(arena, weights, io, i)
+            else:
+                self.s.store(arena, io, i, sh[i])
+        for m in range(self._items(lane, self.B, self.n_cell)):
+            i = self.c_off + lane + m * self.lanes
+            if ti.static(to_shared):
+                sh[i] = self.s.load(arena, weights, io, i)
+            else:
+                self.s.store(arena, io, i, sh[i])
+        self._sync()
 
     @ti.func
     def _write_state(self, arena: ti.template(), weights: ti.template(), io: ti.template(),
@@ -884,13 +953,22 @@ class SequenceLstmStep:
     @ti.func
     def run(self, arena: ti.template(), weights: ti.template(), io: ti.template()):
         if ti.static(self.shared):
-            ti.loop_config(block_dim=self.lanes)
-            for lane in range(self.lanes):            # one block: every batch row
-                sh = ti.simt.block.SharedArray((self.state_size,), ti.f32)
-                self._sequence(arena, weights, io, sh, lane, 0, self.B)
+            for c in ti.static(range(len(self.chunks))):   # a top-level loop (dispatch) each
+                ti.loop_config(block_dim=self.lanes)
+                for lane in range(self.lanes):            # one block: every batch row
+                    sh = ti.simt.block.SharedArray((self.state_size,), ti.f32)
+                    if ti.static(self.chunks[c][0] > 0):
+                        self._carry(arena, weights, io, sh, lane, True)
+                    self._sequence(arena, weights, io, sh, lane, 0, self.B, self.chunks[c][0],
+                                   self.chunks[c][1])
+                    if ti.static(self.chunks[c][1] < self.T):
+                        self._carry(arena, weights, io, sh, lane, False)
+                    else:
+                        self._write_state(arena, weights, io, sh, lane, 0, self.B)
         else:
             for b in range(self.B):                   # a thread per batch row
-                self._sequence(arena, weights, io, self.s, 0, b, 1)
+                self._sequence(arena, weights, io, self.s, 0, b, 1, 0, self.T)
+                self._write_state(arena, weights, io, self.s, 0, b, 1)
 
 
 def _full_scratch(node):
@@ -948,7 +1026,8 @@ def _taichi(node, io):
     if node.options.kernel_type == KERNEL_BASIC:
         return BasicLstmStep(basic_layout(node), io.inputs, io.outputs, io.scratch)
     return SequenceLstmStep(layout(node), node.options, io.inputs, io.outputs[0], io.scratch,
-                            shared=_state_in_shared_memory(node, io.arch), state=io.state)
+                            shared=_state_in_shared_memory(node, io.arch), state=io.state,
+                            arch=io.arch)
 
 
 def _state_in_shared_memory(node, arch: str) -> bool:

@@ -13,8 +13,11 @@ import sys
 import numpy as np
 import pytest
 
-from tflite_taichi.auto_choice import GPU_STEPS, Choice, Chooser, from_record
+from tflite_taichi.auto_choice import GPU_STEPS, LITERT_STEPS, Choice, Chooser, from_record
+from cases.scatter import text_classifier
+from tflite_taichi.model import read_model
 from tflite_taichi.testing import assert_float_close
+from tflite_taichi.tools import zoo
 from tflite_taichi.tools.demo import build_demo_model
 
 
@@ -31,13 +34,13 @@ def _chooser(litert_s, gpu_s):
 def test_the_faster_median_wins_and_the_gpus_first_step_is_left_out():
     # the GPU's first invoke (pipelines made, constants uploaded) would lose it the choice:
     # with it the median is 3 ms, without it 2 ms, against LiteRT's 2.5 ms
-    chooser = _chooser([2.5e-3] * 3, [5.0, 1e-3, 1e-3, 3e-3, 3e-3])
+    chooser = _chooser([2.5e-3] * LITERT_STEPS, [5.0, 1e-3, 1e-3, 3e-3, 3e-3])
     assert chooser.gpu_timed() and chooser.litert_missing() == 0
     choice = chooser.decide()
     assert choice.runs_on == "gpu" and choice.gpu_ms == pytest.approx(2.0)
     assert _chooser([1e-5] * 3, [1e-3] * GPU_STEPS).decide().runs_on == "litert"
     assert _chooser([1e-3] * 3, [1e-3] * GPU_STEPS).decide().runs_on == "gpu"     # a tie: the GPU
-    assert _chooser([1e-3], [1e-3] * 2).litert_missing() == 2
+    assert _chooser([1e-3], [1e-3] * 2).litert_missing() == LITERT_STEPS - 1
     assert not _chooser([], [1e-3] * (GPU_STEPS - 1)).gpu_timed()
 
 
@@ -96,6 +99,8 @@ with warnings.catch_warnings():
         record["paths"].append(it.summary()["answered_by"])
         record["outputs"].append(it.get_tensor(it.get_output_details()[0]["index"]).tolist())
     record["choice"] = it.summary()["auto_choice"]
+    record["backend_after"] = it.backend
+    record["cache"] = it.summary()["cache"]
 if args.get("cli"):                 # `tflite-taichi run` says what auto chose, and why
     import contextlib, io, os
     from tflite_taichi.cli import main
@@ -160,6 +165,62 @@ def test_auto_measures_runs_the_faster_side_and_the_next_process_starts_there(de
     for k, out in enumerate(first["outputs"] + second["outputs"]):
         step = k if k < len(first["outputs"]) else k - len(first["outputs"])
         assert_float_close(np.array(out, np.float32), expected[step], what=f"answer {k}")
+
+
+def _litert_sequence(model: bytes, steps) -> list:
+    """LiteRT's own outputs for `steps`, one invoke each, state carried (its variable tensors)."""
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    theirs = LiteRT(model_content=model)
+    theirs.allocate_tensors()
+    out = []
+    for x in steps:
+        theirs.set_tensor(theirs.get_input_details()[0]["index"], x)
+        theirs.invoke()
+        out.append(theirs.get_tensor(theirs.get_output_details()[0]["index"]))
+    return out
+
+
+def test_a_litert_choice_hands_the_model_and_its_state_to_litert(tmp_path):
+    """An LSTM classifier, whose h and c (variable tensors) carry from one invoke to the next:
+    the GPU's first invokes, LiteRT measured faster, and from the next invoke the whole model
+    on LiteRT (backend 'litert', its lean calls) with the state as the GPU left it: every
+    answer is LiteRT's own sequence."""
+    model = zoo.build("lstm_classifier", steps=32)     # enough steps for a GPU partition
+    path = tmp_path / "lstm.tflite"
+    path.write_bytes(model)
+    steps = zoo.sample_inputs(model, seed=4)[0][None].repeat(4 + GPU_STEPS, axis=0)
+    steps = steps + np.random.default_rng(5).normal(0, 0.1, steps.shape).astype(np.float32)
+    np.save(tmp_path / "steps.npy", steps)
+    record = _run(path, tmp_path / "cache", tmp_path / "steps.npy", len(steps))
+    assert record["backend"] == "vulkan" and record["backend_after"] == "litert", record
+    assert record["paths"][1:1 + GPU_STEPS] == ["delegate"] * GPU_STEPS, record["paths"]
+    assert record["paths"][1 + GPU_STEPS:] == ["litert"] * 3, record["paths"]
+    assert record["choice"]["runs_on"] == "litert" and record["cache"] is None, record
+    expected = _litert_sequence(model, steps)
+    for k, out in enumerate(record["outputs"]):
+        assert_float_close(np.array(out, np.float32), expected[k], what=f"answer {k}")
+
+
+def test_a_model_the_delegate_would_not_take_runs_on_litert_from_the_start(tmp_path):
+    """A text classifier (an embedding lookup, a mean, a small dense: each op cheaper on the
+    CPU than a GPU launch, costs.py) on a machine with a GPU: planned onto LiteRT before
+    anything is compiled or measured, every answer LiteRT's."""
+    model = text_classifier("float")
+    path = tmp_path / "text.tflite"
+    path.write_bytes(model)
+    shape = read_model(model).main.tensors[read_model(model).main.inputs[0]].shape
+    steps = np.random.default_rng(6).integers(0, 8, (3, *shape)).astype(np.int32)
+    np.save(tmp_path / "steps.npy", steps)
+    record = _run(path, tmp_path / "cache", tmp_path / "steps.npy", len(steps), cli=True)
+    assert record["backend"] == "litert" and record["paths"] == ["litert"] * 3, record
+    assert record["choice"]["how"] == "planned" and record["choice"]["litert_ms"] is None, record
+    assert "no op of the main graph" in record["choice"]["text"] and record["cache"] is None
+    headline = record["cli"].splitlines()[0]
+    assert "(auto planned LiteRT's CPU kernels (the delegate would take no op" in headline, headline
+    assert not list((tmp_path / "cache").rglob("*.tcm")), "a GPU kernel was compiled"
+    for k, out in enumerate(record["outputs"]):
+        assert_float_close(np.array(out, np.float32), _litert_sequence(model, steps)[k],
+                           what=f"answer {k}")
 
 
 def test_a_tampered_choice_is_ignored_and_measured_again(demo, tmp_path):

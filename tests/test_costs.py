@@ -74,8 +74,10 @@ def test_without_auto_nothing_moves():
 
 
 def test_auto_on_a_gpu_backend_says_so_in_summary(tmp_path):
-    """In a process whose Taichi backend is vulkan (lavapipe here), backend='auto' runs on vulkan
-    and keeps the MLP on numpy: summary() names the reason, and the answers are the reference's."""
+    """In a process whose Taichi backend is vulkan (lavapipe here), backend='auto' runs the MLP
+    on LiteRT's CPU kernels, planned (the delegate would take none of its ops); where LiteRT is
+    not installed, it runs on vulkan and keeps the MLP on numpy: summary() names the reason, and
+    the answers are the reference's."""
     path = tmp_path / "mlp.tflite"
     path.write_bytes(mlp())
     script = textwrap.dedent(f"""
@@ -88,6 +90,11 @@ def test_auto_on_a_gpu_backend_says_so_in_summary(tmp_path):
             it.allocate_tensors(); it.set_tensor(it.get_input_details()[0]["index"], x); it.invoke()
             return it, it.get_tensor(it.get_output_details()[0]["index"])
         gpu, y_gpu = run("vulkan")
+        planned, y_planned = run("auto")
+        choice = planned.summary()["auto_choice"]
+        assert planned.backend == "litert" and choice["how"] == "planned", choice
+        from tflite_taichi import litert_cpu
+        litert_cpu.available = lambda: False        # as where LiteRT is not installed
         auto, y_auto = run("auto")
         _, y_ref = run("reference")
         s = auto.summary()
@@ -95,6 +102,7 @@ def test_auto_on_a_gpu_backend_says_so_in_summary(tmp_path):
         assert all("numpy runs its partition" in f["reason"] for f in s["fallback"]), s["fallback"]
         assert gpu.summary()["ops_delegated"] == 3
         assert np.array_equal(y_auto, y_ref) and np.allclose(y_gpu, y_ref, rtol=1e-5, atol=1e-6)
+        assert np.allclose(y_planned, y_ref, rtol=1e-5, atol=1e-6)
         print("OK")
     """)
     # cwd: not the clone's root, whose tflite_taichi/ folder would shadow the installed package

@@ -4,11 +4,15 @@ CPU kernels, whichever answers a step sooner, measured on this machine and remem
 A GPU launch costs microseconds and a host round trip more; a small or sequential model (a
 wake-word detector, an LSTM classifier, a text classifier) does its whole step on the CPU in less
 than that, and an image model does not. No size threshold says which is which on every machine,
-so `auto` measures: the invokes LiteRT answers while the GPU's kernels compile (or, when the
-kernels were cached, a few LiteRT invokes of the same inputs beside the GPU's), then the GPU's
-first invokes; the faster side runs from then on, and the choice is kept in the kernel cache's
-record of the model (runtime/cache.ModelCache.remember_choice), so the next process starts on it
-at once: a model LiteRT runs faster never loads its GPU kernels at all.
+so `auto` measures: the GPU's first invokes, then a few LiteRT invokes of the same inputs and
+state beside them; the faster side runs from then on (LiteRT as the whole model on its kernels,
+Interpreter._become_litert), and the choice is kept in the kernel cache's record of the model
+(runtime/cache.ModelCache.remember_choice), so the next process starts on it at once: a model
+LiteRT runs faster never loads its GPU kernels at all.
+
+Before anything is measured, a model whose main graph the delegate would not take at all at its
+declared shapes (auto's cost policy, costs.py, leaves every op on the CPU: each is cheaper there
+than a GPU launch) is `planned()` onto LiteRT from the start.
 """
 from __future__ import annotations
 
@@ -17,8 +21,11 @@ from typing import Optional
 
 import numpy as np
 
-# LiteRT's invokes timed: its interim answers, topped up by invokes beside the GPU's
-LITERT_STEPS = 3
+# LiteRT's invokes timed beside the GPU's, after one left out (a LiteRT interpreter's first
+# invoke packs its weights and starts its threads). The answers LiteRT gave while the kernels
+# compiled are not counted: the compile beside them takes the cores LiteRT's threads need
+# (16 threads on the H200 measured 10-100x their idle step).
+LITERT_STEPS = 5
 # the GPU's invokes timed; the first is left out (first dispatches create pipelines and upload
 # constants: seconds on vulkan/opengl, not a step's cost)
 GPU_STEPS = 5
@@ -29,9 +36,13 @@ class Choice:
     runs_on: str            # 'litert' or 'gpu'
     litert_ms: float        # LiteRT's median step (ms)
     gpu_ms: float           # the GPU's median step (ms)
-    how: str = "measured"   # 'measured' in this process, 'cached' from an earlier one
+    # 'measured' in this process, 'cached' from an earlier one, 'planned' from the schedule
+    how: str = "measured"
 
     def describe(self) -> str:
+        if self.how == "planned":
+            return ("LiteRT's CPU kernels (the delegate would take no op of the main graph at "
+                    "its declared shapes: each is cheaper on the CPU than a GPU launch, costs.py)")
         if not np.isfinite(self.litert_ms):
             return f"the GPU (LiteRT cannot run the model at these shapes; GPU {self.gpu_ms:.3g} ms a step)"
         faster = "LiteRT's CPU kernels" if self.runs_on == "litert" else "the GPU"
@@ -40,6 +51,11 @@ class Choice:
 
     def as_record(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k != "how"}
+
+
+def planned() -> Choice:
+    """LiteRT for a model the delegate would not take (nothing measured: no step times)."""
+    return Choice("litert", float("nan"), float("nan"), how="planned")
 
 
 def from_record(record) -> Optional[Choice]:

@@ -259,8 +259,9 @@ def _placement_text(it, s: dict, verb: str = "ran") -> str:
     choice = s.get("auto_choice")
     if s["backend"] == "litert":
         text += f": all {s['ops_total']} ops"
-        if choice is not None:      # `auto` measured LiteRT faster than the GPU on this model
-            text += f" (auto measured {choice['text']})"
+        if choice is not None:      # `auto` found LiteRT faster than the GPU on this model
+            verb = "planned" if choice["how"] == "planned" else "measured"
+            text += f" (auto {verb} {choice['text']})"
         return text
     ops = s["ops_total"] - s["ops_folded"]
     text += f": {s['ops_delegated']} of {ops} ops on the delegate"

@@ -21,7 +21,7 @@ from tflite_taichi import graph as graph_mod
 from tflite_taichi.auto_choice import Chooser
 from tflite_taichi.litert_cpu import litert_invoke_error
 from tflite_taichi.errors import (BackendUnavailable, InputError, InterpreterStateError, ModelError,
-                                  NotReadyError, TensorTooLargeError)
+                                  NotReadyError, TensorTooLargeError, TfliteTaichiError)
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 from tflite_taichi.variables import Variables
 
@@ -317,6 +317,12 @@ class ModelRuntime:
             if self._litert is None:            # refused (the factory kept why): not again
                 self._litert_factory = None
         return self._litert
+
+    def hand_over_litert(self):
+        """The LiteRT model this runtime made (None if none), from now on not this runtime's
+        to close (Interpreter._become_litert gives it to the next runtime)."""
+        litert, self._litert, self._litert_factory = self._litert, None, None
+        return litert
 
     def close(self) -> None:
         """Free the delegated calls' device memory (Interpreter.close) and LiteRT's interpreter
@@ -706,9 +712,11 @@ class SubgraphState:
 
     def _invoke_choosing(self):
         """`auto` on a GPU (DelegateOptions.choose): the side auto_choice chose answers; until
-        it has chosen, whichever answers now does, timed, and once the GPU's first invokes are
-        in, the choice is made (LiteRT timed beside them where its interim answers were too
-        few) and kept in the kernel cache for the next process."""
+        it has chosen, whichever answers now does, the GPU's invokes timed, and once its first
+        ones are in, LiteRT is timed beside them and the choice is made and kept in the kernel
+        cache for the next process. (A choice of LiteRT makes the Interpreter run the whole
+        model on LiteRT from its next invoke: Interpreter._become_litert; until then, or where
+        it cannot, LiteRT answers here.)"""
         chooser = self.chooser
         if chooser is None:
             chooser = self.chooser = Chooser()
@@ -721,7 +729,8 @@ class SubgraphState:
             return
         start = time.perf_counter()
         self._invoke_any()
-        chooser.add(self.answered_by, time.perf_counter() - start)
+        if self.answered_by == "delegate":  # not LiteRT's interim answers (auto_choice.LITERT_STEPS)
+            chooser.add("delegate", time.perf_counter() - start)
         if chooser.gpu_timed():
             self._choose(chooser)
 
@@ -733,6 +742,7 @@ class SubgraphState:
             chooser.litert = [float("inf")]
             chooser.decide()
             return
+        self._time_litert(litert)       # left out: a first invoke packs weights, starts threads
         for _ in range(chooser.litert_missing()):
             chooser.add("litert", self._time_litert(litert))
         choice = chooser.decide()
@@ -747,6 +757,34 @@ class SubgraphState:
         start = time.perf_counter()
         litert.run(self.subgraph.index, inputs, list(self.subgraph.outputs))
         return time.perf_counter() - start
+
+    def chose_litert(self) -> bool:
+        """Whether `auto` measured LiteRT faster on this subgraph while the delegate still
+        holds it (Interpreter._become_litert hands the model over)."""
+        chooser = self.chooser
+        return (chooser is not None and chooser.choice is not None
+                and chooser.choice.runs_on == "litert" and self.options.choose)
+
+    def switch_to(self, options: DelegateOptions, runtime) -> None:
+        """Interpreter._become_litert: this subgraph on `options`' backend ('litert') and
+        `runtime` from now on, allocated again for the same input shapes (the delegate's
+        program closed), the inputs set so far kept, and the variable tensors' state as it
+        stood (an LSTM's h and c) carried into LiteRT, which holds it from here."""
+        inputs, _ = self._litert_inputs()
+        # copies: allocate() below takes LiteRT's tensors into the io arrays, and LiteRT's
+        # inputs still hold the ones auto_choice timed it on
+        carried = [(t, np.array(value)) for t, value in inputs]
+        self.options, self.runtime = options, runtime
+        self.allocate()
+        litert, index = runtime.litert, self.subgraph.index
+        for t, value in carried:
+            litert.write(t, value, index)
+            if t in self.io:
+                np.copyto(self.io[t], value)
+            else:                   # a variable tensor: LiteRT holds it, the host keeps a copy
+                tensor = self.subgraph.tensors[t]
+                self.variables[t] = (dequantize(value, tensor.quantization)
+                                     if is_float_view(tensor.dtype, tensor.quantization) else value)
 
     def _litert_inputs(self) -> tuple:
         """(inputs, state) for a LiteRT invoke of what the host holds: the model's inputs, and
@@ -1018,6 +1056,22 @@ def check_on_host(model, resolved) -> None:
     goes to LiteRT's Prepare (litert_cpu.LiteRTModel.check_kernels) only after this passed."""
     runtime = ModelRuntime(model, resolved, state_of=None)
     SubgraphState(model, model.main, resolved, DelegateOptions(backend="reference"), runtime).allocate()
+
+
+def planned_schedule(model, resolved, options: DelegateOptions):
+    """The main graph's schedule (partition.Schedule) at its declared shapes, as
+    allocate_tensors() would build it with `options`, warning nothing and compiling nothing;
+    None where the model does not prepare at those shapes (allocate_tensors says why)."""
+    from tflite_taichi.partition import build_schedule
+    runtime = ModelRuntime(model, resolved, state_of=None)
+    state = SubgraphState(model, model.main, resolved, DelegateOptions(backend="reference"), runtime)
+    try:
+        state.allocate()
+    except TfliteTaichiError:
+        return None
+    return build_schedule(state.prepared, options.max_partitions, fp16=options.fp16, warn=False,
+                          preserve_all=options.preserve_all, reference_ops=options.reference_ops,
+                          cost_backend=options.cost_backend, backend=options.backend)
 
 
 def init_subgraphs(model, resolved) -> list:

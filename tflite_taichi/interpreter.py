@@ -6,6 +6,7 @@ int8 out); inside, they run as a float view (see `quant`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import threading
@@ -303,8 +304,11 @@ class Interpreter:
                 self._backend, precision, max_delegated_partitions,
                 bool(experimental_preserve_all_tensors), reference_ops)
             if backend == "auto" and self._backend != "cpu":
-                litert_model = self._taking_a_remembered_choice(
-                    litert_model, budget, bool(experimental_preserve_all_tensors))
+                litert_model = self._litert_from_the_start(
+                    litert_model, budget, bool(experimental_preserve_all_tensors),
+                    DelegateOptions(backend=self._backend, precision=precision,
+                                    max_partitions=max_delegated_partitions,
+                                    cost_backend=cost_backend))
         if self._backend not in HOST_BACKENDS:
             from tflite_taichi.backend import ensure_runtime
             ensure_runtime(self._backend, self._cache.root)
@@ -326,21 +330,57 @@ class Interpreter:
             self._state(index)          # prepared by allocate_tensors() with the main graph
 
     # -- internals -------------------------------------------------------------------------
-    def _taking_a_remembered_choice(self, litert_model, budget: int,
-                                    preserve_all: bool):
-        """`auto` on a GPU: where an earlier process measured LiteRT's CPU kernels faster on
-        this model (auto_choice.py; kept in the kernel cache's record), the whole model runs on
-        LiteRT from the start, and no GPU kernel is compiled or loaded. Returns the LiteRT factory the
-        interpreter then uses (the one given where there is no such choice, or LiteRT now
-        refuses the model)."""
-        remembered = self._cache.choice(0)
-        if remembered is None or remembered.runs_on != "litert" or preserve_all:
+    def _litert_from_the_start(self, litert_model, budget: int, preserve_all: bool,
+                               planning: DelegateOptions):
+        """`auto` on a GPU: the whole model runs on LiteRT's CPU kernels from the start, and no
+        GPU kernel is compiled or loaded, where an earlier process measured LiteRT faster on
+        this model (auto_choice.py; kept in the kernel cache's record), or where the delegate
+        would take no op of the main graph at its declared shapes (`planning`: auto's cost
+        policy leaves every op on the CPU, as on a wake-word detector or a text classifier).
+        Returns the LiteRT factory the interpreter then uses (the one given where neither
+        holds, or LiteRT refuses the model)."""
+        if preserve_all:
+            return litert_model
+        from tflite_taichi import auto_choice, litert_cpu
+        choice = self._cache.choice(0)
+        if choice is None and litert_cpu.available():
+            from tflite_taichi.executor import planned_schedule
+            schedule = planned_schedule(self._model, self._resolved, planning)
+            if schedule is not None and not schedule.partitions:
+                choice = auto_choice.planned()
+        if choice is None or choice.runs_on != "litert":
             return litert_model
         whole = self._litert_model(budget, preserve_all)
         if whole is None:
             return litert_model
-        self._backend, self._cache, self._auto_choice = "litert", None, remembered
+        self._backend, self._cache, self._auto_choice = "litert", None, choice
         return whole
+
+    def _become_litert(self, state: SubgraphState) -> bool:
+        """`auto` measured LiteRT faster on this model (state.chooser, during the first
+        invokes): from this invoke on, the whole model runs on LiteRT's CPU kernels as on
+        backend 'litert' (its lean set/invoke/get), the GPU's memory and kernels freed. The
+        inputs set and the model's state (its variable tensors: an LSTM's h and c) carry
+        across. False (LiteRT keeps answering through the general path) where a live tensor()
+        view is out, or other subgraphs have state of their own here."""
+        if state.views_given or list(self._states) != [0]:
+            return False
+        from tflite_taichi import litert_cpu
+        litert = self._runtime.hand_over_litert()
+        budget = self._options.threads
+        made = [litert] if litert is not None else []
+
+        def model():
+            return made.pop() if made else litert_cpu.LiteRTModel(self._model_bytes(), budget)
+        self._runtime.close()
+        self._options = dataclasses.replace(
+            self._options, backend="litert", background=False, choose=False,
+            litert_islands=None, cost_backend=None, cache=None)
+        self._runtime = ModelRuntime(self._model, self._resolved, self._state, None, model)
+        self._auto_choice = state.chooser.choice
+        self._backend, self._cache = "litert", None
+        state.switch_to(self._options, self._runtime)
+        return True
 
     def _litert_model(self, budget: int, preserve_all: bool):
         """() -> the model on LiteRT's CPU kernels (litert_cpu.LiteRTModel), built here once to
@@ -614,6 +654,8 @@ class Interpreter:
         try:
             state = self._main
             lean = state.litert_lean
+            if lean is None and state.chose_litert() and self._become_litert(state):
+                lean = state.litert_lean
             if lean is not None:
                 state.invoke_litert_lean(lean[0])   # LiteRT's pool has the budget
             elif self._backend == "litert":
@@ -805,8 +847,11 @@ class Interpreter:
 
     def _auto_choice_info(self, state) -> Optional[dict]:
         choice = self._auto_choice or (state.chooser.choice if state.chooser is not None else None)
-        return None if choice is None else {**choice.as_record(), "how": choice.how,
-                                            "text": choice.describe()}
+        if choice is None:
+            return None
+        record = {k: (v if not isinstance(v, float) or np.isfinite(v) else None)   # unmeasured
+                  for k, v in choice.as_record().items()}
+        return {**record, "how": choice.how, "text": choice.describe()}
 
     def _runtime_info(self, state) -> Optional[dict]:
         """Where the delegate's kernels run: Taichi's C API ('capi') or its Python runtime

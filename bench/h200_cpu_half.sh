@@ -1,0 +1,48 @@
+#!/bin/bash
+# Issue 46's H200 measurements, in parts that each fit one device call (bench/results/cpu_half_h200.md).
+#   bash bench/h200_cpu_half.sh hidden|auto|gpus|first MODELS_DIR OUT_DIR
+# hidden: a user's step with the GPU hidden (CUDA_VISIBLE_DEVICES= and no Vulkan/EGL driver):
+#         LiteRT 16 threads vs `auto`.
+# auto:   with the GPU: LiteRT CPU, `auto` (cold caches; it waits for its kernels and makes its
+#         choice in the warm-up) and LiteRT's GPU path.
+# gpus:   the same steps on our cuda and our vulkan, each in its own process beside LiteRT.
+# first:  the first result with `auto`, import included, cold (fresh caches) and warm, then
+#         stepping on to see when the GPU takes over; LiteRT's own first result beside it.
+set -u
+part=$1; dir=$2; out=$3
+models=$(ls "$dir"/*.tflite)
+fresh() {   # a fresh cache for ours, CUDA's and the drivers'
+    local c; c=$(mktemp -d /tmp/ttc-XXXX)
+    export TFLITE_TAICHI_CACHE_DIR=$c CUDA_CACHE_PATH=$c/nv MESA_SHADER_CACHE_DIR=$c/mesa \
+        XDG_CACHE_HOME=$c/xdg __GL_SHADER_DISK_CACHE_PATH=$c/gl
+}
+case $part in
+hidden)
+    fresh
+    CUDA_VISIBLE_DEVICES= VK_ICD_FILENAMES=/none __EGL_VENDOR_LIBRARY_FILENAMES=/none \
+        python3 bench/cpu_step.py $models mobilenet_v2 --backends litert,auto --threads 16 \
+        --steps 100 --json "$out/hidden16.json"
+    ;;
+auto)
+    fresh
+    python3 bench/cpu_step.py $models mobilenet_v2 --backends litert,auto,litert_gpu --threads 16 \
+        --steps 100 --warmup 25 --json "$out/gpu_auto.json"
+    ;;
+gpus)
+    for b in cuda vulkan; do
+        fresh
+        python3 bench/cpu_step.py $models mobilenet_v2 --backends litert,$b --threads 16 \
+            --steps 100 --json "$out/gpu_$b.json"
+    done
+    ;;
+first)
+    for m in $models; do
+        case $(basename "$m") in ${FIRST_SKIP:-none}) continue ;; esac
+        fresh
+        echo "== $(basename "$m")"
+        echo -n "cold: "; timeout 60 python3 bench/first_result.py ours "$m" --follow "${FOLLOW_COLD:-15}" 2>/dev/null
+        echo -n "warm: "; timeout 60 python3 bench/first_result.py ours "$m" --follow "${FOLLOW_WARM:-6}" 2>/dev/null
+        echo -n "litert: "; timeout 60 python3 bench/first_result.py litert "$m" 2>/dev/null
+    done
+    ;;
+esac
