@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tflite_taichi import Interpreter
-from tflite_taichi.runtime import cache
+from tflite_taichi.runtime import cache, session
 from tflite_taichi.tools.demo import build_demo_model
 
 TAICHI_BACKENDS = os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl").split(",")
@@ -450,7 +450,7 @@ COVERS_CHANGES = {
     "format": lambda mp, args: mp.setattr(cache, "FORMAT", cache.FORMAT + 1),
     "taichi": lambda mp, args: mp.setattr(cache, "taichi_version", lambda: "0.0.1"),
     "tflite_taichi": lambda mp, args: mp.setattr("tflite_taichi.version.__version__", "0.0.0+other"),
-    "tflite_taichi_source": lambda mp, args: mp.setattr(cache, "_source_digest", "0" * 16),
+    "tflite_taichi_source": lambda mp, args: mp.setattr(cache, "_package_source_digest", lambda: "0" * 16),
     "numpy": lambda mp, args: mp.setattr(np, "__version__", "0.0.1"),
     "python": lambda mp, args: mp.setattr(cache, "sys", types.SimpleNamespace(version_info=(2, 7, 18))),
     "machine": lambda mp, args: mp.setattr(cache.platform, "machine", lambda: "riscv64"),
@@ -698,7 +698,7 @@ def test_eviction_scans_only_every_so_many_commits(tmp_path, monkeypatch):
     """A scan of every module folder at each commit made a test run's thousands of commits
     quadratic: a process scans at its first commit, then every EVICT_EVERY-th or after a minute."""
     root = cache.prepare_dir(tmp_path / "cache")
-    monkeypatch.setattr(cache, "_evictions", {})
+    monkeypatch.setattr(session.SESSION, "evictions", {})
     scans = []
     monkeypatch.setattr(cache.ModuleStore, "_evict", lambda self, keep: scans.append(keep))
     store = cache.ModuleStore(root)
@@ -708,7 +708,7 @@ def test_eviction_scans_only_every_so_many_commits(tmp_path, monkeypatch):
                 f.write(b"x")
             store.commit(f"{n:064x}", folder, "module.tcm", "vulkan", {})
     assert len(scans) == 3, scans                    # the first, the 64th after it, the 128th
-    monkeypatch.setitem(cache._evictions, root, (0, time.time() - cache.EVICT_AFTER_S - 1))
+    monkeypatch.setitem(session.SESSION.evictions, root, (0, time.time() - cache.EVICT_AFTER_S - 1))
     with store.building() as folder:
         with open(os.path.join(folder, "module.tcm"), "wb") as f:
             f.write(b"x")

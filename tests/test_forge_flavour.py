@@ -20,7 +20,7 @@ import json, sys
 import numpy as np
 args = json.loads(sys.argv[1])
 from tflite_taichi import Interpreter
-from tflite_taichi.runtime import cache, capi, flavour
+from tflite_taichi.runtime import cache, capi, session
 it = Interpreter(model_path=args["model"], backend=args["backend"], cache_dir=args["cache_dir"])
 it.allocate_tensors()
 it.set_tensor(it.get_input_details()[0]["index"], np.load(args["input"]))
@@ -28,7 +28,7 @@ it.invoke()
 np.save(args["output"], it.get_tensor(it.get_output_details()[0]["index"]))
 s = it.summary()
 print("RESULT " + json.dumps({"cache": s["cache"]["state"], "compiled_in": s["runtime"]["compiled_in"],
-      "device": s["runtime"]["device"], "flavour": flavour._active, "taichi": cache.taichi_version(),
+      "device": s["runtime"]["device"], "flavour": session.SESSION.flavour, "taichi": cache.taichi_version(),
       "library": capi.library_path()}))
 '''
 

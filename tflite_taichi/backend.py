@@ -35,7 +35,13 @@ FP16_BACKENDS = ("cuda", "vulkan", "cpu")            # no u16 in Taichi's GL SPI
 # runtime/session.py's SESSION; these are its readers, kept here for the layers above
 current = session.current
 cache_root = session.cache_root
-ensure_python_taichi = session.ensure_python_taichi
+
+
+def ensure_python_taichi(name: str, cache_root: Optional[str] = None):
+    """Taichi's Python runtime started on `name` (runtime/device.py starts it)."""
+    from tflite_taichi.runtime import device
+    return device.ensure_python_taichi(name, cache_root)
+
 
 PROBE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_probe.py")
 

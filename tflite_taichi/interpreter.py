@@ -855,7 +855,9 @@ class Interpreter:
 
     def _runtime_info(self, state) -> Optional[dict]:
         """Where the delegate's kernels run: Taichi's C API ('capi') or its Python runtime
-        ('python'), and what an invoke costs the host (launches, waits)."""
+        ('python'), what an invoke costs the host (launches, waits), and what the process's
+        session holds (`session`: backend, devices, C API library, compile pool, flavour)."""
+        from tflite_taichi.runtime.session import SESSION
         program = state.program
         if program is None:
             return None
@@ -873,7 +875,8 @@ class Interpreter:
                 "compiled_in": program.compiled_in,
                 "kernels": kernels_state(program),
                 "answered_by": state.answered_by,      # the last invoke's path
-                **_vulkan_info(program.device)}
+                **_vulkan_info(program.device),
+                "session": SESSION.describe()}
 
     @_serialised
     def profile(self) -> dict:

@@ -69,6 +69,7 @@ from typing import Optional
 from tflite_taichi import switches
 from tflite_taichi.errors import (BackendUnavailable, CacheError, CacheWarning,  # noqa: F401
                                   InputError)  # CacheError, CacheWarning: also read from here
+from tflite_taichi.runtime.session import SESSION
 
 try:
     import fcntl
@@ -139,8 +140,6 @@ def max_bytes() -> int:
 
 
 # -- versions and fingerprints ----------------------------------------------------------------
-_source_digest: Optional[str] = None
-
 
 def _package_source_folders() -> list:
     """The folders of tflite_taichi, its runtime wing and its subpackages ops and quant, the
@@ -154,24 +153,25 @@ def _package_source_folders() -> list:
     return list(dict.fromkeys(os.path.realpath(f) for f in folders))
 
 
+# a memo, not process state: the sources this process's kernels are generated from are those
+# it imported, so their digest is read once and stands for the process
+@functools.lru_cache(maxsize=1)
 def _package_source_digest() -> str:
     """sha256 of this package's installed Python sources (kernels are generated from them): a
     checkout edited without a version bump still gets new default tokens. The files are read
     from the package's folders, not imported."""
-    global _source_digest
-    if _source_digest is None:
-        h = hashlib.sha256()
-        for top in _package_source_folders():
-            for name in sorted(os.listdir(top)):
-                if name.endswith(".py"):
-                    path = os.path.join(top, name)
-                    h.update(os.path.basename(top).encode() + b"/" + name.encode() + b"\0")
-                    with open(path, "rb") as f:
-                        h.update(f.read())
-        _source_digest = h.hexdigest()[:16]
-    return _source_digest
+    h = hashlib.sha256()
+    for top in _package_source_folders():
+        for name in sorted(os.listdir(top)):
+            if name.endswith(".py"):
+                path = os.path.join(top, name)
+                h.update(os.path.basename(top).encode() + b"/" + name.encode() + b"\0")
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()[:16]
 
 
+# a memo, not process state: the Taichi this process runs is fixed when it starts (flavour.py)
 @functools.lru_cache(maxsize=1)
 def taichi_version() -> str:
     """The installed taichi's version, from the METADATA of its distribution beside the package
@@ -608,16 +608,17 @@ def driver_env(root: Optional[str]):
 # Eviction scans every module folder: done at a process's first commit to a folder, then after
 # EVICT_EVERY commits or EVICT_AFTER_S seconds (a test run commits thousands of modules; a scan
 # per commit made that quadratic: 6,700 modules, minutes of stat calls)
+# (the counts are the session's: SESSION.evictions)
 EVICT_EVERY, EVICT_AFTER_S = 64, 60.0
-_evictions: dict = {}             # root -> [commits since the last scan, time of the last scan]
 
 
 def _eviction_due(root: str) -> bool:
-    commits, last = _evictions.get(root, (EVICT_EVERY, 0.0))
+    evictions = SESSION.evictions
+    commits, last = evictions.get(root, (EVICT_EVERY, 0.0))
     if commits + 1 >= EVICT_EVERY or time.time() - last >= EVICT_AFTER_S:
-        _evictions[root] = (0, time.time())
+        evictions[root] = (0, time.time())
         return True
-    _evictions[root] = (commits + 1, last)
+    evictions[root] = (commits + 1, last)
     return False
 
 

@@ -20,10 +20,10 @@ import ctypes as C
 import importlib.util
 import os
 import sys
-import threading
 from typing import Optional
 
 from tflite_taichi.errors import BackendUnavailable
+from tflite_taichi.runtime.session import SESSION
 
 C_API_VERSION = 1007000          # TI_C_API_VERSION of the header these structures follow
 
@@ -208,16 +208,13 @@ _SIGNATURES = {
     "ti_export_vulkan_memory": (_VOID, [_P, _P, C.POINTER(VulkanMemoryInterop)]),
 }
 
-_lib = None
-_lib_lock = threading.Lock()
-
-
 def load_library():
-    """The bound C API library (loaded once per process), or CapiError saying why not."""
-    global _lib
-    with _lib_lock:
-        if _lib is not None:
-            return _lib
+    """The bound C API library (loaded once per process and kept in the session: SESSION.capi_lib,
+    from SESSION.capi_path), or CapiError saying why not."""
+    s = SESSION
+    with s.capi_lock:
+        if s.capi_lib is not None:
+            return s.capi_lib
         path = library_path()
         if path is None:
             raise CapiError("Taichi's C API library (taichi/_lib/c_api, or taichi-forge's runtime "
@@ -241,7 +238,7 @@ def load_library():
         if version // 1000 != C_API_VERSION // 1000:
             raise CapiError(f"{path} is Taichi's C API {version}; tflite_taichi binds "
                             f"{C_API_VERSION} (taichi 1.7)")
-        _lib = lib
+        s.capi_lib, s.capi_path = lib, path
         return lib
 
 

@@ -21,6 +21,8 @@ import subprocess
 import sys
 from typing import Optional
 
+from tflite_taichi.runtime.session import SESSION
+
 # Runs before any import can read the current folder: '' is sys.path[0] for `python -c` unless
 # the user made the path safe already (PYTHONSAFEPATH on 3.11+), and then it is not there.
 BOOTSTRAP = (
@@ -41,9 +43,6 @@ SCRIPT_BOOTSTRAP = (
     "del sys.argv[0]\n"
     "import runpy\n"
     "runpy.run_path(sys.argv[0], run_name='__main__')\n")
-
-_parent_pid: Optional[int] = None      # set in a ConnectedChild: the process that started it
-
 
 def python_command(entry: str, *args) -> list:
     """The command line of a child of ours that calls `entry` ("package.module:function") with
@@ -77,12 +76,12 @@ def _exit_if_orphaned(parent_pid: Optional[int]) -> None:
 
 def parent_pid() -> Optional[int]:
     """The pid of the process that started this one as a ConnectedChild (None: not one)."""
-    return _parent_pid
+    return SESSION.parent_pid
 
 
 def exit_if_parent_gone() -> None:
     """Where PR_SET_PDEATHSIG is not there: a child whose parent died exits before it writes."""
-    _exit_if_orphaned(_parent_pid)
+    _exit_if_orphaned(SESSION.parent_pid)
 
 
 def importable_path() -> list:
@@ -131,9 +130,8 @@ class ConnectedChild:
 
 def connected_child_main(argv) -> int:
     """A ConnectedChild: argv [entry, PARENT_PID, FD]."""
-    global _parent_pid
-    _parent_pid = int(argv[1])
-    die_with_parent(_parent_pid)
+    SESSION.parent_pid = int(argv[1])
+    die_with_parent(SESSION.parent_pid)
     fd = int(argv[2])
     os.set_inheritable(fd, False)       # not handed on to what this child starts
     conn = multiprocessing.connection.Connection(fd)

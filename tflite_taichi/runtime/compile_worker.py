@@ -31,7 +31,7 @@ def main(argv) -> int:
             return 0
         _take_switches(job.switches)
         if started is None:
-            from tflite_taichi.runtime.session import ensure_python_taichi
+            from tflite_taichi.runtime.device import ensure_python_taichi
             ensure_python_taichi(job.backend, cache_root=job.cache_root)
             started = job.backend
         elif job.backend != started:

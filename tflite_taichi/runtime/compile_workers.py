@@ -47,6 +47,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from tflite_taichi.runtime.children import python_command
+from tflite_taichi.runtime.session import SESSION
 
 MODULE_GROUPS = 8          # the most modules one program's kernels are split into
 
@@ -332,6 +333,11 @@ class _Pool:
             raise CompileWorkerError("; ".join(failures) or f"modules {missing} were not saved")
         return saved
 
+    def describe(self) -> dict:
+        """Its size now and whether a job runs (the session's describe())."""
+        alive = [w for w in list(self.workers) if w.process.poll() is None]
+        return {"started": True, "workers": len(alive), "busy": self.lock.locked()}
+
     def close(self) -> None:
         for worker in self.workers:
             with contextlib.suppress(OSError):
@@ -370,18 +376,16 @@ def _module_saved(folder: str, rel: Optional[str]) -> bool:
             and os.path.exists(os.path.join(folder, rel)))
 
 
-_pool: Optional[_Pool] = None
-_pool_lock = threading.Lock()
-
-
 def _the_pool() -> _Pool:
-    """The process's pool (a forked child gets its own: its parent's pipes are not its own)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool.pid != os.getpid():
-            _pool = _Pool()
-            atexit.register(_pool.close)
-        return _pool
+    """The process's pool, kept in the session (SESSION.compile_pool); a forked child makes its
+    own: its parent's pipes are not its own."""
+    s = SESSION
+    with s.compile_pool_lock:
+        pool = s.own_compile_pool()
+        if pool is None:
+            pool = s.compile_pool = _Pool()
+            atexit.register(pool.close)
+        return pool
 
 
 def compile_in_workers(job: Job, workers: int, compiled: Callable[[str], None]) -> dict:
@@ -426,7 +430,7 @@ def build_modules(codes, modules: list, backend: str, caps, llvm: bool,
             reason = f"{type(e).__name__}: {e}"
             warnings.warn(f"tflite_taichi: {reason}; compiling in this process instead",
                           RuntimeWarning, stacklevel=4)
-    from tflite_taichi.runtime.session import ensure_python_taichi
+    from tflite_taichi.runtime.device import ensure_python_taichi
     ensure_python_taichi(backend)
     for _, folder, _ in modules:
         _empty(folder)

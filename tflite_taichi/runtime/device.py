@@ -29,9 +29,9 @@ into one command list per process and its Python frontend is not thread-safe.
 """
 import contextlib
 import ctypes as C
+import io
 import os
 import platform
-import threading
 import warnings
 from typing import Optional
 
@@ -39,9 +39,9 @@ import numpy as np
 
 from tflite_taichi import switches
 from tflite_taichi.runtime import capi, vulkan_host, vulkan_submit
-# the process's Taichi lock and a GL runtime's thread are the session's (session.py)
-from tflite_taichi.runtime.session import (GL_BACKENDS, TAICHI_LOCK, ThreadAffinity,  # noqa: F401
-                                           inside_device_call)
+# the process's Taichi lock, a GL runtime's thread and the devices started are the session's
+from tflite_taichi.runtime.session import (GL_BACKENDS, SESSION, TAICHI_LOCK,  # noqa: F401
+                                           ThreadAffinity, inside_device_call)
 from tflite_taichi.errors import BackendUnavailable, InputError
 
 ITEMSIZE = {"f32": 4, "f16": 2}
@@ -610,7 +610,6 @@ class PythonDevice:
     kind = "python"
 
     def __init__(self, backend: str):
-        from tflite_taichi.runtime.session import ensure_python_taichi
         self.backend = backend
         self.affinity = ensure_python_taichi(backend)
         import taichi as ti
@@ -705,13 +704,7 @@ class PythonLink(HostLink):
         return out
 
 
-# -- one device per backend per process ---------------------------------------------------------
-_devices: dict = {}
-_devices_lock = threading.Lock()
-_warned_fallback = False
-_capi_refused: dict = {}          # backend -> the C API's CapiError, from start_early
-
-
+# -- one device per backend per process (the registry is the session's: SESSION.devices) ----------
 def runtime_kind() -> str:
     """'capi' (default) or 'python': TFLITE_TAICHI_RUNTIME picks one for A/B runs."""
     try:
@@ -723,9 +716,9 @@ def runtime_kind() -> str:
 def get(backend: str, env=None):
     """The process's device for `backend`: the C API's, else (with a warning, once) Taichi's
     Python runtime. `env`: a context manager around the runtime's start (driver caches)."""
-    global _warned_fallback
-    with _devices_lock:
-        device = _devices.get(backend)
+    s = SESSION
+    with s.devices_lock:
+        device = s.devices.get(backend)
         if device is not None:
             return device
         kind = runtime_kind()
@@ -733,7 +726,7 @@ def get(backend: str, env=None):
             # Taichi 1.7.4's C API creates no GLES runtime ("not supported"; it can only import
             # a GLES context made elsewhere): GLES kernels run through the Python runtime
             kind = "python"
-        refused = _capi_refused.pop(backend, None)
+        refused = s.capi_refused.pop(backend, None)
         if kind == "capi" and refused is None:
             try:
                 device = CapiDevice(backend, env)
@@ -746,12 +739,12 @@ def get(backend: str, env=None):
                 if refused is not None:    # neither runtime starts: the arch is not there
                     raise BackendUnavailable(f"{e} (and {refused})") from None
                 raise
-            if refused is not None and not _warned_fallback:
-                _warned_fallback = True
+            if refused is not None and not s.warned_fallback:
+                s.warned_fallback = True
                 warnings.warn(f"tflite_taichi: {refused}; kernels run through Taichi's Python "
                               "runtime instead (each process compiles them again, and every "
                               "launch pays Python's overhead)", RuntimeWarning, stacklevel=3)
-        _devices[backend] = device
+        s.devices[backend] = device
         return device
 
 
@@ -762,17 +755,69 @@ def start_early(backend: str, env=None) -> None:
     nothing for OpenGL/GLES (a GL context belongs to the thread that creates it) or the Python
     runtime (Taichi's LLVM archs insist on their starting thread); a refusal is kept for get(),
     which then falls back as it always did. The backend is not claimed here (backend.py)."""
-    from tflite_taichi.runtime import flavour
-    if backend in GL_BACKENDS or runtime_kind() != "capi" or flavour._problem is not None:
+    s = SESSION
+    if backend in GL_BACKENDS or runtime_kind() != "capi" or s.flavour_problem is not None:
         return
-    with _devices_lock:             # get() waits here until the runtime is up
-        if backend in _devices or backend in _capi_refused:
+    with s.devices_lock:            # get() waits here until the runtime is up
+        if backend in s.devices or backend in s.capi_refused:
             return
         try:
-            _devices[backend] = CapiDevice(backend, env)
+            s.devices[backend] = CapiDevice(backend, env)
         except capi.CapiError as e:
-            _capi_refused[backend] = e
+            s.capi_refused[backend] = e
 
 
 def current(backend: str) -> Optional[object]:
-    return _devices.get(backend)
+    return SESSION.devices.get(backend)
+
+
+# -- Taichi's Python runtime ---------------------------------------------------------------------
+def ensure_python_taichi(name: str, cache_root: Optional[str] = None):
+    """Taichi's Python runtime started on `name` (once per process): it compiles kernels that
+    are not in the cache, and runs them where the C API cannot (PythonDevice).
+
+    Taichi's LLVM backends (cpu, cuda) build their struct module at the first kernel compile and
+    assert that it happens in the thread that ran ti.init (measured, Taichi 1.7.4: "Assertion
+    failure: std::this_thread::get_id() == main_thread_id_"), so it is materialized right here,
+    in the starting thread. Taichi's own offline cache is off: compiled programs are cached as
+    AOT modules (cache.py), and Taichi's cache would only grow a second copy in ~/.cache/taichi.
+    Returns the runtime's ThreadAffinity (OpenGL/GLES: its context's thread).
+    `cache_root`: the cache folder, where no Interpreter claimed the backend (a compile worker)."""
+    from tflite_taichi.ops.kit import realize
+    from tflite_taichi.runtime import cache
+    s = SESSION
+    with s.lock:
+        if s.python_taichi == name:
+            return s.python_affinity
+        if s.python_taichi is not None:
+            raise BackendUnavailable(f"Taichi's Python runtime already runs on {s.python_taichi!r} "
+                                     f"in this process, not {name!r}")
+        if cache_root is not None and s.cache_root is None:
+            s.cache_root = cache_root
+        ti = realize()                  # Taichi imported, the ops' decorators applied
+        arch = ti.cpu if name == "cpu" else getattr(ti, name)
+        offline_dir = cache.taichi_offline_dir(s.cache_root)
+        cache.remove_stale_taichi_lock(offline_dir)
+        where = {"offline_cache_file_path": offline_dir} if offline_dir else {}
+        try:
+            # ti.init prints "[Taichi] Starting on arch=..." on stdout, which is the user's
+            # (a pipe of outputs): said by summary() and the command line instead
+            with TAICHI_LOCK, cache.driver_env(s.cache_root), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                ti.init(arch=arch, enable_fallback=False, offline_cache=False,
+                        advanced_optimization=False, cfg_optimization=False, log_level=ti.WARN,
+                        **where)
+        except Exception as e:  # taichi raises RuntimeError for a missing arch
+            raise BackendUnavailable(f"{name} is not available: {e}") from None
+        got = ti.lang.impl.current_cfg().arch.name
+        expected = {"cpu": ("x64", "arm64")}.get(name, (name,))
+        if got not in expected:
+            ti.reset()
+            raise BackendUnavailable(f"asked for {name}, but Taichi started on {got}")
+        runtime = ti.lang.impl.get_runtime()
+        if not runtime.materialized:
+            with TAICHI_LOCK:
+                runtime.materialize()
+        s.python_taichi = name
+        s.python_affinity = ThreadAffinity(name)      # GL: its context is this thread's
+        return s.python_affinity

@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Optional
 
+from tflite_taichi.runtime.session import SESSION
+
 SWITCH = "TFLITE_TAICHI_TAICHI"
 FLAVOURS = ("taichi", "forge")
 
@@ -37,7 +39,7 @@ def chosen() -> str:
 
 
 def is_forge() -> bool:
-    return _active == "forge"
+    return SESSION.flavour == "forge"
 
 
 def _forge_alias():
@@ -59,34 +61,33 @@ def _forge_alias():
     return ForgeAlias()
 
 
-_active: Optional[str] = None
-_problem: Optional[str] = None
-
-
 def install() -> str:
-    """Fix this process's flavour (once; `import tflite_taichi` calls it). For forge: alias
-    `taichi` to it. Never raises: a switch that cannot be honoured is reported by check(),
-    when a Taichi backend starts (the reference path needs no Taichi)."""
-    global _active, _problem
-    if _active is not None:
-        return _active
+    """Fix this process's flavour (once; `import tflite_taichi` calls it), kept in the session
+    (SESSION.flavour, SESSION.flavour_problem). For forge: alias `taichi` to it. Never raises: a
+    switch that cannot be honoured is reported by check(), when a Taichi backend starts (the
+    reference path needs no Taichi)."""
+    s = SESSION
+    if s.flavour is not None:
+        return s.flavour
     try:
         flavour = chosen()
     except Exception as e:          # BackendUnavailable, reported by check()
-        _active, _problem = "taichi", str(e)
-        return _active
+        s.flavour, s.flavour_problem = "taichi", str(e)
+        return s.flavour
+    problem = None
     if flavour == "forge":
         loaded = sys.modules.get("taichi")
         if not _installed("taichi_forge"):
-            _problem = (f"{SWITCH}=forge, but taichi-forge is not installed: pip install "
-                        "'tflite-taichi[forge]' (Python 3.10 or newer)")
+            problem = (f"{SWITCH}=forge, but taichi-forge is not installed: pip install "
+                       "'tflite-taichi[forge]' (Python 3.10 or newer)")
         elif loaded is not None and not loaded.__name__.startswith("taichi_forge"):
-            _problem = (f"{SWITCH}=forge, but this process imported taichi itself before "
-                        "tflite_taichi: set the switch before anything imports taichi")
+            problem = (f"{SWITCH}=forge, but this process imported taichi itself before "
+                       "tflite_taichi: set the switch before anything imports taichi")
         else:
             sys.meta_path.insert(0, _forge_alias())
-    _active = flavour if _problem is None else "taichi"
-    return _active
+    s.flavour_problem = problem
+    s.flavour = flavour if problem is None else "taichi"
+    return s.flavour
 
 
 def _installed(name: str) -> bool:
@@ -99,9 +100,9 @@ def _installed(name: str) -> bool:
 def check() -> None:
     """BackendUnavailable if TFLITE_TAICHI_TAICHI asked for what this process cannot run."""
     install()
-    if _problem is not None:
+    if SESSION.flavour_problem is not None:
         from tflite_taichi.errors import BackendUnavailable
-        raise BackendUnavailable(_problem)
+        raise BackendUnavailable(SESSION.flavour_problem)
 
 
 def _forge_runtime_lib() -> Optional[str]:

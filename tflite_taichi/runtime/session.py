@@ -1,13 +1,16 @@
 """The process's Taichi state, in one place. Taichi runs one arch per process, so a process has
 one session (`SESSION`): the backend it claimed and the cache folder it was claimed with (the
 GPU drivers' caches point there), Taichi's Python runtime (started or not, on which arch, and
-the thread its GL context belongs to), and what the backend probes found. `backend.py` decides
-(which backend, the probes); `device.py` runs kernels; both keep their state here, and the ops
+the thread its GL context belongs to), what the backend probes found, the devices started, the
+C API library, the compile workers, which Taichi builds the kernels (the flavour), the cache's
+eviction bookkeeping and the process that started this one. The modules that act on it keep
+their state here (backend.py decides which backend; device.py starts and runs devices; capi.py,
+compile_workers.py, flavour.py, cache.py and children.py each their own part) and import this
+module, which imports none of them: `describe()` says what it holds for summary(). The ops
 learn the arch from their step's IO (ops.kit.StepIO.arch), never from this module."""
 from __future__ import annotations
 
-import contextlib
-import io
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Optional
@@ -63,12 +66,56 @@ class ThreadAffinity:
 
 @dataclass
 class Session:
+    """Everything this process holds for its Taichi runtime, and nothing else does: the modules
+    of runtime/ read and write these fields, and keep no state of their own (module-level
+    tables that never change and memo caches of pure functions aside). Each lock below guards
+    the fields listed under it; TAICHI_LOCK (above) is a different thing: it serializes calls
+    into a runtime, not access to this record."""
+
+    # -- the backend claimed (backend.py) and Taichi's Python runtime (device.py) -------------
+    # under `lock`: one claim, and one start of the Python runtime, at a time
     lock: threading.Lock = field(default_factory=threading.Lock)
     backend: Optional[str] = None           # claimed by backend.ensure_runtime
     cache_root: Optional[str] = None        # the cache folder it was claimed with (resolved)
     python_taichi: Optional[str] = None     # the arch Taichi's Python runtime started on
-    python_affinity: object = None          # its device.ThreadAffinity
+    python_affinity: object = None          # its ThreadAffinity
     probes: dict = field(default_factory=dict)   # arch -> (ok, software, detail)
+
+    # -- devices (device.py): one per backend per process --------------------------------------
+    # under `devices_lock`: a device starts once, and get() waits for start_early's thread
+    devices_lock: threading.Lock = field(default_factory=threading.Lock)
+    devices: dict = field(default_factory=dict)        # backend -> CapiDevice | PythonDevice
+    capi_refused: dict = field(default_factory=dict)   # backend -> the C API's CapiError from
+    #                                                    start_early, kept for get()'s fallback
+    warned_fallback: bool = False           # the Python-runtime fallback is warned about once
+
+    # -- Taichi's C API library (capi.py): loaded once per process ------------------------------
+    # under `capi_lock`: two threads starting devices load it once
+    capi_lock: threading.Lock = field(default_factory=threading.Lock)
+    capi_lib: object = None                 # the bound ctypes.CDLL, None until loaded
+    capi_path: Optional[str] = None         # the file it was loaded from
+
+    # -- the compile workers (compile_workers.py) ----------------------------------------------
+    # under `compile_pool_lock`: one pool per process; a forked child sees its parent's pool
+    # (pool.pid is not its own: the pipes are the parent's) and makes its own
+    compile_pool_lock: threading.Lock = field(default_factory=threading.Lock)
+    compile_pool: object = None             # compile_workers._Pool, None until a compile needs it
+
+    # -- which Taichi (flavour.py): fixed when the package is imported -------------------------
+    # set once by flavour.install() at `import tflite_taichi` (the import lock serializes it)
+    flavour: Optional[str] = None           # 'taichi' or 'forge', None until installed
+    flavour_problem: Optional[str] = None   # why TFLITE_TAICHI_TAICHI cannot be honoured
+
+    # -- the kernel cache (cache.py) ------------------------------------------------------------
+    # root -> (commits since the last eviction scan, time of that scan): a process scans a
+    # cache folder at its first commit there, then every so often (cache.EVICT_EVERY); written
+    # by ModuleStore.commit under the folder's exclusive flock, which this process's threads
+    # take one at a time too (each opens its own descriptor)
+    evictions: dict = field(default_factory=dict)
+
+    # -- the process that started this one (children.py) ---------------------------------------
+    # set once, first thing in a ConnectedChild, before it starts any thread
+    parent_pid: Optional[int] = None
 
     def claim(self, name: str, cache_root: Optional[str]) -> None:
         """Claim `name` for this process (under self.lock; claiming it again changes nothing).
@@ -85,6 +132,30 @@ class Session:
         """Give the claim up (its device did not start; under self.lock)."""
         self.backend = None
 
+    def own_compile_pool(self):
+        """The compile pool if this process made it (a forked child's inherited one is not)."""
+        pool = self.compile_pool
+        return pool if pool is not None and pool.pid == os.getpid() else None
+
+    def describe(self) -> dict:
+        """What the session holds, as plain values (summary()["runtime"]["session"])."""
+        pool = self.own_compile_pool()
+        return {
+            "backend": self.backend,
+            "cache_root": self.cache_root,
+            "python_taichi": self.python_taichi,
+            # copies first: another thread may start a device meanwhile
+            "devices": {name: device.kind for name, device in sorted(dict(self.devices).items())},
+            "capi_refused": {name: str(e) for name, e in sorted(dict(self.capi_refused).items())},
+            "capi_library": {"loaded": self.capi_lib is not None, "path": self.capi_path},
+            "compile_pool": pool.describe() if pool is not None else
+            {"started": False, "workers": 0, "busy": False},
+            "flavour": self.flavour,
+            "flavour_problem": self.flavour_problem,
+            "probes": {arch: found[0] for arch, found in sorted(dict(self.probes).items())},
+            "parent_pid": self.parent_pid,
+        }
+
 
 SESSION = Session()
 
@@ -97,54 +168,3 @@ def current() -> Optional[str]:
 def cache_root() -> Optional[str]:
     """The cache folder the process's backend was claimed with (the drivers' caches are there)."""
     return SESSION.cache_root
-
-
-def ensure_python_taichi(name: str, cache_root: Optional[str] = None):
-    """Taichi's Python runtime started on `name` (once per process): it compiles kernels that
-    are not in the cache, and runs them where the C API cannot (device.PythonDevice).
-
-    Taichi's LLVM backends (cpu, cuda) build their struct module at the first kernel compile and
-    assert that it happens in the thread that ran ti.init (measured, Taichi 1.7.4: "Assertion
-    failure: std::this_thread::get_id() == main_thread_id_"), so it is materialized right here,
-    in the starting thread. Taichi's own offline cache is off: compiled programs are cached as
-    AOT modules (cache.py), and Taichi's cache would only grow a second copy in ~/.cache/taichi.
-    Returns the runtime's device.ThreadAffinity (OpenGL/GLES: its context's thread).
-    `cache_root`: the cache folder, where no Interpreter claimed the backend (a compile worker)."""
-    from tflite_taichi.ops.kit import realize
-    from tflite_taichi.runtime import cache
-    s = SESSION
-    with s.lock:
-        if s.python_taichi == name:
-            return s.python_affinity
-        if s.python_taichi is not None:
-            raise BackendUnavailable(f"Taichi's Python runtime already runs on {s.python_taichi!r} "
-                                     f"in this process, not {name!r}")
-        if cache_root is not None and s.cache_root is None:
-            s.cache_root = cache_root
-        ti = realize()                  # Taichi imported, the ops' decorators applied
-        arch = ti.cpu if name == "cpu" else getattr(ti, name)
-        offline_dir = cache.taichi_offline_dir(s.cache_root)
-        cache.remove_stale_taichi_lock(offline_dir)
-        where = {"offline_cache_file_path": offline_dir} if offline_dir else {}
-        try:
-            # ti.init prints "[Taichi] Starting on arch=..." on stdout, which is the user's
-            # (a pipe of outputs): said by summary() and the command line instead
-            with TAICHI_LOCK, cache.driver_env(s.cache_root), \
-                    contextlib.redirect_stdout(io.StringIO()):
-                ti.init(arch=arch, enable_fallback=False, offline_cache=False,
-                        advanced_optimization=False, cfg_optimization=False, log_level=ti.WARN,
-                        **where)
-        except Exception as e:  # taichi raises RuntimeError for a missing arch
-            raise BackendUnavailable(f"{name} is not available: {e}") from None
-        got = ti.lang.impl.current_cfg().arch.name
-        expected = {"cpu": ("x64", "arm64")}.get(name, (name,))
-        if got not in expected:
-            ti.reset()
-            raise BackendUnavailable(f"asked for {name}, but Taichi started on {got}")
-        runtime = ti.lang.impl.get_runtime()
-        if not runtime.materialized:
-            with TAICHI_LOCK:
-                runtime.materialize()
-        s.python_taichi = name
-        s.python_affinity = ThreadAffinity(name)      # GL: its context is this thread's
-        return s.python_affinity
