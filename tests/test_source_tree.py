@@ -1,6 +1,7 @@
 """The clone's root is a place users run Python from (the README's `python -m pytest ...`,
 `python bench/fuzz.py`): there `import tflite_taichi` finds the source folder before the
-installed package, and the source tree keeps ops/ and quant/ beside it (issue 14, item 2)."""
+installed package, and the links tflite_taichi/ops and tflite_taichi/quant join to it ops/ and
+quant/, kept beside it (docs/layout.md says why links; tests/test_package_layout.py holds them)."""
 import json
 import os
 import shutil
@@ -39,7 +40,8 @@ def test_the_source_tree_imports_from_its_root(tmp_path):
 
 
 # Files that write models (tests, examples, the demo and zoo, the fuzzer) name ops as data; the
-# pipeline never does: what it needs to know about an op is a field of the op's OpDef (issue 16).
+# pipeline never does: what it needs to know about an op is a field of the op's OpDef, so a new
+# op touches only ops/.
 MODEL_BUILDING_FILES = {"builder.py", "demo.py", "zoo.py", "testing.py", "fuzz.py"}
 
 
