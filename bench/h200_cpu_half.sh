@@ -35,9 +35,9 @@ gpus)
             --steps 100 --json "$out/gpu_$b.json"
     done
     ;;
-first)
+first)     # FIRST_MODELS="a b": those of MODELS_DIR only
+    [ -n "${FIRST_MODELS:-}" ] && models=$(for n in $FIRST_MODELS; do echo "$dir/$n.tflite"; done)
     for m in $models; do
-        case $(basename "$m") in ${FIRST_SKIP:-none}) continue ;; esac
         fresh
         echo "== $(basename "$m")"
         echo -n "cold: "; timeout 60 python3 bench/first_result.py ours "$m" --follow "${FOLLOW_COLD:-15}" 2>/dev/null

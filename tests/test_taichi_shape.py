@@ -4,320 +4,58 @@ SQUEEZE, TRANSPOSE, CONCATENATION, PACK, UNPACK, DEPTH_TO_SPACE, SPACE_TO_DEPTH,
 SLICE, STRIDED_SLICE, SPLIT, SPLIT_V (SHAPE is always folded at prepare). float32 and int8; the
 int8 cases give the output its own scale and zero point (the delegate's store must snap the
 moved float view onto the output's grid exactly as the reference's fake-quant does).
-Tolerances: tflite_taichi.testing.TAICHI_RTOL."""
+One case table (SHAPE_OPS: an op and how its model is drawn, tests/cases/shape.py) drives one
+property test; a chain in one partition, fp16 storage, bool tensors, GLES and what stays on the
+CPU have their own tests. Tolerances: tflite_taichi.testing.TAICHI_RTOL for every case (these
+ops move values and do no arithmetic; int8: one unit, check_delegate's)."""
 import dataclasses
+from functools import partial
 
 import numpy as np
 import pytest
-from hypothesis import assume, strategies as st
 
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.ops.base import Node, TensorSpec, lookup
 from tflite_taichi.ops.slicing import StridedSliceOptions
 from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op,
-                                   one_op_model, quantize_array, strategies)
-from cases.shape import concat_case, depth_to_space_case, reshape_case, squeeze_case
-from cases.slicing import (numpy_index, offset_case, pad_case, slice_case, split_case, split_v_case,
-                           strided_spec)
+                                   one_op_model, quantize_array)
+from cases.shape import (OpCase, concatenation_io, delegate_case, depth_space_io, expand_dims_io,
+                         pack_io, pad_io, padv2_io, reshape_io, slice_io, split_io, split_v_io,
+                         squeeze_io, strided_slice_io, strided_slice_offset_io, transpose_io,
+                         unpack_io)
 
-S = strategies()
 DTYPES = ["float32", "int8"]
-
-
-@st.composite
-def types(draw, dtype):
-    """(numpy type, input quantization, output quantization) for `dtype`; int8 outputs get
-    their own grid."""
-    if dtype == "int8":
-        return np.int8, draw(S.quant_params()), draw(S.quant_params())
-    return np.float32, None, None
 
 
 def _i32(values):
     return Const(np.array(values, np.int32))
 
 
-# -- copies: RESHAPE, EXPAND_DIMS, SQUEEZE ----------------------------------------------------
-@st.composite
-def reshape_delegate_cases(draw, dtype):
-    case = draw(reshape_case())
-    how = draw(st.sampled_from(["input", "options", "both"]))
-    seed = draw(S.seeds())
-    shape, new_shape, out = case
-    t, qi, qo = draw(types(dtype))
-    inputs, options = [Input(shape, t, qi)], {}
-    if how in ("input", "both"):
-        inputs.append(_i32(new_shape))
-    if how in ("options", "both"):
-        options["new_shape"] = new_shape
-    return one_op_model("RESHAPE", inputs, [Output(out, t, qo)], **options), None, {"seed": seed}
+# -- one row per op: each is property-tested on every Taichi worker in float32 and int8 -------
+SHAPE_OPS = [
+    OpCase("RESHAPE", reshape_io, "new shape as an input, in the options, or both; one -1"),
+    OpCase("EXPAND_DIMS", expand_dims_io, "rank 0 to 4, negative axes"),
+    OpCase("SQUEEZE", squeeze_io, "listed dims (maybe negative) or every size-1 dim"),
+    OpCase("TRANSPOSE", transpose_io, "every permutation up to rank 5"),
+    OpCase("CONCATENATION", concatenation_io, "own grids, a constant input, fused activation"),
+    OpCase("PACK", pack_io, "1 to 4 values, negative axes"),
+    OpCase("UNPACK", unpack_io, "several outputs from one step"),
+    OpCase("DEPTH_TO_SPACE", depth_space_io, "block sizes 1 to 3"),
+    OpCase("SPACE_TO_DEPTH", partial(depth_space_io, to_depth=True), "block sizes 1 to 3"),
+    OpCase("PAD", pad_io, "int8 pads with the input's zero point"),
+    OpCase("PADV2", padv2_io, "pad value a constant or a run-time input"),
+    OpCase("SLICE", slice_io, "size -1 or explicit"),
+    OpCase("STRIDED_SLICE", strided_slice_io, "masks, ellipsis, new axes, shrinks, negative strides"),
+    OpCase("STRIDED_SLICE", strided_slice_offset_io, "offset=True", variant="offset"),
+    OpCase("SPLIT", split_io, "axis first, negative axes"),
+    OpCase("SPLIT_V", split_v_io, "one size -1; own grids"),
+]
 
 
+@pytest.mark.parametrize("row", SHAPE_OPS, ids=lambda row: row.id)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_reshape_delegate(taichi_workers, dtype):
-    check_op(reshape_delegate_cases(dtype), workers=taichi_workers)
-
-
-@st.composite
-def expand_dims_delegate_cases(draw, dtype):
-    shape = draw(S.shapes(0, 4, 1, 5))
-    seed = draw(S.seeds())
-    t, qi, qo = draw(types(dtype))
-    axis = draw(st.integers(-len(shape) - 1, len(shape)))
-    out = np.expand_dims(np.empty(shape), axis).shape
-    model = one_op_model("EXPAND_DIMS", [Input(shape, t, qi), _i32(axis)], [Output(out, t, qo)])
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_expand_dims_delegate(taichi_workers, dtype):
-    check_op(expand_dims_delegate_cases(dtype), workers=taichi_workers)
-
-
-@st.composite
-def squeeze_delegate_cases(draw, dtype):
-    case = draw(squeeze_case())
-    seed = draw(S.seeds())
-    shape, dims, out = case
-    t, qi, qo = draw(types(dtype))
-    options = {"squeeze_dims": dims} if dims else {}
-    model = one_op_model("SQUEEZE", [Input(shape, t, qi)], [Output(out, t, qo)], **options)
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_squeeze_delegate(taichi_workers, dtype):
-    check_op(squeeze_delegate_cases(dtype), workers=taichi_workers)
-
-
-# -- TRANSPOSE, CONCATENATION, PACK, UNPACK ---------------------------------------------------
-@st.composite
-def transpose_delegate_cases(draw, dtype):
-    shape = draw(S.shapes(1, 5, 1, 4))
-    seed = draw(S.seeds())
-    t, qi, qo = draw(types(dtype))
-    perm = draw(st.permutations(range(len(shape))))
-    out = tuple(shape[p] for p in perm)
-    model = one_op_model("TRANSPOSE", [Input(shape, t, qi), _i32(perm)], [Output(out, t, qo)])
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_transpose_delegate(taichi_workers, dtype):
-    check_op(transpose_delegate_cases(dtype), workers=taichi_workers)
-
-
-@st.composite
-def concatenation_delegate_cases(draw, dtype):
-    case = draw(concat_case())
-    act = draw(S.activations())
-    const_index = draw(st.integers(-1, 3))
-    seed = draw(S.seeds())
-    shapes, axis, out = case
-    t, _, qo = draw(types(dtype))
-    rng = np.random.default_rng(seed)
-    inputs = []
-    for i, s in enumerate(shapes):
-        q = draw(S.quant_params()) if dtype == "int8" else None
-        if i == const_index and len(shapes) > 1:
-            value = rng.uniform(-3, 3, s).astype(np.float32)
-            inputs.append(Const(quantize_array(value, q) if q else value, quantization=q))
-        else:
-            inputs.append(Input(s, t, q))
-    model = one_op_model("CONCATENATION", inputs, [Output(out, t, qo)], axis=axis,
-                         fused_activation_function=act)
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_concatenation_delegate(taichi_workers, dtype):
-    """Inputs with their own grids (int8) and a constant among them (packed in the weights)."""
-    check_op(concatenation_delegate_cases(dtype), workers=taichi_workers)
-
-
-@st.composite
-def pack_delegate_cases(draw, dtype):
-    shape = draw(S.shapes(0, 4, 1, 4))
-    n = draw(st.integers(1, 4))
-    seed = draw(S.seeds())
-    t, qi, qo = draw(types(dtype))
-    axis = draw(st.integers(-len(shape) - 1, len(shape)))
-    a = axis % (len(shape) + 1)
-    out = shape[:a] + (n,) + shape[a:]
-    model = one_op_model("PACK", [Input(shape, t, qi) for _ in range(n)], [Output(out, t, qo)],
-                         values_count=n, axis=axis)
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_pack_delegate(taichi_workers, dtype):
-    check_op(pack_delegate_cases(dtype), workers=taichi_workers)
-
-
-@st.composite
-def unpack_delegate_cases(draw, dtype):
-    shape = draw(S.shapes(1, 4, 1, 4))
-    seed = draw(S.seeds())
-    t, qi, qo = draw(types(dtype))
-    axis = draw(st.integers(-len(shape), len(shape) - 1))
-    a = axis % len(shape)
-    out = shape[:a] + shape[a + 1:]
-    model = one_op_model("UNPACK", [Input(shape, t, qi)],
-                         [Output(out, t, qo) for _ in range(shape[a])], num=shape[a], axis=axis)
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_unpack_delegate(taichi_workers, dtype):
-    """Several outputs, all written by the one step."""
-    check_op(unpack_delegate_cases(dtype), workers=taichi_workers)
-
-
-# -- DEPTH_TO_SPACE, SPACE_TO_DEPTH -----------------------------------------------------------
-@st.composite
-def depth_space_delegate_cases(draw, op, dtype):
-    case = draw(depth_to_space_case())
-    seed = draw(S.seeds())
-    deep, bs, wide = case
-    shape, out = (deep, wide) if op == "DEPTH_TO_SPACE" else (wide, deep)
-    t, qi, qo = draw(types(dtype))
-    model = one_op_model(op, [Input(shape, t, qi)], [Output(out, t, qo)], block_size=bs)
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("op", ["DEPTH_TO_SPACE", "SPACE_TO_DEPTH"])
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_depth_space_delegate(taichi_workers, op, dtype):
-    check_op(depth_space_delegate_cases(op, dtype), workers=taichi_workers)
-
-
-# -- PAD, PADV2 -------------------------------------------------------------------------------
-@st.composite
-def pad_delegate_cases(draw, dtype):
-    case = draw(pad_case())
-    seed = draw(S.seeds())
-    shape, pads, out = case
-    t, qi, qo = draw(types(dtype))
-    model = one_op_model("PAD", [Input(shape, t, qi), Const(pads)], [Output(out, t, qo)])
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_pad_delegate(taichi_workers, dtype):
-    """int8: pads with the real value 0 (the input's zero point), snapped to the output grid."""
-    check_op(pad_delegate_cases(dtype), workers=taichi_workers)
-
-
-@st.composite
-def padv2_delegate_cases(draw, dtype):
-    case = draw(pad_case())
-    value = draw(st.floats(-4, 4))
-    where = draw(st.sampled_from(["const", "input"]))
-    seed = draw(S.seeds())
-    shape, pads, out = case
-    t, qi, qo = draw(types(dtype))
-    qv = draw(S.quant_params()) if dtype == "int8" else None
-    if where == "input":
-        pad_value = Input((1,), t, qv)
-    elif qv:
-        pad_value = Const(quantize_array(np.full((1,), value), qv), quantization=qv)
-    else:
-        pad_value = Const(np.full((1,), value, np.float32))
-    model = one_op_model("PADV2", [Input(shape, t, qi), Const(pads), pad_value], [Output(out, t, qo)])
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_padv2_delegate(taichi_workers, dtype):
-    """The pad value as a constant (packed in the weights) or a run-time input."""
-    check_op(padv2_delegate_cases(dtype), workers=taichi_workers)
-
-
-# -- SLICE, STRIDED_SLICE ---------------------------------------------------------------------
-@st.composite
-def slice_delegate_cases(draw, dtype):
-    case = draw(slice_case())
-    seed = draw(S.seeds())
-    shape, begin, size, out = case
-    t, qi, qo = draw(types(dtype))
-    model = one_op_model("SLICE", [Input(shape, t, qi), _i32(begin), _i32(size)], [Output(out, t, qo)])
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_slice_delegate(taichi_workers, dtype):
-    check_op(slice_delegate_cases(dtype), workers=taichi_workers)
-
-
-@st.composite
-def strided_slice_delegate_cases(draw, dtype):
-    shape = draw(S.shapes(1, 4, 1, 6))
-    seed = draw(S.seeds())
-    t, qi, qo = draw(types(dtype))
-    begin, end, strides, masks, kinds = draw(strided_spec(shape))
-    out = np.empty(shape)[numpy_index(begin, end, strides, masks, kinds)].shape
-    assume(0 not in out)    # an empty output stays on the CPU (partition.delegate_reason)
-    model = one_op_model("STRIDED_SLICE", [Input(shape, t, qi), _i32(begin), _i32(end),
-                                           _i32(strides)], [Output(out, t, qo)], **masks)
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_strided_slice_delegate(taichi_workers, dtype):
-    """Every spec (masks, ellipsis, new axes, shrinks, negative strides), as numpy indexes."""
-    check_op(strided_slice_delegate_cases(dtype), workers=taichi_workers)
-
-
-@st.composite
-def strided_slice_offset_delegate_cases(draw, dtype):
-    case = draw(offset_case())
-    seed = draw(S.seeds())
-    shape, begin, size, strides = case
-    out = tuple(max(-(-s // st_), 0) for s, st_ in zip(size, strides))
-    assume(0 not in out)    # an empty output stays on the CPU (partition.delegate_reason)
-    t, qi, qo = draw(types(dtype))
-    model = one_op_model("STRIDED_SLICE", [Input(shape, t, qi), _i32(begin), _i32(size),
-                                           _i32(strides)], [Output(out, t, qo)], offset=True)
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_strided_slice_offset_delegate(taichi_workers, dtype):
-    check_op(strided_slice_offset_delegate_cases(dtype), workers=taichi_workers)
-
-
-# -- SPLIT, SPLIT_V ---------------------------------------------------------------------------
-@st.composite
-def split_delegate_cases(draw, dtype):
-    case = draw(split_case())
-    seed = draw(S.seeds())
-    shape, axis, num, out = case
-    t, qi, qo = draw(types(dtype))
-    model = one_op_model("SPLIT", [_i32(axis), Input(shape, t, qi)],
-                         [Output(out, t, qo) for _ in range(num)], num_splits=num)
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_split_delegate(taichi_workers, dtype):
-    check_op(split_delegate_cases(dtype), workers=taichi_workers)
-
-
-@st.composite
-def split_v_delegate_cases(draw, dtype):
-    case = draw(split_v_case())
-    seed = draw(S.seeds())
-    shape, axis, size_splits, outs = case
-    t, qi, _ = draw(types(dtype))
-    outputs = [Output(o, t, draw(S.quant_params()) if qi else None) for o in outs]
-    model = one_op_model("SPLIT_V", [Input(shape, t, qi), _i32(size_splits), _i32(axis)],
-                         outputs, num_splits=len(outs))
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_split_v_delegate(taichi_workers, dtype):
-    check_op(split_v_delegate_cases(dtype), workers=taichi_workers)
+def test_op_on_the_delegate(taichi_workers, dtype, row):
+    check_op(delegate_case(row, dtype), workers=taichi_workers)
 
 
 # -- several ops in one partition; fp16; GLES -------------------------------------------------
@@ -378,40 +116,43 @@ def test_a_chain_of_ops_in_one_partition(taichi_workers, quantized):
         assert summary["ops_delegated"] == summary["ops_total"] - 1
 
 
-@pytest.mark.parametrize("case", ["transpose", "concat", "pad", "strided", "depth", "split_v"])
+# fixed models: float16 storage on vulkan, and bool tensors (moved as 0 and 1) on every worker
+FP16_MODELS = {
+    "transpose": lambda: one_op_model("TRANSPOSE", [Input((2, 3, 4, 5)), _i32([3, 1, 0, 2])],
+                                      [Output((5, 3, 2, 4))]),
+    "concat": lambda: one_op_model("CONCATENATION", [Input((2, 3)), Const(np.ones((2, 2), np.float32)),
+                                                     Input((2, 1))], [Output((2, 6))], axis=-1,
+                                   fused_activation_function="RELU_N1_TO_1"),
+    "pad": lambda: one_op_model("PADV2", [Input((3, 4)), _i32([[1, 2], [0, 3]]),
+                                          Const(np.array([1.5], np.float32))], [Output((6, 7))]),
+    "strided": lambda: one_op_model("STRIDED_SLICE", [Input((5, 6)), _i32([4, 1]), _i32([0, 6]),
+                                                      _i32([-2, 2])], [Output((2, 3))]),
+    "depth": lambda: one_op_model("DEPTH_TO_SPACE", [Input((2, 2, 3, 12))], [Output((2, 4, 6, 3))],
+                                  block_size=2),
+    "split_v": lambda: one_op_model("SPLIT_V", [Input((4, 7)), _i32([2, -1, 1]), _i32(1)],
+                                    [Output((4, 2)), Output((4, 4)), Output((4, 1))], num_splits=3),
+}
+BOOL = np.bool_
+BOOL_MODELS = {
+    "transpose": lambda: one_op_model("TRANSPOSE", [Input((2, 3, 4), BOOL), _i32([2, 0, 1])],
+                                      [Output((4, 2, 3), BOOL)]),
+    "concat": lambda: one_op_model("CONCATENATION", [Input((2, 3), BOOL), Const(np.array([[True], [False]])),
+                                                     Input((2, 1), BOOL)], [Output((2, 5), BOOL)], axis=1),
+    "padv2": lambda: one_op_model("PADV2", [Input((2, 3), BOOL), _i32([[1, 0], [2, 1]]),
+                                            Const(np.array([True]))], [Output((3, 6), BOOL)]),
+    "split": lambda: one_op_model("SPLIT", [_i32(0), Input((4, 3), BOOL)], [Output((2, 3), BOOL)] * 2,
+                                  num_splits=2),
+}
+
+
+@pytest.mark.parametrize("case", FP16_MODELS)
 def test_fp16_on_vulkan(vulkan_workers, case):
-    models = {
-        "transpose": lambda: one_op_model("TRANSPOSE", [Input((2, 3, 4, 5)), _i32([3, 1, 0, 2])],
-                                          [Output((5, 3, 2, 4))]),
-        "concat": lambda: one_op_model("CONCATENATION", [Input((2, 3)), Const(np.ones((2, 2), np.float32)),
-                                                         Input((2, 1))], [Output((2, 6))], axis=-1,
-                                       fused_activation_function="RELU_N1_TO_1"),
-        "pad": lambda: one_op_model("PADV2", [Input((3, 4)), _i32([[1, 2], [0, 3]]),
-                                              Const(np.array([1.5], np.float32))], [Output((6, 7))]),
-        "strided": lambda: one_op_model("STRIDED_SLICE", [Input((5, 6)), _i32([4, 1]), _i32([0, 6]),
-                                                          _i32([-2, 2])], [Output((2, 3))]),
-        "depth": lambda: one_op_model("DEPTH_TO_SPACE", [Input((2, 2, 3, 12))], [Output((2, 4, 6, 3))],
-                                      block_size=2),
-        "split_v": lambda: one_op_model("SPLIT_V", [Input((4, 7)), _i32([2, -1, 1]), _i32(1)],
-                                        [Output((4, 2)), Output((4, 4)), Output((4, 1))], num_splits=3),
-    }
-    check_delegate(models[case](), vulkan_workers, precision="fp16")
+    check_delegate(FP16_MODELS[case](), vulkan_workers, precision="fp16")
 
 
-@pytest.mark.parametrize("case", ["transpose", "concat", "padv2", "split"])
+@pytest.mark.parametrize("case", BOOL_MODELS)
 def test_bool_tensors_move_as_zero_and_one(taichi_workers, case):
-    B = np.bool_
-    models = {
-        "transpose": lambda: one_op_model("TRANSPOSE", [Input((2, 3, 4), B), _i32([2, 0, 1])],
-                                          [Output((4, 2, 3), B)]),
-        "concat": lambda: one_op_model("CONCATENATION", [Input((2, 3), B), Const(np.array([[True], [False]])),
-                                                         Input((2, 1), B)], [Output((2, 5), B)], axis=1),
-        "padv2": lambda: one_op_model("PADV2", [Input((2, 3), B), _i32([[1, 0], [2, 1]]),
-                                                Const(np.array([True]))], [Output((3, 6), B)]),
-        "split": lambda: one_op_model("SPLIT", [_i32(0), Input((4, 3), B)], [Output((2, 3), B)] * 2,
-                                      num_splits=2),
-    }
-    check_delegate(models[case](), taichi_workers)
+    check_delegate(BOOL_MODELS[case](), taichi_workers)
 
 
 def test_gles(gles_worker):
