@@ -124,3 +124,28 @@ def test_every_package_folder_is_installed():
             if "__init__.py" in filenames:
                 found.add(name)
     assert found <= listed, sorted(found - listed)
+
+
+
+# markers pytest and its plugins define (pytest-timeout's `timeout`)
+BUILTIN_MARKERS = {"parametrize", "skip", "skipif", "xfail", "usefixtures", "filterwarnings",
+                   "timeout"}
+
+
+def test_every_declared_marker_is_used_and_no_other():
+    """A marker pyproject declares and no test uses says the suite has a split it does not have
+    (a `slow` marker sat unused while long runs went unmarked); one a test uses undeclared is a
+    typo that selects nothing. Both, read from the sources."""
+    import re
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        block = re.search(r"^markers = \[(.*?)^\]", f.read(), re.S | re.M).group(1)
+    declared = set(re.findall(r'^\s*"(\w+):', block, re.M))
+    used = set()
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "tests")):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name)) as f:
+                    used |= set(re.findall(r"pytest\.mark\.(\w+)", f.read()))
+    used -= BUILTIN_MARKERS
+    assert declared == used, {"declared, unused": sorted(declared - used),
+                              "used, undeclared": sorted(used - declared)}
