@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from tflite_taichi.auto_choice import GPU_STEPS, LITERT_STEPS, Choice, Chooser, from_record
+from tflite_taichi.auto_choice import (GPU_MAX_STEPS, GPU_SECONDS, GPU_STEPS, LITERT_STEPS, Choice,
+                                        Chooser, from_record)
 from cases.scatter import text_classifier
 from tflite_taichi.model import read_model
 from tflite_taichi.testing import assert_float_close
@@ -34,7 +35,7 @@ def _chooser(litert_s, gpu_s):
 def test_the_faster_median_wins_and_the_gpus_first_step_is_left_out():
     # the GPU's first invoke (pipelines made, constants uploaded) would lose it the choice:
     # with it the median is 3 ms, without it 2 ms, against LiteRT's 2.5 ms
-    chooser = _chooser([2.5e-3] * LITERT_STEPS, [5.0, 1e-3, 1e-3, 3e-3, 3e-3])
+    chooser = _chooser([2.5e-3] * LITERT_STEPS, [5.0, 1e-3, 1e-3, 3e-3, 0.3])
     assert chooser.gpu_timed() and chooser.litert_missing() == 0
     choice = chooser.decide()
     assert choice.runs_on == "gpu" and choice.gpu_ms == pytest.approx(2.0)
@@ -42,6 +43,24 @@ def test_the_faster_median_wins_and_the_gpus_first_step_is_left_out():
     assert _chooser([1e-3] * 3, [1e-3] * GPU_STEPS).decide().runs_on == "gpu"     # a tie: the GPU
     assert _chooser([1e-3], [1e-3] * 2).litert_missing() == LITERT_STEPS - 1
     assert not _chooser([], [1e-3] * (GPU_STEPS - 1)).gpu_timed()
+
+
+def test_the_gpu_is_timed_until_its_clocks_are_up():
+    """A GPU that idled runs its first milliseconds at its idle clock: its steps count until
+    they add up to GPU_SECONDS, and the choice takes the last ones. Here its first steps (4 ms,
+    slower than LiteRT's 2 ms) would lose it the choice; at its clocks (1 ms) it wins."""
+    chooser = _chooser([2e-3] * LITERT_STEPS, [5.0] + [4e-3] * (GPU_STEPS - 1))
+    assert not chooser.gpu_timed()          # 16 ms of work: the clocks are not up yet
+    for _ in range(int(GPU_SECONDS / 1e-3)):
+        chooser.add("delegate", 1e-3)
+    assert chooser.gpu_timed()
+    choice = chooser.decide()
+    assert choice.runs_on == "gpu" and choice.gpu_ms == pytest.approx(1.0), choice
+    # the slow steps are as many as the fast: the last ones decide, not the median of all
+    ramp = _chooser([2e-3] * LITERT_STEPS, [5.0] + [0.1] * 4 + [1e-3] * (GPU_STEPS - 1))
+    assert ramp.gpu_timed() and ramp.decide().runs_on == "gpu"
+    endless = _chooser([], [1e-6] * GPU_MAX_STEPS)      # a step too short to add up: a cap
+    assert endless.gpu_timed()
 
 
 def test_other_answers_do_not_count_and_a_made_choice_is_final():
@@ -78,6 +97,8 @@ import numpy as np
 args = json.loads(sys.argv[1])
 from tflite_taichi import backend as ti_backend
 ti_backend.choose_auto = lambda *a, **k: "vulkan"   # as where Vulkan is the best GPU
+from tflite_taichi import auto_choice
+auto_choice.GPU_SECONDS = 0.0       # as a GPU at its clocks: the choice after GPU_STEPS invokes
 if args.get("litert_refuses_shapes"):
     from tflite_taichi import litert_cpu
     from tflite_taichi.errors import ModelError
