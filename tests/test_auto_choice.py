@@ -16,8 +16,9 @@ import pytest
 from tflite_taichi.auto_choice import (GPU_MAX_STEPS, GPU_SECONDS, GPU_STEPS, LITERT_STEPS, Choice,
                                         Chooser, from_record)
 from cases.scatter import text_classifier
+from cases.state import ring_buffer_model
 from tflite_taichi.model import read_model
-from tflite_taichi.testing import assert_float_close
+from tflite_taichi.testing import assert_float_close, run_sequence
 from tflite_taichi.tools import zoo
 from tflite_taichi.tools.demo import build_demo_model
 
@@ -99,6 +100,11 @@ from tflite_taichi import backend as ti_backend
 ti_backend.choose_auto = lambda *a, **k: "vulkan"   # as where Vulkan is the best GPU
 from tflite_taichi import auto_choice
 auto_choice.GPU_SECONDS = 0.0       # as a GPU at its clocks: the choice after GPU_STEPS invokes
+if not args.get("floor"):           # as a GPU whose invoke costs nothing: no model is under it
+    auto_choice.GPU_FLOOR_MS = 0.0
+if args.get("cuda_costs"):          # auto's cost policy as on NVIDIA (cuda's launch is cheaper)
+    from tflite_taichi import costs
+    costs.GPU["vulkan"] = costs.GPU["cuda"]
 if args.get("litert_refuses_shapes"):
     from tflite_taichi import litert_cpu
     from tflite_taichi.errors import ModelError
@@ -115,7 +121,7 @@ with warnings.catch_warnings():
     for step in range(args["steps"]):
         if step == 1:
             record["waited"] = it.wait_for_kernels(timeout=300)
-        it.set_tensor(it.get_input_details()[0]["index"], x[step])
+        it.set_tensor(it.get_input_details()[0]["index"], x[step].astype(it.get_input_details()[0]["dtype"]))
         it.invoke()
         record["paths"].append(it.summary()["answered_by"])
         record["outputs"].append(it.get_tensor(it.get_output_details()[0]["index"]).tolist())
@@ -189,16 +195,9 @@ def test_auto_measures_runs_the_faster_side_and_the_next_process_starts_there(de
 
 
 def _litert_sequence(model: bytes, steps) -> list:
-    """LiteRT's own outputs for `steps`, one invoke each, state carried (its variable tensors)."""
+    """LiteRT's own first output for `steps`, one invoke each, state carried (its variable tensors)."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT
-    theirs = LiteRT(model_content=model)
-    theirs.allocate_tensors()
-    out = []
-    for x in steps:
-        theirs.set_tensor(theirs.get_input_details()[0]["index"], x)
-        theirs.invoke()
-        out.append(theirs.get_tensor(theirs.get_output_details()[0]["index"]))
-    return out
+    return [outs[0] for outs in run_sequence(LiteRT(model_content=model), [[x] for x in steps])]
 
 
 def test_a_litert_choice_hands_the_model_and_its_state_to_litert(tmp_path):
@@ -242,6 +241,58 @@ def test_a_model_the_delegate_would_not_take_runs_on_litert_from_the_start(tmp_p
     for k, out in enumerate(record["outputs"]):
         assert_float_close(np.array(out, np.float32), _litert_sequence(model, steps)[k],
                            what=f"answer {k}")
+
+
+def _stateful_model(name, tmp_path, request) -> str:
+    if name == "okay_nabu":
+        return os.path.join(request.getfixturevalue("shared_models"), "okay_nabu.tflite")
+    path = tmp_path / "ring.tflite"         # zeros shift its nonzero initial rows out
+    path.write_bytes(ring_buffer_model(16, 4096, (0.5, 0), (0.5, 0), (0.5, 0)))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["okay_nabu", "ring_buffer"])
+def test_a_model_litert_runs_under_the_gpus_floor_runs_on_litert_from_the_start(
+        tmp_path, request, name):
+    """A streaming wake-word detector (okay_nabu: 55 int8 ops) and its streaming pattern alone
+    (a ring buffer of int8 rows): resource variables set by CALL_ONCE, so their state cannot
+    move to LiteRT once an invoke has started it. With cuda's costs the delegate would take some
+    of their ops, but LiteRT's whole step, timed on a scratch interpreter before anything
+    compiles, is under the least a GPU invoke costs: each runs on LiteRT from the start, and its
+    answers are LiteRT's own sequence (the scratch interpreter's state, zeros shifted in, went
+    with it)."""
+    path = _stateful_model(name, tmp_path, request)
+    model = open(path, "rb").read()
+    shape = read_model(model).main.tensors[read_model(model).main.inputs[0]].shape
+    steps = np.random.default_rng(8).integers(-128, 128, (4, *shape)).astype(np.int8)
+    np.save(tmp_path / "steps.npy", steps)
+    record = _run(path, tmp_path / "cache", tmp_path / "steps.npy", len(steps), cli=True,
+                  floor=True, cuda_costs=True)
+    assert record["backend"] == "litert" and record["paths"] == ["litert"] * 4, record
+    choice = record["choice"]
+    assert choice["how"] == "planned" and choice["litert_ms"] < choice["gpu_ms"], choice
+    assert "under the least a GPU invoke costs" in choice["text"], choice
+    assert "(auto planned LiteRT's CPU kernels (LiteRT's step" in record["cli"].splitlines()[0]
+    assert not list((tmp_path / "cache").rglob("*.tcm")), "a GPU kernel was compiled"
+    expected = _litert_sequence(model, steps)
+    for k, out in enumerate(record["outputs"]):
+        np.testing.assert_array_equal(np.array(out, np.int8), expected[k], err_msg=f"answer {k}")
+    # without the floor, the same model goes to the GPU: the floor decided, not the cost policy
+    measured = _run(path, tmp_path / "cache2", tmp_path / "steps.npy", 1, cuda_costs=True)
+    assert measured["backend"] == "vulkan" and measured["choice"] is None, measured
+
+
+def test_only_a_small_model_is_timed_before_anything_compiles():
+    from tflite_taichi.auto_choice import GPU_FLOOR_MS, small_enough_to_time, under_the_floor
+    from tflite_taichi.executor import DelegateOptions, planned_schedule
+    from tflite_taichi.graph import resolve_ops
+    assert under_the_floor(GPU_FLOOR_MS / 2).runs_on == "litert"
+    assert under_the_floor(GPU_FLOOR_MS) is None
+    small = read_model(text_classifier("float"))
+    big = read_model(zoo.build("mobilenet_v2"))
+    options = DelegateOptions(backend="vulkan")
+    assert small_enough_to_time(planned_schedule(small, resolve_ops(small), options))
+    assert not small_enough_to_time(planned_schedule(big, resolve_ops(big), options))
 
 
 def test_a_tampered_choice_is_ignored_and_measured_again(demo, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 
 import plugin_ops  # noqa: F401  (CUSTOM:CpuOnlyAbs: our reference path has it, LiteRT does not)
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import assert_float_close
+from tflite_taichi.testing import assert_float_close, run_sequence
 
 Q_X, Q_Y = (0.05, -3), (0.1, 2)       # int8 quantization of the input and of MUL's output
 
@@ -101,14 +101,7 @@ def _run(tmp_path, model: bytes, xs, **options) -> dict:
 
 def _litert(model: bytes, xs) -> list:
     from ai_edge_litert.interpreter import Interpreter as LiteRT
-    it = LiteRT(model_content=model)
-    it.allocate_tensors()
-    out = []
-    for x in xs:
-        it.set_tensor(it.get_input_details()[0]["index"], x)
-        it.invoke()
-        out.append([it.get_tensor(d["index"]) for d in it.get_output_details()])
-    return out
+    return run_sequence(LiteRT(model_content=model), [[x] for x in xs])
 
 
 def _inputs(int8: bool):

@@ -10,9 +10,13 @@ Interpreter._become_litert), and the choice is kept in the kernel cache's record
 (runtime/cache.ModelCache.remember_choice), so the next process starts on it at once: a model
 LiteRT runs faster never loads its GPU kernels at all.
 
-Before anything is measured, a model whose main graph the delegate would not take at all at its
-declared shapes (auto's cost policy, costs.py, leaves every op on the CPU: each is cheaper there
-than a GPU launch) is `planned()` onto LiteRT from the start.
+Before anything is compiled, a model is `planned()` onto LiteRT from the start where the
+delegate would take no op of its main graph at its declared shapes (auto's cost policy, costs.py,
+leaves every op on the CPU: each is cheaper there than a GPU launch), or where LiteRT's whole step,
+timed on a scratch interpreter, is under the least any GPU invoke of ours costs (`under_the_floor`:
+a wake-word detector of 55 ops takes LiteRT 4-33 us). The second is the only choice a model with
+state LiteRT cannot take over mid-stream (resource variables, CALL_ONCE) gets: its first invoke
+starts that state on one side for good.
 """
 from __future__ import annotations
 
@@ -35,6 +39,15 @@ GPU_STEPS = 5
 # measured there at 2-4x its steady step
 GPU_SECONDS = 0.3
 GPU_MAX_STEPS = 1000
+# The least one invoke of ours on a GPU was measured to cost: a one-op model on cuda, the H200,
+# 56-112 us (bench/results/runtime_h200.md, cpu_half_h200.md), every other backend and GPU more.
+# A model LiteRT runs in less never gains from the GPU, whatever the GPU does with its ops.
+GPU_FLOOR_MS = 0.05
+# LiteRT is timed before anything compiles only where the main graph's estimated work
+# (costs.work_us: numpy's arithmetic on one core) is below this: LiteRT's step was measured at
+# 1/2-1/50 of that estimate on every model we have (2 and 16 threads), so above it LiteRT
+# cannot come under GPU_FLOOR_MS, and an image model's start pays for no scratch interpreter.
+TIMED_BELOW_WORK_US = 50 * 1e3 * GPU_FLOOR_MS
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,9 @@ class Choice:
     how: str = "measured"
 
     def describe(self) -> str:
+        if self.how == "planned" and np.isfinite(self.litert_ms):
+            return (f"LiteRT's CPU kernels (LiteRT's step, {self.litert_ms:.3g} ms, is under the "
+                    f"least a GPU invoke costs, {self.gpu_ms:.3g} ms)")
         if self.how == "planned":
             return ("LiteRT's CPU kernels (the delegate would take no op of the main graph at "
                     "its declared shapes: each is cheaper on the CPU than a GPU launch, costs.py)")
@@ -62,6 +78,38 @@ class Choice:
 def planned() -> Choice:
     """LiteRT for a model the delegate would not take (nothing measured: no step times)."""
     return Choice("litert", float("nan"), float("nan"), how="planned")
+
+
+def under_the_floor(step_ms: float) -> Optional[Choice]:
+    """LiteRT, planned, where its step (ms) is under the GPU's floor; else None (measure)."""
+    if step_ms < GPU_FLOOR_MS:
+        return Choice("litert", step_ms, GPU_FLOOR_MS, how="planned")
+    return None
+
+
+def small_enough_to_time(schedule) -> bool:
+    """Whether LiteRT is worth timing before anything compiles: the main graph's estimated
+    work, every op of `schedule` (partition.Schedule), is below TIMED_BELOW_WORK_US."""
+    from tflite_taichi.costs import work_us
+    steps = [step for item in schedule.items for step in getattr(item, "steps", [item])]
+    return work_us(steps) < TIMED_BELOW_WORK_US
+
+
+def time_litert(model, steps: int = LITERT_STEPS) -> float:
+    """The median step (ms) of `model` (a fresh litert_cpu.LiteRTModel whose kernels are
+    checked), invoked on zeros of its main graph's inputs, its first invoke left out (it packs
+    weights and starts threads). Zeros: only the step's cost is wanted, and every input takes
+    them (ids, indices, lengths included)."""
+    import time
+    inputs, outputs = model.main_io()
+    inputs = [(t, np.zeros(model.shape(t, 0), model.dtype(t, 0))) for t in inputs]
+    model.run(0, inputs, outputs)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        model.run(0, inputs, outputs)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) * 1e3
 
 
 def from_record(record) -> Optional[Choice]:

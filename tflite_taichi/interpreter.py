@@ -113,6 +113,17 @@ _DETAILS_TYPES = {"STRING": np.bytes_, "COMPLEX128": np.complex128, "RESOURCE": 
                   "VARIANT": np.object_}
 
 
+def _litert_factory(first, data: bytes, budget: int, preserve_all: bool = False):
+    """() -> a litert_cpu.LiteRTModel of `data`: `first` (one already made, or None) at the
+    first call, a fresh one at each call after."""
+    made = [first] if first is not None else []
+
+    def model():
+        from tflite_taichi.litert_cpu import LiteRTModel
+        return made.pop() if made else LiteRTModel(data, budget, preserve_all)
+    return model
+
+
 def _median_ms(seconds: list):
     return float(np.median(seconds)) * 1e3 if seconds else None
 
@@ -334,27 +345,45 @@ class Interpreter:
                                planning: DelegateOptions):
         """`auto` on a GPU: the whole model runs on LiteRT's CPU kernels from the start, and no
         GPU kernel is compiled or loaded, where an earlier process measured LiteRT faster on
-        this model (auto_choice.py; kept in the kernel cache's record), or where the delegate
+        this model (auto_choice.py; kept in the kernel cache's record), where the delegate
         would take no op of the main graph at its declared shapes (`planning`: auto's cost
-        policy leaves every op on the CPU, as on a wake-word detector or a text classifier).
-        Returns the LiteRT factory the interpreter then uses (the one given where neither
-        holds, or LiteRT refuses the model)."""
+        policy leaves every op on the CPU, as on a text classifier), or where LiteRT's step,
+        timed here on a scratch interpreter, is under the least a GPU invoke costs (a wake-word
+        detector). Returns the LiteRT factory the interpreter then uses (the one given where
+        none holds, or LiteRT refuses the model)."""
         if preserve_all:
             return litert_model
         from tflite_taichi import auto_choice, litert_cpu
-        choice = self._cache.choice(0)
+        choice, schedule = self._cache.choice(0), None
         if choice is None and litert_cpu.available():
             from tflite_taichi.executor import planned_schedule
             schedule = planned_schedule(self._model, self._resolved, planning)
             if schedule is not None and not schedule.partitions:
                 choice = auto_choice.planned()
-        if choice is None or choice.runs_on != "litert":
+        timed = choice is None and schedule is not None and auto_choice.small_enough_to_time(schedule)
+        if (choice is None and not timed) or (choice is not None and choice.runs_on != "litert"):
             return litert_model
         whole = self._litert_model(budget, preserve_all)
         if whole is None:
             return litert_model
+        if timed:
+            choice = self._litert_under_the_floor(budget)
+            if choice is None:
+                return litert_model
         self._backend, self._cache, self._auto_choice = "litert", None, choice
         return whole
+
+    def _litert_under_the_floor(self, budget: int):
+        """auto_choice.under_the_floor for LiteRT's step, timed on a scratch interpreter (its
+        state, resource variables included, thrown away with it); None where it is not, or
+        LiteRT fails to run the model on zeros."""
+        from tflite_taichi import auto_choice, litert_cpu
+        try:
+            scratch = litert_cpu.LiteRTModel(self._model_bytes(), budget)
+            scratch.check_kernels()
+            return auto_choice.under_the_floor(auto_choice.time_litert(scratch))
+        except TfliteTaichiError:
+            return None
 
     def _become_litert(self, state: SubgraphState) -> bool:
         """`auto` measured LiteRT faster on this model (state.chooser, during the first
@@ -365,13 +394,8 @@ class Interpreter:
         view is out, or other subgraphs have state of their own here."""
         if state.views_given or list(self._states) != [0]:
             return False
-        from tflite_taichi import litert_cpu
-        litert = self._runtime.hand_over_litert()
-        budget = self._options.threads
-        made = [litert] if litert is not None else []
-
-        def model():
-            return made.pop() if made else litert_cpu.LiteRTModel(self._model_bytes(), budget)
+        model = _litert_factory(self._runtime.hand_over_litert(), self._model_bytes(),
+                                self._options.threads)
         self._runtime.close()
         self._options = dataclasses.replace(
             self._options, backend="litert", background=False, choose=False,
@@ -412,11 +436,7 @@ class Interpreter:
                 raise
             self._litert_refused = str(e)
             return None
-        made = [first]
-
-        def model():
-            return made.pop() if made else litert_cpu.LiteRTModel(data, budget, preserve_all)
-        return model
+        return _litert_factory(first, data, budget, preserve_all)
 
     def _islands_on_litert(self, budget: int, preserve_all: bool):
         """On a Taichi backend: (islands, specs, dynamic) -> litert_islands.IslandRunner, the

@@ -284,6 +284,13 @@ class LiteRTModel:
     def shape(self, t: int, subgraph: int) -> tuple:
         return tuple(int(d) for d in self._wrapper.TensorSize(t, subgraph))
 
+    def dtype(self, t: int, subgraph: int) -> np.dtype:
+        return np.dtype(self._wrapper.TensorType(t, subgraph))
+
+    def main_io(self) -> tuple:
+        """(input tensors, output tensors) of the main graph, as LiteRT reads them."""
+        return list(self._wrapper.InputIndices()), list(self._wrapper.OutputIndices())
+
     def reset_variables(self) -> None:
         """Variable tensors back to their values in the model, every subgraph's (LiteRT's
         reset_all_variables)."""
