@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .base import ELEMENTWISE_UNARY, NO_FUSION, OpDef, register_op
-from .common import broadcast_shapes
+from .common import TANH_SATURATION, broadcast_shapes
 from .kit import BroadcastBinaryStep, ElementwiseStep, keep_nan, ti
 
 _ACTIVATION_DTYPES = {np.dtype(np.float32), np.dtype(np.int8), np.dtype(np.uint8),
@@ -63,10 +63,6 @@ def _unary(name, fn, parse=None, options_class=None, infer=_infer_same_shape, ta
 # -- Taichi ------------------------------------------------------------------------------------
 _UNARY_CODES = {"RELU": 0, "RELU6": 1, "RELU_N1_TO_1": 2, "LOGISTIC": 3, "TANH": 4, "EXP": 5,
                 "HARD_SWISH": 6, "LEAKY_RELU": 7, "RELU_0_TO_1": 8}
-# |x| beyond which tanh is +-1 to within one float32 ulp (1 - tanh(9.1) = 2.5e-8): a backend's
-# tanh built from exp(2x) could give inf/inf = NaN for large |x| (GLSL leaves tanh's accuracy to
-# the driver; lavapipe and llvmpipe saturate correctly), so larger inputs never reach it.
-_TANH_SATURATION = 9.1
 # The reference's LOGISTIC cut-offs (defined with it below), as Python floats for the kernel.
 _LOGISTIC_UPPER, _LOGISTIC_LOWER = 16.619047164916992188, -9.0
 
@@ -89,9 +85,9 @@ def _unary_formula(x, code: ti.template(), alpha: ti.template()):
         else:
             r = 1.0 / (1.0 + ti.exp(-x))
     elif ti.static(code == 4):
-        if x > _TANH_SATURATION:
+        if x > TANH_SATURATION:
             r = 1.0
-        elif x < -_TANH_SATURATION:
+        elif x < -TANH_SATURATION:
             r = -1.0
         else:
             r = ti.tanh(x)

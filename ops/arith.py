@@ -59,9 +59,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .activations import _TANH_SATURATION
 from .base import ELEMENTWISE_UNARY, Fusion, OpDef, register_op
-from .common import broadcast_shapes, register_binary, unbroadcast_inputs
+from .common import TANH_SATURATION, broadcast_shapes, register_binary, unbroadcast_inputs
 from .kit import BroadcastBinaryStep, ElementwiseStep, ti
 
 _QUANTIZED_DTYPES = {np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)}
@@ -184,10 +183,10 @@ def _erfc(z):
 
 @ti.func
 def _tanh(x):
-    r = ti.tanh(ti.min(ti.max(x, -_TANH_SATURATION), _TANH_SATURATION))
-    if x > _TANH_SATURATION:
+    r = ti.tanh(ti.min(ti.max(x, -TANH_SATURATION), TANH_SATURATION))
+    if x > TANH_SATURATION:
         r = 1.0
-    elif x < -_TANH_SATURATION:
+    elif x < -TANH_SATURATION:
         r = -1.0
     return r
 

@@ -13,8 +13,8 @@ An op whose output shape depends on run-time *values* (WHERE of a run-time condi
 `DataDependentShape` from infer: graph.prepare then leaves it and everything that reads its
 outputs to be inferred again at each invoke, on the CPU (as LiteRT's dynamic tensors).
 
-A `stateful` op (resource variables, CALL_ONCE) has a reference taking a third argument, the
-interpreter's runtime (`resources`: the variables; `call_once(subgraph_index, node)`).
+A `stateful` op (its `State`: resource variables, CALL_ONCE) has a reference taking a third
+argument, the interpreter's runtime (`resources`: the variables; `call_once(subgraph_index, node)`).
 """
 from __future__ import annotations
 
@@ -133,14 +133,50 @@ ELEMENTWISE_UNARY = Fusion(stores_once=True, epilogue_inputs=_first_input)
 
 
 @dataclass(frozen=True)
+class State:
+    """What state an op reads or writes beyond its inputs and outputs, declared by the op (the
+    pipeline never names an op): OpDef(state=State(...)); the default keeps none. OpDef reads
+    each field as its own attribute too (opdef.stateful is opdef.state.stateful)."""
+
+    stateful: bool = False                   # reads/writes the interpreter's state (variables,
+                                             # subgraph calls): never folded or delegated, kept in
+                                             # order; reference(node, inputs, runtime)
+    infer_takes_runtime: bool = False        # infer(node, runtime): its output shapes come from
+                                             # running a subgraph (IF, WHILE); stateful ops only
+    state_inputs: Optional[Callable] = None  # node -> input positions the op overwrites after it
+                                             # runs when they are variable tensors (an LSTM's
+                                             # state): its reference returns their new values
+                                             # after its outputs
+    taichi_writes_state: bool = False        # its Taichi part writes those new values too
+                                             # (into StepIO.state): the delegate takes it with
+                                             # float variable tensors, which then live in slots
+                                             # of its io buffer between invokes
+    init_subgraph_of: Optional[Callable] = None  # options -> index of the subgraph the op
+                                             # runs once to initialise state (CALL_ONCE): the
+                                             # interpreter prepares it with the model
+    writes_resource_handle: bool = False     # its outputs may be resource tensors (VAR_HANDLE),
+                                             # which have no numpy form
+    variable_access: Optional[str] = None    # "read" (output 0 is the value) or "write" (input
+                                             # 1 is): a stateful op on the resource variable its
+                                             # input 0's handle names. The delegate takes it, with
+                                             # its Taichi part, where the handle is known at
+                                             # prepare: the variable then lives in a slot of the
+                                             # program's io buffer (partition.VariableSlot), which
+                                             # the Taichi part reads or writes as input 0
+
+
+NO_STATE = State()
+
+
+@dataclass(frozen=True)
 class OpDef:
     """One op, defined once. See the module docstring for the parts."""
 
     name: str
     infer: Callable[[Node], Sequence[tuple]]  # infer(node), or infer(node, runtime) with
-                                             # infer_takes_runtime (ops that run subgraphs)
-    reference: Callable[[Node, list], list]   # reference(node, inputs); stateful: (node, inputs,
-                                             # runtime)
+                                             # state.infer_takes_runtime (ops that run subgraphs)
+    reference: Callable[[Node, list], list]   # reference(node, inputs); state.stateful: (node,
+                                             # inputs, runtime)
     # parse(raw) -> the node's options. With options_class set, raw is that builtin options table
     # of the operator (the `tflite` bindings' class, e.g. Conv2DOptions); with options_class None,
     # raw is the whole model.Operator (custom ops read `custom_options`, StableHLO ops
@@ -159,21 +195,9 @@ class OpDef:
                                              # they can dwarf them (CONV_2D's patches): charged
                                              # to the model's memory budget (graph.ModelBudget)
     foldable: bool = True                    # may be evaluated at prepare when inputs are constant
-    stateful: bool = False                   # reads/writes the interpreter's state (variables,
-                                             # subgraph calls): never folded or delegated, kept in
-                                             # order; reference(node, inputs, runtime)
-    infer_takes_runtime: bool = False        # infer(node, runtime): its output shapes come from
-                                             # running a subgraph (IF, WHILE); stateful ops only
     reads_only_shapes: bool = False          # output depends on input shapes alone (SHAPE): always folded
-    state_inputs: Optional[Callable] = None  # node -> input positions the op overwrites after it
-                                             # runs when they are variable tensors (an LSTM's
-                                             # state): its reference returns their new values
-                                             # after its outputs
-    taichi_writes_state: bool = False        # its Taichi part writes those new values too
-                                             # (into StepIO.state): the delegate takes it with
-                                             # float variable tensors, which then live in slots
-                                             # of its io buffer between invokes
     fusion: Fusion = NO_FUSION               # how the delegate may fuse it with its neighbours
+    state: State = NO_STATE                  # what state it keeps across ops and invokes
     index_inputs: Optional[Callable] = None  # node -> {input position: check or None}: plain
                                              # int32 run-time inputs (ids, indices) its Taichi part
                                              # reads; partition lets them in, the host writes them
@@ -191,18 +215,6 @@ class OpDef:
                                              # numpy rather than Taichi's cpu backend where its
                                              # work is big enough (costs.numpy_wins_on_cpu;
                                              # measured per op: bench/results/cpu_2core.md)
-    init_subgraph_of: Optional[Callable] = None  # options -> index of the subgraph the op
-                                             # runs once to initialise state (CALL_ONCE): the
-                                             # interpreter prepares it with the model
-    writes_resource_handle: bool = False     # its outputs may be resource tensors (VAR_HANDLE),
-                                             # which have no numpy form
-    variable_access: Optional[str] = None    # "read" (output 0 is the value) or "write" (input
-                                             # 1 is): a stateful op on the resource variable its
-                                             # input 0's handle names. The delegate takes it, with
-                                             # its Taichi part, where the handle is known at
-                                             # prepare: the variable then lives in a slot of the
-                                             # program's io buffer (partition.VariableSlot), which
-                                             # the Taichi part reads or writes as input 0
     litert_checks_omitted_inputs: bool = False  # its LiteRT kernel tests each optional input
                                              # before reading it, so a model that omits one (-1)
                                              # may run on LiteRT (backend 'litert'); every other
@@ -216,6 +228,15 @@ class OpDef:
                                              # other paths' zeros are the answer
     min_inputs: int = 1
     max_inputs: Optional[int] = None
+
+    # State's fields, read through the op (the pipeline asks opdef.stateful)
+    stateful = property(lambda self: self.state.stateful)
+    infer_takes_runtime = property(lambda self: self.state.infer_takes_runtime)
+    state_inputs = property(lambda self: self.state.state_inputs)
+    taichi_writes_state = property(lambda self: self.state.taichi_writes_state)
+    init_subgraph_of = property(lambda self: self.state.init_subgraph_of)
+    writes_resource_handle = property(lambda self: self.state.writes_resource_handle)
+    variable_access = property(lambda self: self.state.variable_access)
 
     def check_arity(self, node_index: int, n_inputs: int):
         hi = self.max_inputs if self.max_inputs is not None else n_inputs
@@ -271,7 +292,7 @@ def register_op(opdef: OpDef, *, replace: bool = False) -> OpDef:
     again (its module imported a second time)."""
     if not isinstance(opdef, OpDef):
         raise TypeError("register_op takes an OpDef")
-    if opdef.infer_takes_runtime and not opdef.stateful:
+    if opdef.state.infer_takes_runtime and not opdef.state.stateful:
         raise ValueError(f"op {opdef.name}: infer_takes_runtime is for stateful ops (they run "
                          "subgraphs through the runtime)")
     family = _family_of(opdef.name)

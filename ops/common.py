@@ -15,6 +15,11 @@ ACTIVATION_NAMES = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TAN
 # tflite.Padding
 PADDING_SAME, PADDING_VALID = 0, 1
 
+# |x| beyond which tanh is +-1 to within one float32 ulp (1 - tanh(9.1) = 2.5e-8): a backend's
+# tanh built from exp(2x) could give inf/inf = NaN for large |x| (GLSL leaves tanh's accuracy to
+# the driver; lavapipe and llvmpipe saturate correctly), so larger inputs never reach it.
+TANH_SATURATION = 9.1
+
 
 def apply_activation(x: np.ndarray, act: int) -> np.ndarray:
     """The fused activation every TFLite op with `fused_activation_function` applies."""

@@ -48,7 +48,7 @@ import numpy as np
 
 from tflite_taichi.quant import dequantize, is_float_view, quantize
 
-from .base import OpDef, Runtime, register_op
+from .base import OpDef, Runtime, State, register_op
 
 
 def _dtype_name(spec) -> str:
@@ -230,12 +230,15 @@ def _while_reference(node, inputs, runtime: Runtime):
     return [_retag(v, s, out) for v, s, out in zip(values, specs, node.outputs)]
 
 
+# the ops that run subgraphs: their output shapes come from running them
+RUNS_SUBGRAPHS = State(stateful=True, infer_takes_runtime=True)
+
 IF = register_op(OpDef(name="IF", infer=_infer_if, reference=_if_reference, parse=_parse_if,
-                       options_class="IfOptions", stateful=True, infer_takes_runtime=True,
+                       options_class="IfOptions", state=RUNS_SUBGRAPHS,
                        min_inputs=1))
 WHILE = register_op(OpDef(name="WHILE", infer=_infer_while, reference=_while_reference,
-                          parse=_parse_while, options_class="WhileOptions", stateful=True,
-                          infer_takes_runtime=True, min_inputs=0))
+                          parse=_parse_while, options_class="WhileOptions", state=RUNS_SUBGRAPHS,
+                          min_inputs=0))
 
 
 # -- STABLEHLO_COMPOSITE ----------------------------------------------------------------------
@@ -290,5 +293,5 @@ def _composite_reference(node, inputs, runtime: Runtime):
 
 STABLEHLO_COMPOSITE = register_op(OpDef(
     name="STABLEHLO_COMPOSITE", infer=_infer_composite, reference=_composite_reference,
-    parse=_parse_composite, options_class="StableHLOCompositeOptions", stateful=True,
-    infer_takes_runtime=True, min_inputs=0))          # none: refused by its infer, with a message saying so
+    parse=_parse_composite, options_class="StableHLOCompositeOptions",
+    state=RUNS_SUBGRAPHS, min_inputs=0))          # none: refused by its infer, with a message saying so

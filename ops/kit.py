@@ -363,8 +363,8 @@ class StepIO:
     inputs: tuple
     outputs: tuple
     scratch: Optional[TensorRef] = None     # float32 scratch the op asked for (OpDef.scratch)
-    # an op declaring OpDef.taichi_writes_state, whose state inputs are variable tensors the
-    # delegate keeps: per position of OpDef.state_inputs, the ref to write the new state into
+    # an op declaring OpDef.state.taichi_writes_state, whose state inputs are variable tensors the
+    # delegate keeps: per position of OpDef.state.state_inputs, the ref to write the new state into
     # (the variable's slot in io; the same place as that input's ref); () where they are not
     state: tuple = ()
     # the Taichi arch the kernel is built for ('cuda', 'vulkan', 'x64', ...): ops that specialise

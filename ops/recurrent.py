@@ -1,7 +1,7 @@
-"""Speech and sequence ops (issue 15): SVDF, RNN, UNIDIRECTIONAL_SEQUENCE_RNN and
+"""Speech and sequence ops: SVDF, RNN, UNIDIRECTIONAL_SEQUENCE_RNN and
 BIDIRECTIONAL_SEQUENCE_LSTM. CPU only: the official GPU delegate has none of them, and each
-keeps state across invokes in variable tensors (OpDef.state_inputs; the runtime stores the new
-states the reference returns after its outputs, as it does for ops/sequence.py's LSTMs).
+keeps state across invokes in variable tensors (OpDef.state.state_inputs; the runtime stores the
+new states the reference returns after its outputs, as it does for ops/sequence/'s LSTMs).
 
 Three kinds of instance, as LiteRT's kernels (tensorflow/lite/kernels/svdf.cc, basic_rnn.cc,
 unidirectional_sequence_rnn.cc, bidirectional_sequence_lstm.cc):
@@ -38,7 +38,7 @@ time_major, else [B, T, I]; output likewise with U last), the state carried betw
 invokes.
 
 BIDIRECTIONAL_SEQUENCE_LSTM (48 inputs): a forward and a backward FULL-kernel LSTM cell
-(ops/sequence.py's cell math, no layer norm) over the sequence, the backward one from the last
+(ops/sequence/'s cell math, no layer norm) over the sequence, the backward one from the last
 step to the first, each step's output written at its own step:
   0 input [T, B, I] (time_major, the default) or [B, T, I];  1-17 forward cell (sequence.py's
   positions 1-17);  18-34 backward cell (likewise);  35, 36 forward output and cell state;
@@ -77,7 +77,7 @@ import numpy as np
 
 from tflite_taichi.quant import fake_quant
 from . import sequence as lstm
-from .base import OpDef, register_op
+from .base import OpDef, State, register_op
 from .common import ACT_RELU, apply_activation, check_activation
 
 
@@ -387,8 +387,9 @@ def _svdf_bias(node, bias, L):
 
 SVDF = register_op(OpDef(
     name="SVDF", infer=_infer_svdf, reference=_reference_svdf, parse=_parse_svdf,
-    options_class="SVDFOptions", foldable=False, state_inputs=lambda node: (SVDF_STATE,),
-    litert_checks_omitted_inputs=True, min_inputs=5, max_inputs=5))
+    options_class="SVDFOptions", foldable=False,
+    state=State(state_inputs=lambda node: (SVDF_STATE,)), litert_checks_omitted_inputs=True,
+    min_inputs=5, max_inputs=5))
 
 
 # -- RNN and UNIDIRECTIONAL_SEQUENCE_RNN --------------------------------------------------------
@@ -477,15 +478,17 @@ def _reference_rnn(node, inputs):
             h.reshape(node.inputs[RNN_STATE].shape)]
 
 
+RNN_STATE_INPUTS = State(state_inputs=lambda node: (RNN_STATE,))
+
 RNN = register_op(OpDef(
     name="RNN", infer=_infer_rnn, reference=_reference_rnn, parse=_parse_rnn,
-    options_class="RNNOptions", foldable=False, state_inputs=lambda node: (RNN_STATE,),
+    options_class="RNNOptions", foldable=False, state=RNN_STATE_INPUTS,
     min_inputs=5, max_inputs=5))
 
 UNIDIRECTIONAL_SEQUENCE_RNN = register_op(OpDef(
     name="UNIDIRECTIONAL_SEQUENCE_RNN", infer=_infer_rnn, reference=_reference_rnn,
     parse=_parse_sequence_rnn, options_class="SequenceRNNOptions", foldable=False,
-    state_inputs=lambda node: (RNN_STATE,), litert_checks_omitted_inputs=True, min_inputs=5,
+    state=RNN_STATE_INPUTS, litert_checks_omitted_inputs=True, min_inputs=5,
     max_inputs=5))
 
 
@@ -497,7 +500,7 @@ BIDI_STATE_INPUTS = FW_STATES + BW_STATES
 
 
 def _cell_positions(first: int, states: tuple, aux_weights: tuple, input_at: int) -> tuple:
-    """A direction's inputs at ops/sequence.py's positions: input, its 17 weights and biases
+    """A direction's inputs at ops/sequence/'s positions: input, its 17 weights and biases
     from `first` on, its two states, no layer norm, then its auxiliary weights."""
     return (input_at,) + tuple(range(first, first + 17)) + states + (-1,) * 4 + aux_weights
 
@@ -629,7 +632,7 @@ def _reference_bidi(node, inputs):
     for L, cell, reverse in ((B.forward, B.forward_inputs, False),
                              (B.backward, B.backward_inputs, True)):
         values = cell.values(inputs)
-        get = lstm._getter(values)
+        get = lstm.getter(values)
         x = _time_major(values[lstm.INPUT], L)
         h = get(lstm.OUTPUT_STATE).reshape(L.n_batch, L.n_output)
         c = get(lstm.CELL_STATE).reshape(L.n_batch, L.n_cell)
@@ -646,8 +649,8 @@ def _reference_bidi(node, inputs):
 BIDIRECTIONAL_SEQUENCE_LSTM = register_op(OpDef(
     name="BIDIRECTIONAL_SEQUENCE_LSTM", infer=_infer_bidi, reference=_reference_bidi,
     parse=_parse_bidirectional, options_class="BidirectionalSequenceLSTMOptions",
-    foldable=False, state_inputs=lambda node: BIDI_STATE_INPUTS, litert_checks_omitted_inputs=True,
-    min_inputs=48, max_inputs=48))
+    foldable=False, state=State(state_inputs=lambda node: BIDI_STATE_INPUTS),
+    litert_checks_omitted_inputs=True, min_inputs=48, max_inputs=48))
 
 __all__ = ["SVDF", "RNN", "UNIDIRECTIONAL_SEQUENCE_RNN", "BIDIRECTIONAL_SEQUENCE_LSTM",
            "dynamic_quantize"]

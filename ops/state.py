@@ -29,7 +29,7 @@ import numpy as np
 
 from tflite_taichi.quant import dequantize, is_float_view, quantize, quantized_range
 
-from .base import OpDef, Runtime, register_op
+from .base import OpDef, Runtime, State, register_op
 from .kit import IO_OUT, CopyStep, TensorRef
 
 
@@ -173,17 +173,21 @@ def _assign_variable_taichi(node, io):
 
 VAR_HANDLE = register_op(OpDef(name="VAR_HANDLE", infer=_infer_var_handle,
                                reference=_var_handle_reference, parse=_parse_var_handle,
-                               options_class="VarHandleOptions", writes_resource_handle=True,
+                               options_class="VarHandleOptions",
+                               state=State(writes_resource_handle=True),
                                min_inputs=0, max_inputs=0))
 READ_VARIABLE = register_op(OpDef(name="READ_VARIABLE", infer=_infer_read_variable,
-                                  reference=_read_variable_reference, stateful=True,
-                                  variable_access="read", taichi=_read_variable_taichi,
+                                  reference=_read_variable_reference,
+                                  state=State(stateful=True, variable_access="read"),
+                                  taichi=_read_variable_taichi,
                                   min_inputs=1, max_inputs=1))
 ASSIGN_VARIABLE = register_op(OpDef(name="ASSIGN_VARIABLE", infer=_infer_assign_variable,
-                                    reference=_assign_variable_reference, stateful=True,
-                                    variable_access="write", taichi=_assign_variable_taichi,
+                                    reference=_assign_variable_reference,
+                                    state=State(stateful=True, variable_access="write"),
+                                    taichi=_assign_variable_taichi,
                                     min_inputs=2, max_inputs=2))
 CALL_ONCE = register_op(OpDef(name="CALL_ONCE", infer=_infer_call_once,
                               reference=_call_once_reference, parse=_parse_call_once,
-                              options_class="CallOnceOptions", stateful=True,
-                              init_subgraph_of=_init_subgraph_index, min_inputs=0, max_inputs=0))
+                              options_class="CallOnceOptions",
+                              state=State(stateful=True, init_subgraph_of=_init_subgraph_index),
+                              min_inputs=0, max_inputs=0))

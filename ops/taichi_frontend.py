@@ -18,7 +18,7 @@ The kernels compiled are the same: the AST Taichi parses is built from the same 
 `TFLITE_TAICHI_FRONTEND_PATCH=0` leaves Taichi alone (a benchmark switch: before and after in
 one run).
 
-`top_level_loops(threads)` is the one change to what is compiled (issue 29, item 1): Taichi's
+`top_level_loops(threads)` is the one change to what is compiled: Taichi's
 CPU backends give every top-level loop the thread count of the machine that compiles it
 (`std::thread::hardware_concurrency()`, baked into the AOT module) unless the loop says
 otherwise with `ti.loop_config(parallelize=n)`. While the block is active, every top-level loop

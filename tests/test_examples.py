@@ -58,7 +58,7 @@ def test_register_op_takes_a_module_imported_twice_and_refuses_a_clash(tmp_path)
     refused unless replaced; infer(node, runtime) is declared, and only for stateful ops."""
     import importlib.util
     import pytest
-    from tflite_taichi import OpDef, register_op
+    from tflite_taichi import OpDef, State, register_op
     from tflite_taichi.ops.base import REGISTRY
     path = os.path.join(EXAMPLES, "custom_op.py")
     for name in ("custom_op_first", "custom_op_second"):
@@ -72,5 +72,6 @@ def test_register_op_takes_a_module_imported_twice_and_refuses_a_clash(tmp_path)
     assert REGISTRY["CUSTOM:Swish"] is swish
     with pytest.raises(ValueError, match="infer_takes_runtime is for stateful ops"):
         register_op(OpDef(name="CUSTOM:NeedsRuntime", infer=lambda node, runtime: [],
-                          reference=lambda node, inputs: [], infer_takes_runtime=True))
+                          reference=lambda node, inputs: [],
+                          state=State(infer_takes_runtime=True)))
     assert "CUSTOM:NeedsRuntime" not in REGISTRY

@@ -10,7 +10,7 @@ updated by each invoke. Most comparisons run LiteRT on the model with variable s
 state LiteRT started that invoke from: zero constants for the first invoke, inputs fed with the
 state for the second (and our own new states are compared with LiteRT's), so that each invoke
 is held to LiteRT's from the same state. Our Interpreter keeps variable tensors across invokes
-too (ops/sequence.py, STATE_INPUTS): test_state_persists_across_invokes runs both on the model
+too (ops/sequence/, STATE_INPUTS): test_state_persists_across_invokes runs both on the model
 with variable state over four invokes and a reset, and under the delegate such an op stays on
 the CPU (test_variable_state_lstm_stays_on_the_cpu_under_the_delegate).
 
@@ -197,16 +197,16 @@ def test_layer_norm_of_zero_variance_matches_litert(name):
 
 
 def test_a_wrong_layer_norm_of_zero_variance_fails(monkeypatch):
-    """Issue 27's mutation: rows whose sums have zero variance returned un-normalised. The
+    """A mutation the suite once let through: rows whose sums have zero variance returned un-normalised. The
     fixed cases above fail, and so does a one-cell draw through assert_lstm_close (what the
     hypothesis tests hold every draw to: no exemption with one cell)."""
-    from tflite_taichi.ops import sequence as ops_sequence
-    normalize = ops_sequence._normalize
+    from tflite_taichi.ops.sequence import reference as lstm_reference
+    normalize = lstm_reference._normalize
 
     def wrong(x):
         variance = np.var(x, axis=1, keepdims=True, dtype=np.float32)
         return np.where(variance == 0, x, normalize(x)).astype(np.float32)
-    monkeypatch.setattr(ops_sequence, "_normalize", wrong)
+    monkeypatch.setattr(lstm_reference, "_normalize", wrong)
     for case in ZERO_VARIANCE_CASES.values():
         with pytest.raises(AssertionError):
             check_zero_variance_case(case)
@@ -251,7 +251,7 @@ def test_variable_state_lstm_on_the_delegate(taichi_workers):
 @pytest.mark.parametrize("op", ["LSTM", SEQ])
 def test_state_persists_across_invokes(op):
     """Our Interpreter on the model with variable state, four invokes and a reset, against
-    LiteRT's (ops/sequence.py, STATE_INPUTS)."""
+    LiteRT's (ops/sequence/, STATE_INPUTS)."""
     from ai_edge_litert.interpreter import Interpreter as LiteRT, OpResolverType
     from tflite_taichi.interpreter import Interpreter
     from tflite_taichi.testing import run_sequence
@@ -286,7 +286,7 @@ def test_activation_none_is_the_identity(case, seed):
 
 
 def test_litert_activation_none_multiplies_by_the_cell_gate():
-    # Documents the oracle's behaviour that we do not follow (ops/sequence.py): LiteRT's
+    # Documents the oracle's behaviour that we do not follow (ops/sequence/): LiteRT's
     # ApplyActivationToVector writes nothing for NONE, leaving the cell gate in the buffer.
     case = dict(n_batch=2, n_input=3, n_cell=4, n_output=4, cifg=False, peephole=True,
                 projection=False, projection_bias=False, layer_norm=False, act="NONE",

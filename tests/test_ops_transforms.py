@@ -1,5 +1,5 @@
 """CUSTOM:Resampler, Landmarks2TransformMatrix (v1, v2), TransformTensorBilinear (v1, v2) and
-TransformLandmarks (v1, v2) on the reference path (ops/transforms.py gives the semantics).
+TransformLandmarks (v1, v2) on the reference path (ops/transforms/ gives the semantics).
 
 LiteRT 2.3 runs none of them (its builtin, reference and XNNPACK resolvers all report an
 unresolved custom op: test_litert_has_no_kernel keeps that fact checked), so the reference is

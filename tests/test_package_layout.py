@@ -46,8 +46,8 @@ def test_the_only_links_join_what_package_dir_maps():
 
 
 def _source_modules(root: str) -> list:
-    """The installed name (tflite_taichi/ops/conv.py) of every .py file of the package's three
-    folders, walked without following links: one entry per file on disk."""
+    """The installed name (tflite_taichi/ops/conv/kernels.py) of every .py file of the
+    package's three folders, walked without following links: one entry per file on disk."""
     names = []
     for top, installed in (("tflite_taichi", "tflite_taichi"),
                            *((name, f"tflite_taichi/{name}") for name in JOINED)):

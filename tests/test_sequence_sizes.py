@@ -4,7 +4,7 @@ vulkan on Mesa's lavapipe, opengl on llvmpipe; each in its own worker), against 
   OpenGL, where a block of 96 threads failed to compile;
 - sequences whose loops pass Mesa's 65535 loop iterations per shader invocation: lavapipe and
   llvmpipe silently end every loop there, so the last time steps were never written (the op
-  splits the time loop into dispatches on those archs: ops/sequence.py, LOOP_BUDGET).
+  splits the time loop into dispatches on those archs: ops/sequence/select.py, LOOP_BUDGET).
 Tolerance: tflite_taichi.testing.TAICHI_RTOL (the zoo's LSTM is contractive, as a trained one:
 float32 rounding does not grow over the sequence)."""
 

@@ -129,7 +129,7 @@ def _read(path: str) -> str:
 
 def test_no_runtime_module_keeps_state_outside_the_session():
     """Every piece of mutable process state (devices, the C API library, the compile pool, the
-    flavour, the cache's eviction counts, a child's parent) is a field of the session; what stays
+    Taichi build, the cache's eviction counts, a child's parent) is a field of the session; what stays
     at module level is a table that never changes or an allowed memo cache."""
     found = {(name, var): why for name in _runtime_files()
              for var, why in module_state(_read(os.path.join(RUNTIME, name))).items()}
@@ -208,7 +208,7 @@ def _cpu_runtime(model: str, cache_dir: str, tmp_path) -> dict:
 
 def test_the_summary_says_what_the_session_holds(tmp_path):
     """On cpu (a process of its own: one Taichi arch per process): the backend claimed, the
-    device started and its kind, the C API library, the flavour, and the compile pool as it
+    device started and its kind, the C API library, the Taichi build, and the compile pool as it
     stands: one worker after a cold start (kernels compiled by it), none in a warm one."""
     model = str(tmp_path / "add.tflite")
     with open(model, "wb") as f:
@@ -220,7 +220,7 @@ def test_the_summary_says_what_the_session_holds(tmp_path):
     assert held["capi_library"]["loaded"] == (cold["device"] == "capi"), held
     if held["capi_library"]["loaded"]:
         assert os.path.isfile(held["capi_library"]["path"]), held
-    assert held["flavour"] == session.SESSION.flavour and held["flavour_problem"] is None, held
+    assert held["taichi_build"] == session.SESSION.taichi_build and held["taichi_build_problem"] is None, held
     assert cold["compiled_in"] == "1 worker process", cold
     assert held["compile_pool"] == {"started": True, "workers": 1, "busy": False}, held
     warm = _cpu_runtime(model, cache_dir, tmp_path)

@@ -209,8 +209,8 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
     if name not in TAICHI_BACKENDS:
         raise BackendUnavailable(f"unknown Taichi backend {name!r}")
     check_driver(name)
-    from tflite_taichi.runtime import flavour
-    flavour.check()                 # TFLITE_TAICHI_TAICHI=forge where forge cannot run
+    from tflite_taichi.runtime import taichi_build
+    taichi_build.check()                 # TFLITE_TAICHI_TAICHI=forge where forge cannot run
     s = session.SESSION
     with s.lock:
         if s.backend is None and name in ("opengl", "gles"):

@@ -142,14 +142,17 @@ def max_bytes() -> int:
 # -- versions and fingerprints ----------------------------------------------------------------
 
 def _package_source_folders() -> list:
-    """The folders of tflite_taichi, its runtime wing and its subpackages ops and quant, the
-    last two found by their import specs (which name a package's folders without running it):
-    the cache sits below ops and quant and must not import them to hash them."""
+    """The folders of tflite_taichi, its runtime wing and its subpackages ops and quant with
+    theirs (an op family's package: ops/conv/), the last two found by their import specs (which
+    name a package's folders without running it): the cache sits below ops and quant and must
+    not import them to hash them."""
     runtime = os.path.dirname(os.path.abspath(__file__))
     folders = [os.path.dirname(runtime), runtime]    # tflite_taichi/ (codegen.py...), runtime/
     for sub in ("ops", "quant"):
         spec = importlib.util.find_spec(f"tflite_taichi.{sub}")
-        folders += list(spec.submodule_search_locations or ()) if spec is not None else []
+        for top in (spec.submodule_search_locations or ()) if spec is not None else ():
+            folders += [top] + sorted(os.path.join(top, name) for name in os.listdir(top)
+                                      if os.path.isfile(os.path.join(top, name, "__init__.py")))
     return list(dict.fromkeys(os.path.realpath(f) for f in folders))
 
 
@@ -171,15 +174,15 @@ def _package_source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-# a memo, not process state: the Taichi this process runs is fixed when it starts (flavour.py)
+# a memo, not process state: the Taichi this process runs is fixed when it starts (taichi_build.py)
 @functools.lru_cache(maxsize=1)
 def taichi_version() -> str:
     """The installed taichi's version, from the METADATA of its distribution beside the package
     when there is exactly one: importing importlib.metadata alone took 60 ms of a 0.5 s warm
     start on the 2-core machine. Anything else asks importlib.metadata."""
-    from tflite_taichi.runtime import flavour
-    if flavour.is_forge():              # its modules are the fork's (flavour.py)
-        return flavour.version()
+    from tflite_taichi.runtime import taichi_build
+    if taichi_build.is_forge():              # its modules are the fork's (taichi_build.py)
+        return taichi_build.version()
     spec = importlib.util.find_spec("taichi")          # finds the package, does not import it
     if spec is None:
         return "absent"

@@ -150,9 +150,9 @@ def library_path() -> Optional[str]:
     given = switches.value("TFLITE_TAICHI_CAPI_LIB")
     if given:
         return given
-    from tflite_taichi.runtime import flavour
-    if flavour.is_forge():             # the fork's runtime library keeps Taichi 1.7's C API
-        return flavour.capi_library()
+    from tflite_taichi.runtime import taichi_build
+    if taichi_build.is_forge():             # the fork's runtime library keeps Taichi 1.7's C API
+        return taichi_build.capi_library()
     root = _taichi_root()
     if root is None:
         return None
@@ -167,9 +167,9 @@ def library_path() -> Optional[str]:
 
 def runtime_bitcode_dir() -> Optional[str]:
     """The LLVM runtime bitcode the C API's cuda/x64 runtimes need (TI_LIB_DIR)."""
-    from tflite_taichi.runtime import flavour
-    if flavour.is_forge():
-        return flavour.runtime_bitcode_dir()
+    from tflite_taichi.runtime import taichi_build
+    if taichi_build.is_forge():
+        return taichi_build.runtime_bitcode_dir()
     root = _taichi_root()
     if root is None:
         return None

@@ -1,5 +1,4 @@
-"""A program's kernels compiled in worker processes, in parallel, away from the caller (issue
-28, item 2).
+"""A program's kernels compiled in worker processes, in parallel, away from the caller.
 
 Why: a cold start is Taichi's Python frontend compiling every kernel (seconds per kernel), and
 Taichi's frontend is one per process and not thread-safe, so one process compiles one kernel
@@ -154,9 +153,9 @@ def aot_module(caps=()):
     and is otherwise built as the constructor does (same private calls, pinned taichi)."""
     import taichi as ti
     from taichi.lang import impl
-    from tflite_taichi.runtime import flavour
+    from tflite_taichi.runtime import taichi_build
     arch = impl.current_cfg().arch
-    fmt = flavour.artifact_format(arch.name)        # taichi-forge: PTX on cuda (flavour.py)
+    fmt = taichi_build.artifact_format(arch.name)        # taichi-forge: PTX on cuda (taichi_build.py)
     fb = impl._root_fb
     if not fb.finalized:
         return (ti.aot.Module(caps=list(caps)) if fmt is None

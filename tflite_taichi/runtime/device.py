@@ -756,7 +756,7 @@ def start_early(backend: str, env=None) -> None:
     runtime (Taichi's LLVM archs insist on their starting thread); a refusal is kept for get(),
     which then falls back as it always did. The backend is not claimed here (backend.py)."""
     s = SESSION
-    if backend in GL_BACKENDS or runtime_kind() != "capi" or s.flavour_problem is not None:
+    if backend in GL_BACKENDS or runtime_kind() != "capi" or s.taichi_build_problem is not None:
         return
     with s.devices_lock:            # get() waits here until the runtime is up
         if backend in s.devices or backend in s.capi_refused:

@@ -2,10 +2,10 @@
 one session (`SESSION`): the backend it claimed and the cache folder it was claimed with (the
 GPU drivers' caches point there), Taichi's Python runtime (started or not, on which arch, and
 the thread its GL context belongs to), what the backend probes found, the devices started, the
-C API library, the compile workers, which Taichi builds the kernels (the flavour), the cache's
+C API library, the compile workers, which Taichi builds the kernels (the Taichi build), the cache's
 eviction bookkeeping and the process that started this one. The modules that act on it keep
 their state here (backend.py decides which backend; device.py starts and runs devices; capi.py,
-compile_workers.py, flavour.py, cache.py and children.py each their own part) and import this
+compile_workers.py, taichi_build.py, cache.py and children.py each their own part) and import this
 module, which imports none of them: `describe()` says what it holds for summary(). The ops
 learn the arch from their step's IO (ops.kit.StepIO.arch), never from this module."""
 from __future__ import annotations
@@ -101,10 +101,10 @@ class Session:
     compile_pool_lock: threading.Lock = field(default_factory=threading.Lock)
     compile_pool: object = None             # compile_workers._Pool, None until a compile needs it
 
-    # -- which Taichi (flavour.py): fixed when the package is imported -------------------------
-    # set once by flavour.install() at `import tflite_taichi` (the import lock serializes it)
-    flavour: Optional[str] = None           # 'taichi' or 'forge', None until installed
-    flavour_problem: Optional[str] = None   # why TFLITE_TAICHI_TAICHI cannot be honoured
+    # -- which Taichi (taichi_build.py): fixed when the package is imported -------------------------
+    # set once by taichi_build.install() at `import tflite_taichi` (the import lock serializes it)
+    taichi_build: Optional[str] = None           # 'taichi' or 'forge', None until installed
+    taichi_build_problem: Optional[str] = None   # why TFLITE_TAICHI_TAICHI cannot be honoured
 
     # -- the kernel cache (cache.py) ------------------------------------------------------------
     # root -> (commits since the last eviction scan, time of that scan): a process scans a
@@ -150,8 +150,8 @@ class Session:
             "capi_library": {"loaded": self.capi_lib is not None, "path": self.capi_path},
             "compile_pool": pool.describe() if pool is not None else
             {"started": False, "workers": 0, "busy": False},
-            "flavour": self.flavour,
-            "flavour_problem": self.flavour_problem,
+            "taichi_build": self.taichi_build,
+            "taichi_build_problem": self.taichi_build_problem,
             "probes": {arch: found[0] for arch, found in sorted(dict(self.probes).items())},
             "parent_pid": self.parent_pid,
         }

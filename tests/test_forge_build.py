@@ -1,8 +1,8 @@
-"""TFLITE_TAICHI_TAICHI=forge (tflite_taichi/runtime/flavour.py): kernels built by taichi-forge's
+"""TFLITE_TAICHI_TAICHI=forge (tflite_taichi/runtime/taichi_build.py): kernels built by taichi-forge's
 frontend (our code generator unchanged) and run by its runtime library through the same C API
 binding, cold and warm, with the outputs of the reference path; its modules apart from upstream
 taichi's in the cache; a switch that cannot be honoured says why. Taichi runs in subprocesses
-(the flavour is fixed per process). The `forge` extra is installed where CI runs this file."""
+(the Taichi build is fixed per process). The `forge` extra is installed where CI runs this file."""
 import json
 import os
 import subprocess
@@ -28,7 +28,7 @@ it.invoke()
 np.save(args["output"], it.get_tensor(it.get_output_details()[0]["index"]))
 s = it.summary()
 print("RESULT " + json.dumps({"cache": s["cache"]["state"], "compiled_in": s["runtime"]["compiled_in"],
-      "device": s["runtime"]["device"], "flavour": session.SESSION.flavour, "taichi": cache.taichi_version(),
+      "device": s["runtime"]["device"], "taichi_build": session.SESSION.taichi_build, "taichi": cache.taichi_version(),
       "library": capi.library_path()}))
 '''
 
@@ -38,13 +38,13 @@ def demo(tmp_path_factory):
     return demo_case(tmp_path_factory.mktemp("forge"), seed=5)
 
 
-def run(demo, cache_dir, flavour, backend="cpu", expect_ok=True, env=None):
+def run(demo, cache_dir, build, backend="cpu", expect_ok=True, env=None):
     tmp, model, _ = demo
     env = {**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False", "TI_SKIP_VERSION_CHECK": "ON",
            **(env or {})}
     env.pop("TFLITE_TAICHI_TAICHI", None)
-    if flavour is not None:
-        env["TFLITE_TAICHI_TAICHI"] = flavour
+    if build is not None:
+        env["TFLITE_TAICHI_TAICHI"] = build
     out = tmp / f"y{len(os.listdir(tmp))}.npy"
     args = {"model": str(model), "input": str(tmp / "x.npy"), "output": str(out),
             "backend": backend, "cache_dir": str(cache_dir)}
@@ -65,7 +65,7 @@ def test_forge_builds_and_runs_a_model_cold_and_warm(demo, tmp_path):
     tests/test_compile_workers.py: float32 sums in another order); warm from its own modules;
     upstream taichi, on the same cache folder, does not take forge's modules (cold again)."""
     cold = run(demo, tmp_path, "forge")
-    assert cold["flavour"] == "forge", cold
+    assert cold["taichi_build"] == "forge", cold
     assert cold["taichi"].startswith("forge-") and "libtaichi_runtime" in cold["library"], cold
     assert cold["cache"] == "cold" and cold["compiled_in"] and cold["device"] == "capi", cold
     np.testing.assert_allclose(cold["y"], demo[2], rtol=1e-5, atol=1e-6)
@@ -75,9 +75,9 @@ def test_forge_builds_and_runs_a_model_cold_and_warm(demo, tmp_path):
     # importing taichi_forge sets TI_LIB_DIR to forge's runtime bitcode for the process and its
     # children: upstream's C API crashed on it (SIGSEGV) before capi.py pointed TI_LIB_DIR at
     # its own library's folder. The child gets it as a process that imported forge passes it on.
-    from tflite_taichi.runtime import flavour
-    upstream = run(demo, tmp_path, None, env={"TI_LIB_DIR": flavour.runtime_bitcode_dir()})
-    assert upstream["flavour"] == "taichi", upstream
+    from tflite_taichi.runtime import taichi_build
+    upstream = run(demo, tmp_path, None, env={"TI_LIB_DIR": taichi_build.runtime_bitcode_dir()})
+    assert upstream["taichi_build"] == "taichi", upstream
     assert upstream["cache"] == "cold" and "libtaichi_c_api" in upstream["library"], upstream
     np.testing.assert_allclose(upstream["y"], demo[2], rtol=1e-5, atol=1e-6)
 

@@ -1,7 +1,7 @@
 """Which Taichi builds and runs this process's kernels: upstream taichi 1.7.4 (the pin), or,
 opted into with TFLITE_TAICHI_TAICHI=forge and the `forge` extra, the taichi-forge fork.
 
-Why the fork is offered (issue 28, item 5; bench/results/issue28_forge.md): Taichi 1.7.4's C API
+Why the fork is offered (a warm start without LLVM work: bench/results/forge_starts.md): Taichi 1.7.4's C API
 loads a cuda or x64 module as LLVM IR and compiles it at every kernel lookup, in every process:
 1.5-3.5 s of each warm cuda start on the H200 and 5 s of a warm cpu one on the 2-core machine.
 taichi-forge 0.7 exports cuda modules as PTX (the driver caches what it makes of PTX) and its
@@ -11,8 +11,8 @@ unchanged. Our code generator runs on its Python frontend unchanged: `import tai
 answered with `taichi_forge` (an import alias) in this process and in the compile workers,
 which inherit the switch.
 
-The flavour is fixed for the process when the package is imported (Taichi's frontend runs one
-build per process); the cache keys modules by the flavour and its version.
+The build is fixed for the process when the package is imported (Taichi's frontend runs one
+build per process); the cache keys modules by the build and its version.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Optional
 from tflite_taichi.runtime.session import SESSION
 
 SWITCH = "TFLITE_TAICHI_TAICHI"
-FLAVOURS = ("taichi", "forge")
+TAICHI_BUILDS = ("taichi", "forge")
 
 
 def chosen() -> str:
@@ -39,7 +39,7 @@ def chosen() -> str:
 
 
 def is_forge() -> bool:
-    return SESSION.flavour == "forge"
+    return SESSION.taichi_build == "forge"
 
 
 def _forge_alias():
@@ -62,20 +62,20 @@ def _forge_alias():
 
 
 def install() -> str:
-    """Fix this process's flavour (once; `import tflite_taichi` calls it), kept in the session
-    (SESSION.flavour, SESSION.flavour_problem). For forge: alias `taichi` to it. Never raises: a
+    """Fix this process's Taichi build (once; `import tflite_taichi` calls it), kept in the session
+    (SESSION.taichi_build, SESSION.taichi_build_problem). For forge: alias `taichi` to it. Never raises: a
     switch that cannot be honoured is reported by check(), when a Taichi backend starts (the
     reference path needs no Taichi)."""
     s = SESSION
-    if s.flavour is not None:
-        return s.flavour
+    if s.taichi_build is not None:
+        return s.taichi_build
     try:
-        flavour = chosen()
+        build = chosen()
     except Exception as e:          # BackendUnavailable, reported by check()
-        s.flavour, s.flavour_problem = "taichi", str(e)
-        return s.flavour
+        s.taichi_build, s.taichi_build_problem = "taichi", str(e)
+        return s.taichi_build
     problem = None
-    if flavour == "forge":
+    if build == "forge":
         loaded = sys.modules.get("taichi")
         if not _installed("taichi_forge"):
             problem = (f"{SWITCH}=forge, but taichi-forge is not installed: pip install "
@@ -85,9 +85,9 @@ def install() -> str:
                        "tflite_taichi: set the switch before anything imports taichi")
         else:
             sys.meta_path.insert(0, _forge_alias())
-    s.flavour_problem = problem
-    s.flavour = flavour if problem is None else "taichi"
-    return s.flavour
+    s.taichi_build_problem = problem
+    s.taichi_build = build if problem is None else "taichi"
+    return s.taichi_build
 
 
 def _installed(name: str) -> bool:
@@ -100,9 +100,9 @@ def _installed(name: str) -> bool:
 def check() -> None:
     """BackendUnavailable if TFLITE_TAICHI_TAICHI asked for what this process cannot run."""
     install()
-    if SESSION.flavour_problem is not None:
+    if SESSION.taichi_build_problem is not None:
         from tflite_taichi.errors import BackendUnavailable
-        raise BackendUnavailable(SESSION.flavour_problem)
+        raise BackendUnavailable(SESSION.taichi_build_problem)
 
 
 def _forge_runtime_lib() -> Optional[str]:
