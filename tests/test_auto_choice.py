@@ -100,8 +100,9 @@ from tflite_taichi import backend as ti_backend
 ti_backend.choose_auto = lambda *a, **k: "vulkan"   # as where Vulkan is the best GPU
 from tflite_taichi import auto_choice
 auto_choice.GPU_SECONDS = 0.0       # as a GPU at its clocks: the choice after GPU_STEPS invokes
-if not args.get("floor"):           # as a GPU whose invoke costs nothing: no model is under it
-    auto_choice.GPU_FLOOR_MS = 0.0
+# the least a GPU invoke costs: 0 (default), as a GPU no model is under; the floor tests give
+# 5 ms, 500x the zeros-step of their models, so that a loaded machine does not decide them
+auto_choice.GPU_FLOOR_MS = args.get("floor", 0.0)
 if args.get("cuda_costs"):          # auto's cost policy as on NVIDIA (cuda's launch is cheaper)
     from tflite_taichi import costs
     costs.GPU["vulkan"] = costs.GPU["cuda"]
@@ -126,6 +127,8 @@ with warnings.catch_warnings():
         record["paths"].append(it.summary()["answered_by"])
         record["outputs"].append(it.get_tensor(it.get_output_details()[0]["index"]).tolist())
     record["choice"] = it.summary()["auto_choice"]
+    from tflite_taichi.runtime.session import SESSION
+    record["devices"] = sorted(SESSION.devices)     # GPU runtimes this process started
     record["backend_after"] = it.backend
     record["cache"] = it.summary()["cache"]
 if args.get("cli"):                 # `tflite-taichi run` says what auto chose, and why
@@ -174,6 +177,7 @@ def test_auto_measures_runs_the_faster_side_and_the_next_process_starts_there(de
     cache = tmp_path / "cache"
     first = _run(path, cache, inputs, 4 + GPU_STEPS)
     assert first["backend"] == "vulkan" and first["waited"] is True
+    assert first["devices"] == ["vulkan"], first["devices"]
     delegated = [k for k, p in enumerate(first["paths"]) if p == "delegate"]
     assert len(delegated) == GPU_STEPS, first["paths"]     # timed, then LiteRT's from there on
     assert all(p == "litert" for p in first["paths"][delegated[-1] + 1:]), first["paths"]
@@ -238,6 +242,7 @@ def test_a_model_the_delegate_would_not_take_runs_on_litert_from_the_start(tmp_p
     headline = record["cli"].splitlines()[0]
     assert "(auto planned LiteRT's CPU kernels (the delegate would take no op" in headline, headline
     assert not list((tmp_path / "cache").rglob("*.tcm")), "a GPU kernel was compiled"
+    assert record["devices"] == [], "a GPU runtime was started for nothing"
     for k, out in enumerate(record["outputs"]):
         assert_float_close(np.array(out, np.float32), _litert_sequence(model, steps)[k],
                            what=f"answer {k}")
@@ -267,13 +272,14 @@ def test_a_model_litert_runs_under_the_gpus_floor_runs_on_litert_from_the_start(
     steps = np.random.default_rng(8).integers(-128, 128, (4, *shape)).astype(np.int8)
     np.save(tmp_path / "steps.npy", steps)
     record = _run(path, tmp_path / "cache", tmp_path / "steps.npy", len(steps), cli=True,
-                  floor=True, cuda_costs=True)
+                  floor=5.0, cuda_costs=True)
     assert record["backend"] == "litert" and record["paths"] == ["litert"] * 4, record
     choice = record["choice"]
     assert choice["how"] == "planned" and choice["litert_ms"] < choice["gpu_ms"], choice
     assert "under the least a GPU invoke costs" in choice["text"], choice
     assert "(auto planned LiteRT's CPU kernels (LiteRT's step" in record["cli"].splitlines()[0]
     assert not list((tmp_path / "cache").rglob("*.tcm")), "a GPU kernel was compiled"
+    assert record["devices"] == [], "a GPU runtime was started for nothing"
     expected = _litert_sequence(model, steps)
     for k, out in enumerate(record["outputs"]):
         np.testing.assert_array_equal(np.array(out, np.int8), expected[k], err_msg=f"answer {k}")

@@ -1,4 +1,4 @@
-"""The layers' import directions (issues 16 and 32): model <- quant <- ops <- delegate <- interpreter,
+"""The layers' import directions: model <- quant <- ops <- delegate <- interpreter,
 nothing upward; and Taichi imported only by what compiles, never by backend='reference'."""
 import ast
 import os
@@ -154,19 +154,20 @@ def test_test_files_import_shared_cases_not_each_other():
     assert not found, found
 
 
-# -- the house, drawn from its imports (issue 32) ----------------------------------------------
+# -- the house, drawn from its imports ----------------------------------------------------------
 # Its floors, top first. A module imports from its own floor or below (imports inside functions
 # included), never from above, and no modules import each other in a loop: the runtime's line is
-# interpreter -> executor -> delegate -> runtime -> codegen -> planner -> partition -> graph ->
-# ops -> quant/model -> tensors. Every module of the package stands on a floor: a new one is
-# placed here. (Optional third-party dependencies, such as Ray and pyarrow, are not arrows.)
+# interpreter -> executor -> program_builder -> delegate -> runtime -> codegen -> planner ->
+# partition -> graph -> ops -> quant/model -> tensors. Every module of the package stands on a
+# floor: a new one is placed here. (Optional third-party dependencies, such as Ray and pyarrow, are not arrows.)
 FLOORS = [
     ("the command line", ["__main__", "cli"]),
     ("tools beside the runtime", ["tools", "batch"]),
     ("user helpers", ["cli_inputs", "testing"]),
     ("the tf.lite face", ["__init__", "interpreter", "node_data"]),
     ("the executor", ["executor"]),
-    ("the delegate and the CPU executor", ["delegate", "litert_cpu", "litert_islands"]),
+    ("the delegate's builder", ["program_builder"]),
+    ("the delegate's runner and the CPU executor", ["delegate", "litert_cpu", "litert_islands"]),
     ("the runtime wing", ["backend", "runtime", "_probe"]),
     ("kernel generation", ["codegen"]),
     ("memory planning", ["planner"]),
@@ -231,6 +232,24 @@ def _package_arrows() -> dict:
                 targets.update(module_of(f"{base}.{alias.name}") for alias in node.names)
         arrows[module] = {t for t in targets if t.startswith("tflite_taichi") and t != module}
     return arrows
+
+
+def test_the_delegate_builds_in_one_module_and_runs_in_another():
+    """As TFLite's GPU delegate splits InferenceBuilder from the InferenceRunner that only sets
+    objects and runs: program_builder.py plans, compiles and allocates and hands over a
+    delegate.Program; delegate.py (the runner) imports neither kernel generation nor the
+    kernels' getting (cache, compile, load), nor the builder; the executor builds through the
+    builder alone."""
+    runner = imported_modules(os.path.join(ROOT, "tflite_taichi", "delegate.py"), "tflite_taichi")
+    building = (_reaches(runner, "tflite_taichi.codegen") + _reaches(runner, "tflite_taichi.program_builder")
+                + [m for m in runner if m == "tflite_taichi.runtime.kernels.ProgramKernels"])
+    assert not building, building
+    builder = imported_modules(os.path.join(ROOT, "tflite_taichi", "program_builder.py"), "tflite_taichi")
+    assert {"tflite_taichi.delegate.Program", "tflite_taichi.codegen",
+            "tflite_taichi.runtime.kernels.ProgramKernels"} <= builder
+    executor = imported_modules(os.path.join(ROOT, "tflite_taichi", "executor.py"), "tflite_taichi")
+    assert "tflite_taichi.program_builder.build_program" in executor
+    assert "tflite_taichi.delegate.Program" not in executor
 
 
 def test_every_module_stands_on_a_floor():

@@ -75,31 +75,20 @@ class DelegatedCall:
     the reference path: its state is not kept per call."""
 
     def __init__(self, prepared, options: DelegateOptions, runtime: "ModelRuntime"):
-        from tflite_taichi.delegate import Program
-        from tflite_taichi.partition import build_schedule
         self.prepared, self._runtime = prepared, runtime
         self.schedule, self.program = None, None
         self.runs = 0                   # calls its program answered (the others: the reference path)
         if prepared.variables:
             return
-        fp16 = options.fp16
-        # warn=False: a call's refusals name op indices of another subgraph; summary()["calls"]
-        # reports them with the subgraph they belong to
-        self.schedule = build_schedule(prepared, options.max_partitions, fp16=fp16, warn=False,
-                                       reference_ops=options.reference_ops,
-                                       cost_backend=options.cost_backend, called=True)
-        if self.schedule.partitions:
-            self.program = Program(prepared, self.schedule, options.backend, fp16,
-                                   options.cache, background=options.background,
-                                   cpu_threads=options.threads,
-                                   variables=runtime.resources, io_codes=False)
+        self.schedule, self.program = delegate_subgraph(prepared, options, runtime.resources,
+                                                        called=True)
 
     def run(self, feeds: dict):
         """The call's tensors' values (float views) for `feeds` (float views of its inputs), or
         None where the program cannot answer (none, or its kernels still compiling: the caller
         runs the reference path)."""
         program = self.program
-        if program is None or not program.adopt():
+        if program is None or not program.can_run():
             return None
         values = {**self.prepared.constants, **feeds}
         run_schedule(self.schedule.items, values, cpu_step(self._runtime),
@@ -134,6 +123,32 @@ class DelegatedCall:
     def close(self) -> None:
         if self.program is not None:
             self.program.close()
+
+
+def delegate_subgraph(prepared, options: DelegateOptions, resources, state=None,
+                      called: bool = False) -> tuple:
+    """(schedule, program or None): `prepared`'s partitions and CPU steps with `options`, and
+    the program (program_builder.build_program) that runs the partitions, if any; for a
+    model's subgraph (its variable tensors: `state`) and for a called one alike.
+    `resources`: the interpreter's resource variables. called: a subgraph IF, WHILE or a
+    composite calls (DelegatedCall): its refusals are not warned (they name op indices of
+    another subgraph; summary()["calls"] reports them with the subgraph they belong to), no
+    tensor is preserved, and values cross as float views (no integer codes)."""
+    from tflite_taichi.partition import build_schedule
+    from tflite_taichi.program_builder import build_program
+    preserve_all = options.preserve_all and not called
+    schedule = build_schedule(prepared, options.max_partitions, fp16=options.fp16,
+                              warn=not called, preserve_all=preserve_all,
+                              reference_ops=options.reference_ops,
+                              cost_backend=options.cost_backend, called=called,
+                              backend=None if called else options.backend)
+    if not schedule.partitions:
+        return schedule, None
+    program = build_program(prepared, schedule, options.backend, options.fp16, options.cache,
+                            preserve_all, background=options.background,
+                            cpu_threads=options.threads, variables=resources, state=state,
+                            io_codes=not called)
+    return schedule, program
 
 
 def kernels_state(program) -> str:
@@ -412,7 +427,7 @@ class SubgraphState:
         self.invoked = False
         self.timings = {}               # schedule position -> list of seconds (profile=True)
         self.kernel_timings = {}        # (schedule position, kernel) -> list of seconds (same)
-        self._good = None               # the _KEPT fields after the last successful allocate
+        self._last_allocation = None    # the _KEPT fields after the last successful allocate
         self.failed = None              # why the last invoke() failed ("Type: message"), or None
         self.closed = False             # close() freed the device memory
         self._answering = None          # the program that ran the last invoke (None: reference)
@@ -442,7 +457,7 @@ class SubgraphState:
         that fails after resize_tensor_input, the state of the last successful allocate is put
         back (its input shapes included), so the interpreter stays usable, and the error says
         which resize did not fit; a first allocate's error passes as it is."""
-        good = self._good
+        good = self._last_allocation
         self._take_io_from_litert(outputs=False)    # the inputs set so far, kept if they fit
         self.litert_lean = None
         try:
@@ -477,8 +492,8 @@ class SubgraphState:
         previous = good["program"] if good is not None else None
         if previous is not None and previous is not self.program:
             previous.close()            # the last allocate's device memory, now unused
-        self._good = {name: getattr(self, name) for name in self._KEPT}
-        self._good["input_shapes"] = dict(self.input_shapes)
+        self._last_allocation = {name: getattr(self, name) for name in self._KEPT}
+        self._last_allocation["input_shapes"] = dict(self.input_shapes)
         self.failed, self.closed = None, False
 
     def _allocate(self):
@@ -492,21 +507,9 @@ class SubgraphState:
         self.run_items, self.islands_refused = None, None
         variables = Variables()         # this allocation's variable tensors (reset below)
         if self.options.backend not in ("reference", "litert"):
-            from tflite_taichi.delegate import Program
-            from tflite_taichi.partition import build_schedule
-            fp16 = self.options.fp16
-            self.schedule = build_schedule(self.prepared, self.options.max_partitions,
-                                           preserve_all=self.options.preserve_all,
-                                           fp16=fp16, reference_ops=self.options.reference_ops,
-                                           cost_backend=self.options.cost_backend,
-                                           backend=self.options.backend)
-            if self.schedule.partitions:
-                self.program = Program(self.prepared, self.schedule, self.options.backend, fp16,
-                                       self.options.cache, self.options.preserve_all,
-                                       background=self.options.background,
-                                       cpu_threads=self.options.threads,
-                                       variables=getattr(self.runtime, "resources", None),
-                                       state=variables)
+            self.schedule, self.program = delegate_subgraph(
+                self.prepared, self.options, getattr(self.runtime, "resources", None),
+                state=variables)
         self.run_items, self.islands_refused = self._plan_islands()
         old = self.io
         self.io = {}
@@ -580,7 +583,7 @@ class SubgraphState:
         """What LiteRT holds into the io arrays: the inputs (and, after an invoke, the
         outputs, where `outputs`), before LiteRT's tensors are resized or freed, or when the io
         arrays start holding the data (a view handed out)."""
-        if not (self._litert_holds_io() and self._good is not None and self.runtime.litert is not None):
+        if not (self._litert_holds_io() and self._last_allocation is not None and self.runtime.litert is not None):
             return
         litert, index = self.runtime.litert, self.subgraph.index
         for t in self.subgraph.inputs:
@@ -663,16 +666,16 @@ class SubgraphState:
         self._take_io_from_litert(outputs=False)    # LiteRT's tensors may go: the inputs stay
         self.litert_lean = None
         self.closed = True
-        for program in {id(p): p for p in (self.program, (self._good or {}).get("program"))
+        for program in {id(p): p for p in (self.program, (self._last_allocation or {}).get("program"))
                         if p is not None}.values():
             program.close()
-        self.program, self.prepared, self.schedule, self._good = None, None, None, None
+        self.program, self.prepared, self.schedule, self._last_allocation = None, None, None, None
         self.values, self.invoked = {}, False
 
     def require_allocated(self, what: str) -> None:
         if self.prepared is None:
             again = (" again: resize_tensor_input() changed the input shapes"
-                     if self._good is not None else
+                     if self._last_allocation is not None else
                      " again: close() freed its memory" if self.closed else "")
             raise NotReadyError(f"{what} called before allocate_tensors(){again}")
 
@@ -801,7 +804,7 @@ class SubgraphState:
         compile in the background (Interpreter(answer_while_compiling=True)): the reference
         path answers then, with the same state (variables live on the host between invokes)."""
         program = self.program
-        return program if program is not None and program.adopt() else None
+        return program if program is not None and program.can_run() else None
 
     def lean_step(self):
         """The delegate's lean step (Program.lean_step) where the next invoke can take it: the
@@ -809,7 +812,7 @@ class SubgraphState:
         are CALL_ONCEs that have run: OpDef.init_subgraph_of; state stays in the program's
         slots), no profiling; else None (the general path)."""
         program = self.program
-        if program is None or self.options.profile or not program.adopt():
+        if program is None or self.options.profile or not program.can_run():
             return None
         if self._lean[0] is not program:
             if not all(hasattr(item, "steps") or self._init_done(item) for item in self.schedule.items):
@@ -1035,7 +1038,7 @@ def run_schedule(items: list, values: dict, host, device=None, timings: Optional
             for k, seconds in enumerate(kernels or ()):
                 kernel_timings.setdefault((position, k), []).append(seconds)
             if timings is not None:
-                device.settle()
+                device.wait_and_take_pending()
         else:
             if device is not None:
                 device.before_host(item)

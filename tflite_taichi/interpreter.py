@@ -78,12 +78,20 @@ class _BackendStart(threading.Thread):
     and its C API runtime started (device.start_early), in a thread beside the model's read:
     each took about 0.2 s of a 0.5 s warm start on the 2-core machine, and the runtime's start
     is C code that runs while Python parses. The backend is claimed afterwards, by
-    ensure_runtime in the constructing thread, once the model has been read."""
+    ensure_runtime in the constructing thread, once the model has been read.
+    `auto` (`device_verdict`): the runtime starts only once the constructing thread says the
+    model needs it (start_device): a model `auto` runs on LiteRT from the start needs none, and
+    a GPU's runtime takes 0.4 s to start (cuda, the H200), most of such a model's first result."""
 
-    def __init__(self, backend: str, precision: str, cache_dir):
+    def __init__(self, backend: str, precision: str, cache_dir, device_verdict: bool = False):
         super().__init__(name="tflite_taichi-backend-start", daemon=True)
         self._args = backend, precision, cache_dir
         self._result, self._error = None, None
+        self._resolved = threading.Event()
+        self._verdict = threading.Event()
+        self._device_wanted = True
+        if not device_verdict:
+            self._verdict.set()
         self.start()
 
     def run(self) -> None:
@@ -93,18 +101,40 @@ class _BackendStart(threading.Thread):
             cache_root = cache.root_for(cache_dir) if backend != "reference" else None
             resolved = _resolve_backend(backend, precision, cache_root)
             self._result = cache_root, resolved
-            if resolved not in HOST_BACKENDS:
-                from tflite_taichi import backend as ti_backend
-                from tflite_taichi.runtime import device
-                if ti_backend.current() in (None, resolved):
-                    device.start_early(resolved, lambda: cache.driver_env(cache_root))
         except BaseException as e:      # re-raised in the constructing thread by result()
+            self._error = e
+            return
+        finally:
+            self._resolved.set()
+        if resolved in HOST_BACKENDS:
+            return
+        self._verdict.wait()
+        if not self._device_wanted:
+            return
+        try:
+            from tflite_taichi import backend as ti_backend
+            from tflite_taichi.runtime import device
+            if ti_backend.current() in (None, resolved):
+                device.start_early(resolved, lambda: cache.driver_env(cache_root))
+        except BaseException as e:
             self._error = e
 
     def result(self):
+        """(cache root, backend), once resolved (the runtime may still be starting)."""
+        self._resolved.wait()
         if self._error is not None:
             raise self._error
         return self._result
+
+    def finish(self, start_device: bool) -> None:
+        """Says whether the runtime is wanted (where the thread waits to know) and waits for the
+        thread; an error it met starting the runtime is raised where it was wanted (a model
+        error, met before, wins over the backend's)."""
+        self._device_wanted = start_device
+        self._verdict.set()
+        self.join()
+        if start_device and self._error is not None:
+            raise self._error
 
 
 # tensor types without a numpy form of their data, as LiteRT's details name them (its
@@ -274,52 +304,61 @@ class Interpreter:
             raise InputError(f"max_delegated_partitions must be an int >= 0, got {max_delegated_partitions!r}")
         from tflite_taichi.runtime import cache
         cache.check_arguments(cache_dir, model_token)
-        starting = _BackendStart(backend, precision, cache_dir)     # while the model is read
+        from tflite_taichi import litert_cpu
+        # while the model is read; `auto` starts a GPU's runtime only where the model needs it
+        starting = _BackendStart(backend, precision, cache_dir,
+                                 device_verdict=backend == "auto" and litert_cpu.available())
         try:
             self._model = read_model(model_path if model_path is not None else model_content,
                                      max_tensor_bytes=max_tensor_bytes)
             self._resolved = graph_mod.resolve_ops(self._model)
-        finally:
-            starting.join()         # a model error wins over the backend's, as it always did
-        cache_root, self._backend = starting.result()
-        self._requested_backend = backend
-        self._bytes = None              # _model_bytes()
-        self._litert_refused = None     # why `auto` could not run the model on LiteRT
-        budget = threads.resolve(num_threads)
-        if answer_while_compiling is None:
-            answer_while_compiling = _answers_while_compiling_by_default(backend, self._backend)
-        litert_model = None
-        if self._backend == "litert":
-            litert_model = self._litert_model(budget, bool(experimental_preserve_all_tensors))
-            if litert_model is None:    # auto: LiteRT refused it; Taichi's CPU backend runs it
-                self._backend = "cpu"
-        elif answer_while_compiling and self._backend != "reference":
-            litert_model = self._interim_litert(budget, bool(experimental_preserve_all_tensors))
-        self._precision = precision
-        self._num_threads = num_threads
-        # numpy's BLAS threads during an invoke (threads.py): the budget, or one thread where
-        # Taichi's CPU pool runs in the same invoke (OpenBLAS's spinning workers starve it)
-        self._blas_threads = 1 if self._backend == "cpu" else budget
-        self._numpy_free = (None, False)    # (schedule, whether every op of it is delegated)
-        reference_ops, cost_backend = frozenset(), None
-        if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
-            from tflite_taichi.backend import cpu_reference_ops
-            reference_ops = cpu_reference_ops({opdef.name for opdef, _ in self._resolved.values()})
-        elif backend == "auto":         # a GPU: what numpy runs faster stays on the CPU (costs.py)
-            cost_backend = self._backend
-        self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)
-        self._auto_choice = None        # auto_choice.Choice an earlier process made, taken here
-        if self._backend not in HOST_BACKENDS:
-            self._cache = cache.open_model(
-                cache_root, model_token, model_path if model_path is not None else model_content,
-                self._backend, precision, max_delegated_partitions,
-                bool(experimental_preserve_all_tensors), reference_ops)
-            if backend == "auto" and self._backend != "cpu":
-                litert_model = self._litert_from_the_start(
-                    litert_model, budget, bool(experimental_preserve_all_tensors),
-                    DelegateOptions(backend=self._backend, precision=precision,
-                                    max_partitions=max_delegated_partitions,
-                                    cost_backend=cost_backend))
+        except BaseException:
+            starting.finish(start_device=False)   # a model error wins over the backend's
+            raise
+        try:        # until the backend is known: `auto` may run the model on LiteRT alone
+            cache_root, self._backend = starting.result()
+            self._requested_backend = backend
+            self._bytes = None              # _model_bytes()
+            self._litert_refused = None     # why `auto` could not run the model on LiteRT
+            budget = threads.resolve(num_threads)
+            if answer_while_compiling is None:
+                answer_while_compiling = _answers_while_compiling_by_default(backend, self._backend)
+            litert_model = None
+            if self._backend == "litert":
+                litert_model = self._litert_model(budget, bool(experimental_preserve_all_tensors))
+                if litert_model is None:    # auto: LiteRT refused it; Taichi's CPU backend runs it
+                    self._backend = "cpu"
+            elif answer_while_compiling and self._backend != "reference":
+                litert_model = self._interim_litert(budget, bool(experimental_preserve_all_tensors))
+            self._precision = precision
+            self._num_threads = num_threads
+            # numpy's BLAS threads during an invoke (threads.py): the budget, or one thread where
+            # Taichi's CPU pool runs in the same invoke (OpenBLAS's spinning workers starve it)
+            self._blas_threads = 1 if self._backend == "cpu" else budget
+            self._numpy_free = (None, False)    # (schedule, whether every op of it is delegated)
+            reference_ops, cost_backend = frozenset(), None
+            if backend == "auto" and self._backend == "cpu":       # no hardware GPU: per-op policy
+                from tflite_taichi.backend import cpu_reference_ops
+                reference_ops = cpu_reference_ops({opdef.name for opdef, _ in self._resolved.values()})
+            elif backend == "auto":         # a GPU: what numpy runs faster stays on the CPU (costs.py)
+                cost_backend = self._backend
+            self._cache = None              # cache.ModelCache: token, warm or cold (Taichi backends)
+            self._auto_choice = None        # auto_choice.Choice an earlier process made, taken here
+            if self._backend not in HOST_BACKENDS:
+                self._cache = cache.open_model(
+                    cache_root, model_token, model_path if model_path is not None else model_content,
+                    self._backend, precision, max_delegated_partitions,
+                    bool(experimental_preserve_all_tensors), reference_ops)
+                if backend == "auto" and self._backend != "cpu":
+                    litert_model = self._litert_from_the_start(
+                        litert_model, budget, bool(experimental_preserve_all_tensors),
+                        DelegateOptions(backend=self._backend, precision=precision,
+                                        max_partitions=max_delegated_partitions,
+                                        cost_backend=cost_backend))
+        except BaseException:
+            starting.finish(start_device=False)
+            raise
+        starting.finish(start_device=self._backend not in HOST_BACKENDS)
         if self._backend not in HOST_BACKENDS:
             from tflite_taichi.backend import ensure_runtime
             ensure_runtime(self._backend, self._cache.root)
@@ -547,7 +586,7 @@ class Interpreter:
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)     # raised instead, below
-                ready = program.adopt(left)
+                ready = program.can_run(left)
             if program.failed is not None:
                 raise program.failed
             if not ready:
@@ -876,7 +915,7 @@ class Interpreter:
     def _runtime_info(self, state) -> Optional[dict]:
         """Where the delegate's kernels run: Taichi's C API ('capi') or its Python runtime
         ('python'), what an invoke costs the host (launches, waits), and what the process's
-        session holds (`session`: backend, devices, C API library, compile pool, flavour)."""
+        session holds (`session`: backend, devices, C API library, compile pool, Taichi build)."""
         from tflite_taichi.runtime.session import SESSION
         program = state.program
         if program is None:

@@ -2,7 +2,7 @@
 
 - the partition's inputs and outputs live in the program's `io` buffer (float32 even with
   precision='fp16', so a model's outputs keep their float32 range: a sigmoid's 1e-9 is 0 in
-  float16), at offsets the program fixes for the whole subgraph (delegate.io_layout): a tensor
+  float16), at offsets the program fixes for the whole subgraph (program_builder.io_layout): a tensor
   one partition writes and another reads stays there, on the device, and the host reaches it
   through the program's host link. Every kernel of a chunked partition sees the whole io
   buffer (buffers are bound once, not copied with each launch). The resource variables its
@@ -161,7 +161,7 @@ def plan_partition(p: Partition, graph: PreparedGraph, fp16: bool = False, io_of
     the source then lives until the alias's last reader.
     `late_reads`: (tensor, step) pairs of reads at a later step than the reading op's own (an
     op computed at its reader's loads: codegen.load_fusions).
-    `io_codes`: io tensors held as their integer codes (delegate.io_layout: the model's quantized
+    `io_codes`: io tensors held as their integer codes (program_builder.io_layout: the model's quantized
     inputs and outputs that only the device and the host's casts see; TensorRef.codes)."""
     specs = graph.specs
     storage = "f16" if fp16 else "f32"
