@@ -9,28 +9,28 @@ import argparse
 import importlib.util
 import os
 import sys
-import time
 import warnings
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import spread_ms, timed  # noqa: E402
+
+
+def _seconds(times):
+    """(median, p10, p90) of `times`, in seconds."""
+    s = spread_ms(times)
+    return s["median_ms"] / 1e3, s["p10_ms"] / 1e3, s["p90_ms"] / 1e3
 
 
 def _time(it, runs):
     d = it.get_input_details()[0]
     it.set_tensor(d["index"], np.random.default_rng(0).uniform(0, 1, d["shape"]).astype(d["dtype"]))
-    for _ in range(3):
-        it.invoke()
-    t = []
-    for _ in range(runs):
-        s = time.perf_counter()
-        it.invoke()
-        t.append(time.perf_counter() - s)
-    return float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90))
+    return _seconds(timed(it.invoke, runs, warmup=3))
 
 
 def _time_torch(model, batch, runs):
     import torch
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from torch_eager import TorchModel
     device = "cuda" if torch.cuda.is_available() else "cpu"
     net = TorchModel(model, batch=batch, device=device)
@@ -47,14 +47,7 @@ def _time_torch(model, batch, runs):
             if device == "cuda":
                 torch.cuda.synchronize()
 
-    for _ in range(3):
-        run()
-    t = []
-    for _ in range(runs):
-        s = time.perf_counter()
-        run()
-        t.append(time.perf_counter() - s)
-    return device, (float(np.median(t)), float(np.percentile(t, 10)), float(np.percentile(t, 90)))
+    return device, _seconds(timed(run, runs, warmup=3))
 
 
 def _resized(it, batch):

@@ -18,6 +18,9 @@ import warnings
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import spread_ms, timed  # noqa: E402
+
 FLOAT_MODELS = ["face_detection_short_range", "iris_landmark", "hand_landmark_lite",
                 "mobilenet_v1_fp32", "selfie_segmentation"]
 RTOL = {"fp32": 1e-4, "fp16": 2e-2}
@@ -60,11 +63,7 @@ def check(backend, precision, models_dir, expected_dir, names, runs):
         it.invoke()
         it.get_tensor(it.get_output_details()[0]["index"])
         first = time.perf_counter() - start
-        times = []
-        for _ in range(runs):
-            t = time.perf_counter()
-            it.invoke()
-            times.append(time.perf_counter() - t)
+        times = timed(it.invoke, runs)
         s = it.summary()
         errors = []
         for i, d in enumerate(it.get_output_details()):
@@ -77,9 +76,7 @@ def check(backend, precision, models_dir, expected_dir, names, runs):
                "cpu": len(s["fallback"]), "partitions": len(s["partitions"]),
                "kernels": sum(p["kernels"] for p in s["partitions"]),
                "max_rel_err": max(errors), "first_invoke_s": round(first, 3),
-               "median_ms": round(float(np.median(times)) * 1e3, 3),
-               "p10_ms": round(float(np.percentile(times, 10)) * 1e3, 3),
-               "p90_ms": round(float(np.percentile(times, 90)) * 1e3, 3),
+               **{key: round(ms, 3) for key, ms in spread_ms(times).items()},
                "pass": passed}
         if s["cache"] is not None:
             row["cache"] = s["cache"]["state"]

@@ -1,10 +1,10 @@
-"""A user's step on the CPU, ours against LiteRT, side by side in one process (issue 29).
+"""A user's step on the CPU, ours against LiteRT, side by side in one process.
 
     python bench/cpu_step.py MODEL... [--backends litert,auto,cpu,reference] [--threads 2]
         [--steps 200] [--load K] [--json OUT.json]
 
 MODEL: a .tflite path, a shared model's name (../shared/models), a zoo name, or `one_op` (an
-ADD of two [1, 8] float tensors: the Python cost of a step, issue 29 item 4).
+ADD of two [1, 8] float tensors: the Python cost of a step).
 Runtimes (`--backends`): `litert` (its CPU path, `num_threads=--threads`), `litert_gpu` (its GPU
 path: CompiledModel with the GPU accelerator, fp16 by default as LiteRT's), `torch` (the same
 network in PyTorch eager on CUDA, bench/torch_eager.py: image classifiers only), and any of our
@@ -37,6 +37,9 @@ import time
 import warnings
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import spread_ms  # noqa: E402  (bench/timing.py: the step's figures, shared)
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models")
 
@@ -182,9 +185,7 @@ def run_model(label: str, path: str, backends: list, threads: int, steps: int, w
     base = next((r for r in runtimes if r.name == "litert"), None)
     rows = []
     for r in runtimes:
-        ms = np.array(r.times) * 1e3
-        row = {"model": label, "runtime": r.label, "median_ms": float(np.median(ms)),
-               "p10_ms": float(np.percentile(ms, 10)), "p90_ms": float(np.percentile(ms, 90))}
+        row = {"model": label, "runtime": r.label, **spread_ms(r.times)}
         if base is not None:
             row["vs_litert"] = row["median_ms"] / float(np.median(base.times) * 1e3)
         if getattr(r, "choice", None):

@@ -1,6 +1,6 @@
 """Pointwise-conv kernel shapes of MobileNet v1, each as a chain of identical 1x1 CONV_2D layers
 (so GPU work, not the launch, dominates), timed with the shared-memory GEMM tiles off (the
-register-tiled gather, PointwiseConvStep) and with several tile shapes (ops/conv.py GemmTileStep;
+register-tiled gather, PointwiseConvStep) and with several tile shapes (ops/conv/kernels.py GemmTileStep;
 TFLITE_TAICHI_GEMM_TILES = tile_m,tile_n,micro_m,micro_n). Issue #5's A/B for GEMM_CONFIG.
 
     python bench/gemm_micro.py --backend cuda [--layers 8] [--runs 100]
@@ -55,7 +55,7 @@ def main():
     p.add_argument("--shapes", nargs="*", default=[f"{s}x{c}" for s, c in SHAPES],
                    help="SIDExCHANNELS, e.g. 14x512")
     a = p.parse_args()
-    # a tile config runs tiled whatever its block count (ops/conv.py's GEMM_MIN_BLOCKS would send
+    # a tile config runs tiled whatever its block count (ops/conv/select.py's GEMM_MIN_BLOCKS would send
     # small shapes back to the gather, and the A/B would compare a kernel with itself)
     os.environ["TFLITE_TAICHI_GEMM_MIN_BLOCKS"] = "1"
     from tflite_taichi import Interpreter

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 46's H200 measurements, in parts that each fit one device call (bench/results/cpu_half_h200.md).
+# The CPU half's H200 measurements, in parts that each fit one device call (bench/results/cpu_half_h200.md).
 #   bash bench/h200_cpu_half.sh hidden|auto|gpus|first MODELS_DIR OUT_DIR
 # hidden: a user's step with the GPU hidden (CUDA_VISIBLE_DEVICES= and no Vulkan/EGL driver):
 #         LiteRT 16 threads vs `auto`.

@@ -9,24 +9,19 @@ import argparse
 import multiprocessing
 import os
 import sys
-import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpu_step import _spin  # noqa: E402
+from timing import describe, step_of, timed  # noqa: E402
 
 
-def step_of(it):
+def zeros_step(it):
+    """The first input set to zeros, invoke, the first output read."""
     d = it.get_input_details()[0]
-    x = np.zeros(d["shape"], d["dtype"])
-    out = it.get_output_details()[0]["index"]
-
-    def step():
-        it.set_tensor(d["index"], x)
-        it.invoke()
-        it.get_tensor(out)
-    return step
+    return step_of(it, [(d["index"], np.zeros(d["shape"], d["dtype"]))],
+                   [it.get_output_details()[0]["index"]])
 
 
 def main() -> None:
@@ -47,19 +42,16 @@ def main() -> None:
                     "ours": Interpreter(model_path=a.model, num_threads=a.threads)}
         for it in runtimes.values():
             it.allocate_tensors()
-        steps = {name: step_of(it) for name, it in runtimes.items()}
+        steps = {name: zeros_step(it) for name, it in runtimes.items()}
         names, times = list(steps), {name: [] for name in steps}
         for r in range(a.steps):
             for name in names[r % len(names):] + names[:r % len(names)]:
-                start = time.perf_counter()
-                steps[name]()
-                times[name].append(time.perf_counter() - start)
+                times[name] += timed(steps[name], 1)
     finally:
         stop.set()
         spinner.join()
     for name, seconds in times.items():
-        p10, p90 = np.percentile(seconds, [10, 90]) * 1e3
-        print(f"{name}: {np.median(seconds) * 1e3:.3f} ms (p10-p90 {p10:.3f}-{p90:.3f})")
+        print(f"{name}: {describe(seconds)}")
 
 
 if __name__ == "__main__":

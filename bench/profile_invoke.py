@@ -17,10 +17,8 @@ import warnings
 
 import numpy as np
 
-
-def _median_ms(times) -> str:
-    return (f"median {1e3 * np.median(times):.3f} ms (p10 {1e3 * np.percentile(times, 10):.3f}, "
-            f"p90 {1e3 * np.percentile(times, 90):.3f})")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import describe, step_of, timed  # noqa: E402
 
 
 def main(argv=None):
@@ -49,32 +47,20 @@ def main(argv=None):
     t1 = time.perf_counter()
     rng = np.random.default_rng(0)
     feeds = [(d["index"], random_input(d, rng, 0.0, 1.0)) for d in it.get_input_details()]
-    outs = [d["index"] for d in it.get_output_details()]
-
-    def step():
-        for index, x in feeds:
-            it.set_tensor(index, x)
-        it.invoke()
-        return [it.get_tensor(i) for i in outs]
-
-    for _ in range(10):
-        step()
+    step = step_of(it, feeds)
+    timed(step, 0, warmup=10)
     steps, invokes = [], []
-    for _ in range(args.runs):
-        s = time.perf_counter()
-        step()
-        steps.append(time.perf_counter() - s)
-        s = time.perf_counter()
-        it.invoke()
-        invokes.append(time.perf_counter() - s)
+    for _ in range(args.runs):          # a step, then an invoke alone: both see the same clocks
+        steps += timed(step, 1)
+        invokes += timed(it.invoke, 1)
     s = it.summary()
     runtime = s["runtime"] or {}
     print(f"{args.model} on {s['backend']}/{args.precision} ({runtime.get('device')}): "
           f"{s['ops_delegated']} ops in {len(s['partitions'])} partition(s), "
           f"{runtime.get('launches_per_invoke')} launch(es), {runtime.get('tasks_per_invoke')} task(s) and "
           f"{runtime.get('waits_per_invoke')} wait(s) per invoke; construct+allocate {t1 - t0:.2f} s ({s['cache']['state']})")
-    print(f"step (set inputs + invoke + get outputs) {_median_ms(steps)} over {args.runs}")
-    print(f"invoke alone {_median_ms(invokes)}")
+    print(f"step (set inputs + invoke + get outputs) {describe(steps)} over {args.runs}")
+    print(f"invoke alone {describe(invokes)}")
 
     profiled = Interpreter(model_path=args.model, backend=args.backend, precision=args.precision,
                            profile=True)

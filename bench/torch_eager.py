@@ -1,5 +1,5 @@
-"""The same network in PyTorch eager, built from a .tflite model's weights (issue #5's batched
-yardstick: "bench/ builds it in torch where torch is present").
+"""The same network in PyTorch eager, built from a .tflite model's weights: the batched
+yardstick a GPU user knows, built in torch where torch is present.
 
 Only the ops of the convolutional classifiers benchmarked here (CONV_2D, DEPTHWISE_CONV_2D,
 AVERAGE/MAX_POOL_2D, MEAN, ADD, FULLY_CONNECTED, RESHAPE, SOFTMAX, and whatever folds at prepare);

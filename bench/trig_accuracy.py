@@ -1,5 +1,5 @@
 """How accurate are the backends' float32 sin, cos and atan2? The error model of
-Landmarks2TransformMatrix (ops/transforms.py, TRIG_ULPS) takes its trig error from here.
+Landmarks2TransformMatrix (ops/transforms/reference.py, TRIG_ULPS) takes its trig error from here.
 
     python bench/trig_accuracy.py cpu vulkan opengl > bench/results/trig_accuracy.md
 

@@ -662,7 +662,7 @@ def test_cli_batch_on_ray(ray_cluster, model, tmp_path, capsys):
     assert len(batch.read_outputs(str(out))) == 70
 
 
-# -- several GPUs, faked (issue 33: what one machine without them can hold) ----------------------
+# -- several GPUs, faked (what one machine without them can hold) ----------------------
 def _four_fake_gpus(monkeypatch):
     """The local pool's workers on four GPUs, as on a machine with four: worker i gets
     CUDA_VISIBLE_DEVICES=i (the runs are on the reference path, which needs none)."""

@@ -1,5 +1,5 @@
-"""tflite-taichi batch against inputs that would cost more than themselves (issue 26, item 3 and
-the batch half of item 4): a bad input is one row in errors.jsonl with its reason, never its
+"""tflite-taichi batch against inputs that would cost more than themselves (a hostile or
+huge input must not take the run down): a bad input is one row in errors.jsonl with its reason, never its
 worker's death nor its task's neighbours', nor the driver's or a worker's wait or memory.
 
 A non-UTF-8 file name runs (keyed with its bytes as \\xNN); a tiny .npy declaring 400 GB and a
@@ -82,7 +82,7 @@ def expect_means(arrays: dict, found: dict) -> None:
         np.testing.assert_allclose(found[key]["y"], value.mean(axis=(0, 1)), rtol=1e-5, atol=1e-6)
 
 
-# -- item 3: one bad input costs one row --------------------------------------------------------
+# -- one bad input costs one row ----------------------------------------------------------------
 @pytest.mark.parametrize("fmt", ["parquet", "npz"])
 def test_a_file_name_that_is_not_utf8_runs_keyed_with_its_bytes(model, tmp_path, fmt):
     folder = tmp_path / "in"
@@ -181,7 +181,7 @@ def test_an_input_that_kills_every_worker_costs_one_row(model, tmp_path, monkeyp
     assert result.written == 31 and result.restarts == 5 + 3      # 32, 16, 8, 4, 2; then alone
 
 
-# -- item 4: what is read, and how much ---------------------------------------------------------
+# -- what is read, and how much -----------------------------------------------------------------
 def _zip_member(archive: zipfile.ZipFile, name: str, header: bytes, data_bytes: int) -> None:
     """A deflated member: `header`, then `data_bytes` zero bytes (written in pieces: the
     test itself never holds them)."""

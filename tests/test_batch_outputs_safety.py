@@ -1,5 +1,5 @@
-"""tflite-taichi batch's output folder and names, and a run killed mid-way (issue 26, items 2, 5
-and 6): --overwrite removes only what a run of ours wrote, an --out that holds an input is
+"""tflite-taichi batch's output folder and names, and a run killed mid-way (a
+run must never destroy what it did not write): --overwrite removes only what a run of ours wrote, an --out that holds an input is
 refused, a killed driver takes its workers with it and --resume finishes the run with every
 input once, and outputs whose names collide (with numpy's savez keywords, with `path`, with each
 other) are all written, under the names _outputs.json records."""
@@ -41,7 +41,7 @@ def colliding_model(names=COLLIDING) -> bytes:
     return mb.finish()
 
 
-# -- item 6: output names that collide -------------------------------------------------------
+# -- output names that collide ---------------------------------------------------------------
 def test_the_stored_names_are_unique_and_documented_by_the_rule():
     from tflite_taichi.batch.outputs import output_columns
     assert output_columns(COLLIDING, reserved=("path",)) == STORED
@@ -84,7 +84,7 @@ def test_run_output_writes_every_output_whatever_its_name(tmp_path):
     assert "'y#3'" in proc.stdout
 
 
-# -- item 2: --overwrite removes only what a run of ours wrote ---------------------------------
+# -- --overwrite removes only what a run of ours wrote -----------------------------------------
 def test_overwrite_keeps_the_users_files(tmp_path):
     arrays = write_arrays(tmp_path / "in", 5, (FEATURES,), width=3)
     out = tmp_path / "out"
@@ -131,7 +131,7 @@ def test_an_out_that_is_or_holds_an_input_is_refused(tmp_path):
     assert sorted(os.listdir(folder)) == before
 
 
-# -- item 5: a killed driver, its workers, the lock and --resume --------------------------------
+# -- a killed driver, its workers, the lock and --resume ----------------------------------------
 CRASH_INPUTS = 200
 
 

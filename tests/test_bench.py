@@ -1,4 +1,4 @@
-"""The benchmark harness (issues #5, #12): structure of what it measures and writes, never speed.
+"""The benchmark harness: structure of what it measures and writes, never speed.
 
 A builder-made model through tflite_taichi.tools.bench on LiteRT CPU, reference and Taichi's cpu (each
 in its own subprocesses, --runs 3), through bench/bench.py and through `tflite-taichi bench`;
@@ -263,7 +263,7 @@ def test_backends_names_devices_and_relative_diff():
         bench.check_backends(["reference", "tpu"])
     assert bench.check_backends(["litert,litert_gpu", "litert_gpu_fp16", "cpu", "litert"]) == [
         "litert", "litert_gpu", "litert_gpu_fp16", "cpu"]
-    # the spelling issue #13 uses: `tflite-taichi bench --backends litert litert-gpu cuda vulkan`
+    # the spelling users type: `tflite-taichi bench --backends litert litert-gpu cuda vulkan`
     assert bench.check_backends(["litert", "litert-gpu", "litert-gpu-fp16"]) == [
         "litert", "litert_gpu", "litert_gpu_fp16"]
     assert bench.precision_of("litert_gpu", "fp16") == "fp32"
@@ -287,7 +287,7 @@ def _row(backend, median=None, error=None, **extra):
 
 def test_speed_table_sets_runtimes_side_by_side_with_ours_over_litert():
     """One row per model, the fastest in bold, our fastest backend over the faster LiteRT (a
-    user's comparison: no targets of ours, issue 30), refusals named."""
+    user's comparison: no targets of ours), refusals named."""
     results = [
         {"model": "a", "rows": [_row("litert", 1.0, threads=16), _row("litert_gpu", 2.0),
                                 _row("cuda", 0.5), _row("vulkan", 2.5)]},
@@ -348,3 +348,125 @@ def test_cli_bench_several_models_side_by_side(model_path, tmp_path, capsys):
 def test_cli_bench_names_a_missing_model(model_path, capsys):
     assert main(["bench", model_path, "no/such/model.tflite", "--backends", "reference"]) == 2
     assert "no model file no/such/model.tflite" in capsys.readouterr().err
+
+
+# -- bench/: the maintained harnesses, their shared step timer, and lab/ beside them ----------
+
+BENCH = os.path.join(ROOT, "bench")
+
+
+def _bench_module(name):
+    """A module of bench/ (not a package: the harnesses import each other from their folder)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(BENCH, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _RecordingInterpreter:
+    """The tf.lite calls a step makes, in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def get_output_details(self):
+        return [{"index": 7}, {"index": 9}]
+
+    def set_tensor(self, index, value):
+        self.calls.append(("set", index, float(value[0])))
+
+    def invoke(self):
+        self.calls.append(("invoke",))
+
+    def get_tensor(self, index):
+        self.calls.append(("get", index))
+        return np.full(1, index, np.float32)
+
+
+def test_the_shared_step_sets_every_input_invokes_once_and_gets_every_output():
+    timing = _bench_module("timing")
+    it = _RecordingInterpreter()
+    step = timing.step_of(it, [(0, np.array([1.0])), (1, np.array([2.0]))])
+    assert [float(y[0]) for y in step()] == [7.0, 9.0]
+    assert it.calls == [("set", 0, 1.0), ("set", 1, 2.0), ("invoke",), ("get", 7), ("get", 9)]
+    it.calls.clear()
+    timing.step_of(it, [(0, np.array([3.0]))], outputs=[9])()
+    assert it.calls == [("set", 0, 3.0), ("invoke",), ("get", 9)]
+
+
+def test_the_shared_timer_warms_up_untimed_and_reports_median_and_p10_p90_in_ms():
+    timing = _bench_module("timing")
+    calls = []
+    seconds = timing.timed(lambda: calls.append(1), runs=5, warmup=3)
+    assert len(calls) == 8 and len(seconds) == 5 and all(s >= 0 for s in seconds)
+    spread = timing.spread_ms([0.001 * k for k in range(1, 12)])      # 1..11 ms
+    assert spread == pytest.approx({"median_ms": 6.0, "p10_ms": 2.0, "p90_ms": 10.0})
+    assert list(spread) == ["median_ms", "p10_ms", "p90_ms"]
+    assert timing.describe([0.001, 0.002, 0.003]) == "median 2.000 ms (p10 1.200, p90 2.800)"
+
+
+@pytest.mark.parametrize("script", ["cpu_step.py", "profile_invoke.py", "check_models.py",
+                                    "batch_throughput.py", "load_control.py"])
+def test_the_harnesses_on_the_shared_timer_start(script):
+    """Each imports bench/timing.py from its own folder, whatever the working directory."""
+    out = subprocess.run([sys.executable, os.path.join(BENCH, script), "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "usage:" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("script", ["conv_shapes.py", "api_calls.py"])
+def test_lab_probes_find_the_harnesses_they_build_on_in_bench(script):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "lab", script), "--help"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "usage:" in out.stdout, out.stderr[-2000:]
+
+
+def test_bench_readme_gives_every_harness_one_line_and_names_only_harnesses_there():
+    with open(os.path.join(BENCH, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    named = set(re.findall(r"`([\w.]+\.(?:py|sh))`", readme))
+    there = {n for n in os.listdir(BENCH) if n.endswith((".py", ".sh"))}
+    assert there - named == set(), f"bench/README.md: give these a line: {sorted(there - named)}"
+    assert named - there == set(), f"bench/README.md names what is not in bench/: {sorted(named - there)}"
+
+
+def _what_users_read():
+    paths = [os.path.join(ROOT, "README.md")]
+    docs = os.path.join(ROOT, "docs")
+    paths += [os.path.join(docs, n) for n in sorted(os.listdir(docs)) if n.endswith(".md")]
+    return paths
+
+
+def test_every_file_the_readme_and_docs_cite_in_bench_and_lab_is_there():
+    missing = []
+    for path in _what_users_read():
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for cited in set(re.findall(r"\b((?:bench|lab)/[\w./-]*\w\.(?:md|py|sh|json|png))", text)):
+            if not os.path.exists(os.path.join(ROOT, cited)):
+                missing.append(f"{os.path.relpath(path, ROOT)}: {cited}")
+    assert missing == [], missing
+
+
+# Files whose owners are still replacing issue numbers by reasons (remove each when it is clean).
+ISSUE_NUMBERS_PENDING = set()
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues?\s*#?\d+|\bissue\d+_|\([Ii]ssues?\s*$", re.M)
+
+
+def test_what_users_read_names_no_issue_numbers():
+    """README, docs/ and the package say the reason (or cite a results file by its subject),
+    never a tracker's number a user cannot see."""
+    paths = _what_users_read()
+    for top in ("tflite_taichi", "quant"):
+        for folder, _, names in os.walk(os.path.join(ROOT, top)):
+            paths += [os.path.join(folder, n) for n in names if n.endswith(".py")]
+    found = []
+    for path in paths:
+        if os.path.relpath(path, ROOT) in ISSUE_NUMBERS_PENDING:
+            continue
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if ISSUE_NUMBER.search(line):
+                    found.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}")
+    assert found == [], "\n".join(found)

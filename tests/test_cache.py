@@ -1,5 +1,5 @@
 """The kernel cache (tflite_taichi.runtime.cache): AOT modules compiled once and loaded through Taichi's
-C API by later processes, with issue #7's robustness. Every Taichi run is its own subprocess:
+C API by later processes, robust to killed processes, torn writes and full disks. Every Taichi run is its own subprocess:
 a warm start is a new process."""
 import json
 import os
@@ -565,7 +565,7 @@ def test_the_thread_budget_reaches_the_module_key(tmp_path, monkeypatch):
     assert all(asked) and not set(asked[0]) & set(asked[1]), asked
 
 
-# -- more of issue #7 (robust): records, killed processes, atomic writes, modes, eviction ------
+# -- robustness: records, killed processes, atomic writes, modes, eviction ------
 def test_a_corrupt_model_record_is_rewritten(warm, setup):
     """models/TOKEN.json unreadable: the record only says what the token covered (the module
     key does not depend on it), so the kernels still load, and a sound record is written."""
@@ -729,7 +729,7 @@ print("RESULT", it.summary()["cache"]["state"], flush=True)
 
 
 def test_taichi_keeps_its_files_in_our_cache_and_a_stale_lock_there_is_removed(tmp_path):
-    """Issue 14, item 3: Taichi's compilation manager kept ticache.lock in ~/.cache/taichi, and a
+    """Taichi's compilation manager kept ticache.lock in ~/.cache/taichi, and a
     process killed while holding it left every later one printing "Lock ... failed". Its folder
     is now inside the cache folder, and a stale lock there is removed before Taichi starts."""
     home, root = tmp_path / "home", tmp_path / "cache"

@@ -1,4 +1,4 @@
-"""Who the kernel cache trusts (issue 26, item 1). A cached module is native code (cpu) or GPU
+"""Who the kernel cache trusts (cached modules are code this process runs). A cached module is native code (cpu) or GPU
 code run in this process, so it is loaded only from a folder chain that no other user can change:
 every parent of DIR owned by root or you and writable by nobody else (or sticky, like /tmp), DIR
 and everything in it yours alone; checked on the descriptors actually read, at the moment of

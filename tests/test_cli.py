@@ -115,7 +115,7 @@ def test_readme_op_table_lists_every_registered_op():
     assert not missing, f"docs/ops.md's op table misses {missing}"
 
 
-# -- errors on the command line (issue 14, item 8) -----------------------------------------------
+# -- errors on the command line, in the user's terms ----------------------------------------------
 def _signature_model(path):
     """A one-op model whose input tensor is named as the TF converter names it, and its
     signature input as Keras does (`keras_tensor`)."""
@@ -203,7 +203,7 @@ def test_top_level_help_names_every_subcommand(capsys):
     assert described == ["tflite-taichi: " + " | ".join(commands)], described
 
 
-# -- progress while kernels compile (item 7) -----------------------------------------------------
+# -- progress while kernels compile --------------------------------------------------------------
 # Each in a subprocess (Taichi is one arch per process) with a cache folder of its own, so that
 # every kernel compiles (a warm cache compiles nothing and reports nothing); one kernel per op
 # step (TFLITE_TAICHI_CHUNK_STEPS=1), so that there are several to count.
@@ -279,7 +279,7 @@ def test_run_draws_a_bar_of_kernels_compiled_on_a_terminal_and_two_lines_in_a_pi
         and lines[1].startswith("tflite-taichi: compiled "), piped.stderr
 
 
-# -- Taichi's warnings about our unrolling (item 9) ----------------------------------------------
+# -- Taichi's warnings about our unrolling -------------------------------------------------------
 _UNROLL_SCRIPT = """
 import warnings
 import numpy as np

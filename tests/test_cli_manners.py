@@ -1,4 +1,4 @@
-"""A newcomer's second hour (issue 30): the command line says what it does in a line or two,
+"""A newcomer's second hour: the command line says what it does in a line or two,
 refuses what LiteRT refuses (a wrong-shaped --input), makes up inputs the model accepts, takes
 --shape for inputs the model sizes at run time, says when it compiles, and explains its choices.
 (LiteRT's argument order, set_tensor on outputs, num_subgraphs and _get_ops_details:

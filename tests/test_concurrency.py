@@ -1,4 +1,4 @@
-"""Issue #7, "Concurrency": interpreters used from several threads at once.
+"""Concurrency: interpreters used from several threads at once.
 
 - Two interpreters of one backend in two threads: each gets its own answers, on the reference
   path and on Taichi (cpu and vulkan), kernels compiled in the threads too (Taichi's front end

@@ -1,5 +1,5 @@
-"""backend='auto' on a GPU keeps on the CPU what numpy runs faster (issue #13, item 4;
-tflite_taichi/costs.py, constants measured in bench/results/cost_constants_h200.md)."""
+"""backend='auto' on a GPU keeps on the CPU what numpy runs faster (a launch
+and a wait cost more than a small op; tflite_taichi/costs.py, constants measured in bench/results/cost_constants_h200.md)."""
 import subprocess
 import sys
 import textwrap
@@ -61,7 +61,7 @@ def test_a_large_convolution_goes_to_the_gpu():
 def test_a_called_subgraph_pays_its_round_trips_in_the_estimate():
     """16 small ops go to cuda as a main graph (84 + 15 x 5.9 us against 16 x 15 on numpy) but
     stay on numpy as a subgraph a WHILE calls at every iteration (costs.CALL_EXTRA_US more a
-    call: measured, bench/results/issue29_h200.md run 6); a large convolution goes either way."""
+    call: measured, bench/results/cpu_taichi_h200.md run 6); a large convolution goes either way."""
     assert len(_schedule(small_chain(), "cuda").partitions) == 1
     s = _schedule(small_chain(), "cuda", called=True)
     assert not s.partitions and len(s.refused) == 16, s.refused

@@ -1,9 +1,9 @@
-"""The CPU without a GPU (issue 29, items 1, 2 and 5). The `cpu` backend's loops: each
+"""The CPU without a GPU. The `cpu` backend's loops: each
 top-level loop of a partition runs on the interpreter's thread budget, or serially in the
 caller's thread where the partition's work is too small to pay for Taichi's thread-pool dispatch
 (costs.cpu_loop_threads); the choice is compiled into the kernels, so it is in the cache key, and
 the kernels' answers do not depend on it. `auto`'s choice between numpy and Taichi per op
-(costs.numpy_wins_on_cpu). Measured: bench/results/issue29_cpu_2core.md."""
+(costs.numpy_wins_on_cpu). Measured: bench/results/cpu_taichi_2core.md."""
 import glob
 import os
 import re

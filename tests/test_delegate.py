@@ -50,7 +50,7 @@ def test_an_op_the_delegate_refuses_splits_the_model(taichi_workers):
         assert ("WARNING: op code #2 (CUSTOM:CpuOnlyAbs) cannot be handled by this delegate: "
                 "no Taichi implementation of this op yet") in s["warnings"]
         where = ("the delegate's cpu backend (Taichi on the CPU, no GPU)" if backend == "cpu"
-                 else f"the GPU delegate ({backend})")     # issue 14, item 6: named
+                 else f"the GPU delegate ({backend})")     # the GPU is named
         assert any(f"4 of 5 ops run on {where} in 2 partition(s); 1 run on the CPU" in w
                    for w in s["warnings"]), s["warnings"]
 
@@ -175,7 +175,7 @@ print("RESULT " + json.dumps({"lines": lines, "logged": logged, "fallback": len(
 
 
 def test_delegate_warnings_come_one_per_op_kind_from_the_users_line(tmp_path):
-    """Issue 14, item 5: one warning per op kind and reason (TFLite prints one line per kind),
+    """One warning per op kind and reason (TFLite prints one line per kind),
     attributed to the user's call, not to our internals; summary() keeps every op. The
     summary line is news, not a warning: logged at INFO."""
     script = tmp_path / "user_code.py"
@@ -266,7 +266,7 @@ NO_GPU = switches.value("TFLITE_TAICHI_EXPECT_GPU") == "none"
 
 @pytest.mark.parametrize("name", ["opengl", "gles"])
 def test_a_gl_renderer_is_read_without_libgl(name, tmp_path):
-    """Issue 14, item 1: with the README's packages there is no libGL.so.1, and the probe used to
+    """With the README's packages there is no libGL.so.1, and the probe used to
     read no renderer and call llvmpipe a GPU. It now asks EGL. Here libGL.so.1 and
     libGLESv2.so.2 are shadowed by a shared object without glGetString (a copy of Python's
     _ctypes module), as good as absent to the probe."""

@@ -333,7 +333,7 @@ def _run_time_parameter_cases():
     """(op, model, inputs): ops whose output shape depends on an input that is a run-time tensor
     here (a computed shape, paddings, begin, a loop counter in a converted WHILE body). They used
     to be refused at allocate ("must be known before invoke"); LiteRT runs them, and so do we,
-    inferring the op again at every invoke (issue 14, item 4)."""
+    inferring the op again at every invoke (converted Keras recurrent layers need it)."""
     from tflite_taichi.testing import Const, Input, Output, one_op_model
     rng = np.random.default_rng(3)
     x23 = rng.uniform(-1, 1, (2, 3)).astype(np.float32)

@@ -25,7 +25,7 @@ from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.errors import InputError, ModelError, TensorTooLargeError, TfliteTaichiError
 from tflite_taichi.model import read_model
 
-# the fuzzer is a tool in bench/, not part of the installed package (issue 16)
+# the fuzzer is a tool in bench/, not part of the installed package (users never import it)
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
 try:
@@ -363,7 +363,7 @@ def _stall_after(monkeypatch, calls):
 
 @pytest.mark.parametrize("iterations", [0, 2 * fuzz.ENDLESS_MIN_ITERATIONS])
 def test_a_hang_inside_a_while_body_is_a_timeout_not_an_endless_loop(monkeypatch, iterations):
-    """Issue 27, item 7: the limit striking inside a WHILE used to count as `endless_loop` (a
+    """The limit striking inside a WHILE used to count as `endless_loop` (a
     pass) wherever it struck, hiding a hang in the loop's body. A body that stalls in its first
     iteration, or after many, is a `timeout`: the loop was not iterating when the limit struck."""
     model = _endless_while("NEG")

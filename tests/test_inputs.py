@@ -1,4 +1,4 @@
-"""Issue #7, "Inputs": everything a caller can hand the Interpreter wrongly (dtypes, shapes,
+"""Inputs: everything a caller can hand the Interpreter wrongly (dtypes, shapes,
 layouts, call order, failing invokes, resizes), each a clear error of the tflite_taichi.errors
 family naming the tensor, after which the same interpreter still gives the right answer; nothing
 the caller passes in is modified, nothing returned is an alias the runtime writes later. NaN and

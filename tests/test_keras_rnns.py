@@ -1,4 +1,4 @@
-"""Keras recurrent layers as TensorFlow 2.18's converter writes them by default (issue 14, item 4):
+"""Keras recurrent layers as TensorFlow 2.18's converter writes them by default:
 tests/data/keras/*.tflite, made by make_keras_rnns.py there. Keras 3's LSTM and GRU are not fused
 into UNIDIRECTIONAL_SEQUENCE_LSTM: each layer is a WHILE whose body reads step i with GATHER and
 writes it, with return_sequences, as CONCATENATION(SLICE(.., 0, i), h, SLICE(.., i + 1, end)): a

@@ -1,4 +1,4 @@
-"""A user's step with the least Python (issue 29 item 4), and the stores it no longer snaps.
+"""A user's step with the least Python (the microsecond models pay it per step), and the stores it no longer snaps.
 
 - The lean step (Program.lean_step, SubgraphState.lean_step): where the whole invoke is one
   partition (plus CALL_ONCEs that have run), the inputs go straight from the interpreter's arrays
@@ -8,7 +8,7 @@
 - Ops that only move values (Fusion.moves_values: slices, concatenations, ...) store without
   snapping to the output's grid where every data input is on that grid already; the planner
   keeps the snap where an input has another scale or the op clamps (a fused RELU6).
-Measured: bench/results/issue29_cpu_2core.md."""
+Measured: bench/results/cpu_taichi_2core.md."""
 import warnings
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Drop-in for code written against tf.lite / ai_edge_litert (issue 14, items 10 and 11): the
+"""Drop-in for code written against tf.lite / ai_edge_litert: the
 exceptions LiteRT's callers catch, and get_tensor_details() dicts key by key, held against
 LiteRT on the same model bytes."""
 import numpy as np
@@ -101,7 +101,7 @@ def _raised(call, *args):
     return info.value
 
 
-# -- item 10: what `except ValueError` / `except RuntimeError` code catches ----------------------
+# -- what `except ValueError` / `except RuntimeError` code catches -------------------------------
 def test_not_ready_is_one_of_ours_and_both_builtins():
     assert issubclass(NotReadyError, InterpreterStateError)
     assert issubclass(NotReadyError, TfliteTaichiError)
@@ -173,7 +173,7 @@ def test_reading_a_resource_tensor_is_a_value_error_as_in_litert():
     assert "tensor 1 ('h')" in str(error) and "resource handle" in str(error)
 
 
-# -- item 11: get_tensor_details() dicts -----------------------------------------------------
+# -- get_tensor_details() dicts --------------------------------------------------------------
 def _assert_same_value(mine, theirs, where):
     assert type(mine) is type(theirs), (where, type(mine), type(theirs))
     if isinstance(theirs, dict):
@@ -238,7 +238,7 @@ def test_a_shape_folded_at_allocate_is_known_before_invoke_unlike_litert():
     np.testing.assert_array_equal(ours.get_tensor(4), theirs.get_tensor(4))
 
 
-# -- issue 30, items 8-10: LiteRT's argument order, set_tensor on outputs, its op details --------
+# -- LiteRT's argument order, set_tensor on outputs, its op details ------------------------------
 def _positional(model: bytes, *args):
     """LiteRT's and ours, made with the same positional arguments."""
     return litert.Interpreter(None, model, *args), Interpreter(None, model, *args)

@@ -147,7 +147,7 @@ def test_every_error_is_in_one_family():
         assert issubclass(cls, TfliteTaichiError)
 
 
-# -- malformed files, in the user's terms (issue 14, item 12) ---------------------------------
+# -- malformed files, in the user's terms --------------------------------------------------------
 def _model_with_weights():
     """A model whose file, like a converter's, is mostly constant data (64 KiB of weights)."""
     b = ModelBuilder()

@@ -1,6 +1,6 @@
 """Whole real models (../shared/models) through the Interpreter API against LiteRT.
 
-Tolerances (issue 2): a float model within 1e-4 of the output's largest magnitude (float32
+Tolerances: a float model within 1e-4 of the output's largest magnitude (float32
 summation order differs between numpy's BLAS and LiteRT's kernels over ~30 layers); an int8
 model within 3 units (our float view rounds once per op where LiteRT's integer kernels use
 fixed-point multipliers, and one-unit differences can propagate a few layers).

@@ -761,7 +761,7 @@ def test_resource_variables_assigned_in_called_subgraphs_hold_across_invokes(tai
 
 # -- a converted recurrent loop: the body slices its step by the loop counter ------------------
 def sequence_loop_model(steps, features, write_states=False):
-    """What TF's converter writes for a recurrent layer it does not fuse (issue 14, item 4):
+    """What TF's converter writes for a recurrent layer it does not fuse:
     a WHILE whose body reads step i of the sequence with SLICE(seq, [i, 0], [1, F]), the begin
     computed from the loop counter (so only known at invoke), and carries the state:
     h = TANH(0.5 * h + x_i) for i in 0..steps-1; outputs the last h. write_states: it also

@@ -1,5 +1,5 @@
 """ops/index.py, the name -> family map by which `import tflite_taichi` leaves the op families
-unimported until a model names one of their ops (issue 28, item 6)."""
+unimported until a model names one of their ops (a fast import)."""
 import json
 import subprocess
 import sys

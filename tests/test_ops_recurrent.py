@@ -395,7 +395,7 @@ def test_hybrid_rounding_ties_match_litert(asymmetric):
 
 
 def test_a_wrong_rounding_near_an_input_tie_fails(monkeypatch):
-    """Issue 27's mutation: quantized values within 1e-3 of a .5 boundary rounded the wrong way.
+    """A mutation the suite once let through: quantized values within 1e-3 of a .5 boundary rounded the wrong way.
     An input row near a tie (1.5002 steps) is quantized identically by ours and LiteRT, so the
     draw is not exempt (the old near_tie skipped it: any vector, margin 1e-3)."""
     c = dict(B=1, I=6, U=3, T=1, sequence=False, time_major=True, act="NONE", hybrid=True,

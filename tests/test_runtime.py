@@ -1,4 +1,4 @@
-"""The runtime under the delegate (issue #12): programs on Taichi's C API, buffers that stay on
+"""The runtime under the delegate: programs on Taichi's C API, buffers that stay on
 the device, one wait per invoke (one more per CPU op that reads a partition's result), the
 Python-runtime fallback, close() and lifetime, remembered backend probes."""
 import json
@@ -172,7 +172,7 @@ def test_close_frees_device_memory_and_the_interpreter_can_allocate_again(tmp_pa
 @pytest.mark.parametrize("backend", [b for b in ("cpu", "vulkan") if b in
                                      os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl")])
 def test_creating_and_destroying_interpreters_does_not_grow_the_process(tmp_path, backend):
-    """The short form of bench/lifetime.py (issue #12: 100 cycles may grow RSS by 20 MB at most):
+    """The short form of bench/lifetime.py (100 cycles may grow RSS by 20 MB at most):
     30 create/allocate/invoke/destroy cycles of one model after 5 to settle. Loaded modules are
     shared within the process (Taichi's gfx runtime frees nothing when one is destroyed: 3.8 MB
     per cycle on lavapipe without that)."""

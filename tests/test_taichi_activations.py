@@ -3,12 +3,14 @@ delegate (cpu, vulkan, opengl workers; fp16 on vulkan; gles) vs the reference pa
 one-op models (and one QUANTIZE -> op -> DEQUANTIZE chain). Tolerances:
 tflite_taichi.testing.TAICHI_RTOL; a quantized output within 1 unit.
 
-The attribute space is the LiteRT tests' (test_ops_activations.py, test_ops_quantize.py), with
-LiteRT's int8 constraints relaxed where only LiteRT needs them (any output quantization for
-LOGISTIC, SOFTMAX, HARD_SWISH here), and input magnitudes that reach LOGISTIC's cut-offs and
-TANH's saturation. A quantized model input is dequantized on the CPU, so QUANTIZE of a float
-input, int8 -> int8 requantization and DEQUANTIZE of an int8 input all run inside the
-partition, as a snap to the output's grid or an identity."""
+One case table (ACTIVATION_ROWS, tests/cases/activations.py: a row per op and dtype) drives one
+property test. The attribute space is the LiteRT tests' (test_ops_activations.py,
+test_ops_quantize.py), with LiteRT's int8 constraints relaxed where only LiteRT needs them (any
+output quantization for LOGISTIC, SOFTMAX, HARD_SWISH here), and input magnitudes that reach
+LOGISTIC's cut-offs and TANH's saturation. A quantized model input is dequantized on the CPU,
+so QUANTIZE of a float input, int8 -> int8 requantization and DEQUANTIZE of an int8 input all
+run inside the partition, as a snap to the output's grid or an identity. Cut-off regions, long
+rows, broadcast alphas, chains, fp16, GLES and what stays on the CPU have their own tests."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -16,46 +18,16 @@ from hypothesis import given, settings, strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate, check_op,
                                    one_op_model, quantize_array, strategies)
-from cases.activations import FIXED_OUTPUT_QUANT, UNARY, prelu_int8_case, prelu_shapes
-from cases.quantize import INTS, REQUANTIZE, _real_range, quant_params
+from cases.activations import ACTIVATION_ROWS, uniform_data as _data
+from cases.quantize import _real_range
+from cases.table import row_id
 
 S = strategies()
-MAGNITUDES = [1.0, 4.0, 12.0, 20.0]     # 12: below LOGISTIC's -9 cut-off; 20: above 16.6
 
 
-def _data(rng, shape, magnitude):
-    return rng.uniform(-magnitude, magnitude, shape).astype(np.float32)
-
-
-# The property tests go through check_op, the helper a user's op gets: a strategy of cases
-# (model, inputs[, check_delegate's options]; inputs None: seeded from the model), each run on
-# the reference path and on every worker's backend, delegated and matching.
-
-# -- element-wise activations --------------------------------------------------------------------
-@st.composite
-def unary_float32_cases(draw, op):
-    shape, magnitude = draw(S.shapes(0, 4)), draw(st.sampled_from(MAGNITUDES))
-    rng = np.random.default_rng(draw(S.seeds()))
-    return one_op_model(op, [Input(shape)], [Output(shape)]), [_data(rng, shape, magnitude)]
-
-
-@st.composite
-def unary_int8_cases(draw, op):
-    shape, qi = draw(S.shapes(0, 4)), draw(S.quant_params())
-    fixed = FIXED_OUTPUT_QUANT.get(op)
-    qo = draw(S.quant_params() if fixed is None else st.just(fixed) | S.quant_params())
-    model = one_op_model(op, [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)])
-    return model, None, {"seed": draw(S.seeds())}
-
-
-@pytest.mark.parametrize("op", UNARY)
-def test_unary_float32_delegate_matches_reference(taichi_workers, op):
-    check_op(unary_float32_cases(op), workers=taichi_workers)
-
-
-@pytest.mark.parametrize("op", UNARY)
-def test_unary_int8_delegate_matches_reference(taichi_workers, op):
-    check_op(unary_int8_cases(op), workers=taichi_workers)
+@pytest.mark.parametrize("row", ACTIVATION_ROWS, ids=row_id)
+def test_op_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
 
 
 def test_logistic_cut_off_regions_delegate_matches_reference(taichi_workers):
@@ -68,61 +40,7 @@ def test_logistic_cut_off_regions_delegate_matches_reference(taichi_workers):
     check_delegate(model, taichi_workers, [above])
 
 
-@st.composite
-def leaky_relu_float32_cases(draw):
-    shape, alpha = draw(S.shapes(0, 4)), draw(st.floats(-2, 2))
-    rng = np.random.default_rng(draw(S.seeds()))
-    model = one_op_model("LEAKY_RELU", [Input(shape)], [Output(shape)], alpha=alpha)
-    return model, [_data(rng, shape, 3.0)]
-
-
-@st.composite
-def leaky_relu_int8_cases(draw):
-    shape, alpha = draw(S.shapes(0, 4)), draw(st.floats(0, 1.5))
-    qi, qo = draw(S.quant_params()), draw(S.quant_params())
-    model = one_op_model("LEAKY_RELU", [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)],
-                         alpha=alpha)
-    return model, None, {"seed": draw(S.seeds())}
-
-
-def test_leaky_relu_float32_delegate_matches_reference(taichi_workers):
-    check_op(leaky_relu_float32_cases(), workers=taichi_workers)
-
-
-def test_leaky_relu_int8_delegate_matches_reference(taichi_workers):
-    check_op(leaky_relu_int8_cases(), workers=taichi_workers)
-
-
 # -- SOFTMAX ---------------------------------------------------------------------------------------
-@st.composite
-def softmax_float32_cases(draw):
-    shape = draw(S.shapes(1, 4, 1, 7))
-    beta = draw(st.sampled_from([1.0, 0.5, 2.0, 0.01]) | st.floats(-3, 3))
-    magnitude = draw(st.sampled_from([1.0, 10.0, 60.0]))
-    rng = np.random.default_rng(draw(S.seeds()))
-    model = one_op_model("SOFTMAX", [Input(shape)], [Output(shape)], beta=beta)
-    return model, [_data(rng, shape, magnitude)]
-
-
-@st.composite
-def softmax_int8_cases(draw):
-    shape = draw(S.shapes(1, 4, 1, 7))
-    beta = draw(st.sampled_from([1.0, 0.5, 2.0]) | st.floats(0.05, 4))
-    qi = draw(st.tuples(S.scales(1e-3, 0.5), st.integers(-128, 127)))
-    qo = draw(st.just(FIXED_OUTPUT_QUANT["SOFTMAX"]) | S.quant_params())
-    model = one_op_model("SOFTMAX", [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)],
-                         beta=beta)
-    return model, None, {"seed": draw(S.seeds())}
-
-
-def test_softmax_float32_delegate_matches_reference(taichi_workers):
-    check_op(softmax_float32_cases(), workers=taichi_workers)
-
-
-def test_softmax_int8_delegate_matches_reference(taichi_workers):
-    check_op(softmax_int8_cases(), workers=taichi_workers)
-
-
 def test_softmax_long_rows_delegate_matches_reference(taichi_workers):
     """One thread per row: a classifier-like 2 x 1001 row and many short rows."""
     rng = np.random.default_rng(5)
@@ -132,31 +50,6 @@ def test_softmax_long_rows_delegate_matches_reference(taichi_workers):
 
 
 # -- PRELU -----------------------------------------------------------------------------------------
-@st.composite
-def prelu_float32_cases(draw):
-    (shape, alpha_shape), const_alpha = draw(prelu_shapes()), draw(st.booleans())
-    rng = np.random.default_rng(draw(S.seeds()))
-    alpha = rng.uniform(-1, 2, alpha_shape).astype(np.float32)
-    alpha_in = Const(alpha) if const_alpha else Input(alpha_shape)
-    model = one_op_model("PRELU", [Input(shape), alpha_in], [Output(shape)])
-    return model, [_data(rng, shape, 3.0)] + ([] if const_alpha else [alpha])
-
-
-@st.composite
-def prelu_int8_cases(draw):
-    shapes, const_alpha = draw(prelu_shapes()), draw(st.booleans())
-    qi, qa, qo = draw(S.quant_params()), draw(S.quant_params()), draw(S.quant_params())
-    return prelu_int8_case(shapes, const_alpha, qi, qa, qo, draw(S.seeds()))
-
-
-def test_prelu_float32_delegate_matches_reference(taichi_workers):
-    check_op(prelu_float32_cases(), workers=taichi_workers)
-
-
-def test_prelu_int8_delegate_matches_reference(taichi_workers):
-    check_op(prelu_int8_cases(), workers=taichi_workers)
-
-
 @pytest.mark.parametrize("alpha_shape", [(3, 1), (2, 1, 4), (1, 3, 1), (4,), ()])
 def test_prelu_broadcast_alpha_delegate_matches_reference(taichi_workers, alpha_shape):
     """alpha with size-1 dims inside (repeated along them) or a scalar alpha."""
@@ -169,57 +62,6 @@ def test_prelu_broadcast_alpha_delegate_matches_reference(taichi_workers, alpha_
 
 
 # -- QUANTIZE / DEQUANTIZE -------------------------------------------------------------------------
-@st.composite
-def quantize_float32_cases(draw, dtype):
-    q, shape = draw(quant_params(INTS[dtype])), draw(S.shapes(0, 4))
-    rng = np.random.default_rng(draw(S.seeds()))
-    lo, hi = _real_range(INTS[dtype], q)        # past both ends: the store's clamp is exercised
-    x = rng.uniform(lo, hi, shape).astype(np.float32)
-    return one_op_model("QUANTIZE", [Input(shape)], [Output(shape, INTS[dtype], q)]), [x]
-
-
-@st.composite
-def requantize_cases(draw, src, dst):
-    qi, qo = draw(quant_params(INTS[src])), draw(quant_params(INTS[dst]))
-    shape = draw(S.shapes(0, 4))
-    model = one_op_model("QUANTIZE", [Input(shape, INTS[src], qi)], [Output(shape, INTS[dst], qo)])
-    return model, None, {"seed": draw(S.seeds())}
-
-
-@st.composite
-def dequantize_int_cases(draw, dtype):
-    q, shape = draw(quant_params(INTS[dtype])), draw(S.shapes(0, 4))
-    model = one_op_model("DEQUANTIZE", [Input(shape, INTS[dtype], q)], [Output(shape)])
-    return model, None, {"seed": draw(S.seeds())}
-
-
-@st.composite
-def dequantize_float16_cases(draw):
-    shape, magnitude = draw(S.shapes(0, 4)), draw(st.sampled_from([1.0, 100.0, 60000.0]))
-    rng = np.random.default_rng(draw(S.seeds()))
-    x = rng.uniform(-magnitude, magnitude, shape).astype(np.float16)
-    return one_op_model("DEQUANTIZE", [Input(shape, np.float16)], [Output(shape)]), [x]
-
-
-@pytest.mark.parametrize("dtype", list(INTS))
-def test_quantize_float32_delegate_matches_reference(taichi_workers, dtype):
-    check_op(quantize_float32_cases(dtype), workers=taichi_workers)
-
-
-@pytest.mark.parametrize("src,dst", REQUANTIZE)
-def test_requantize_delegate_matches_reference(taichi_workers, src, dst):
-    check_op(requantize_cases(src, dst), workers=taichi_workers)
-
-
-@pytest.mark.parametrize("dtype", list(INTS))
-def test_dequantize_int_delegate_matches_reference(taichi_workers, dtype):
-    check_op(dequantize_int_cases(dtype), workers=taichi_workers)
-
-
-def test_dequantize_float16_delegate_matches_reference(taichi_workers):
-    check_op(dequantize_float16_cases(), workers=taichi_workers)
-
-
 def _chain_model(op, shape, q8, q_mid, **options):
     """float -> QUANTIZE (int8) -> op (int8) -> DEQUANTIZE -> float: a quantized model's
     boundary ops around one int8 op, all in one partition (quantized tensors in the arena)."""

@@ -2,110 +2,28 @@
 the reference path. Tolerances: tflite_taichi.testing.TAICHI_RTOL; a quantized output within 1
 unit.
 
-The attribute space is the LiteRT tests' (test_ops_arith.py: the same data generators), the op
-drawn inside each test so that every op is covered without a test (and its compiles) per op.
+One case table (ARITH_ROWS, tests/cases/arith.py) drives one property test; each row draws the
+op inside each example, so that every op is covered without a test (and its compiles) per op.
+The attribute space is the LiteRT tests' (test_ops_arith.py: the same data generators).
 int8 runs every op, LiteRT's int8 kernels or not: on the float view each is the float formula
 with the output snapped to its grid. Special values (NaN, +-inf, zeros, negatives under LOG and
 SQRT, ROUND's ties, FLOOR_DIV's near-integer quotients) go through one multi-op model: one
-compile per backend. ATAN2 (its own polynomial and special-value branches) has its own tests
-at the end: float32 and int8 broadcasting, every special pair, fused into its producer's store.
+compile per backend. ATAN2 (its own polynomial and special-value branches) has its rows in the
+table and its own tests at the end: every special pair, fused into its producer's store.
 RIGHT_SHIFT has no Taichi part (integers stay on the CPU)."""
 import numpy as np
 import pytest
-from hypothesis import strategies as st
 
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op, one_op_model,
-                                   strategies)
-from cases.arith import (ATAN2_SPECIALS, BINARY, UNARY, atan2_data, binary_data, unary_data,
+from tflite_taichi.testing import Const, Input, Output, check_delegate, check_op, one_op_model
+from cases.arith import (ARITH_ROWS, ATAN2_SPECIALS, BINARY, UNARY_VARIANTS, atan2_data,
                          unary_options)
-from cases.elementwise import broadcast_pair
-
-S = strategies()
-# GELU twice: its erfc form and (approximate) its tanh form
-UNARY_VARIANTS = [(op, False) for op in UNARY] + [("GELU", True)]
+from cases.table import row_id
 
 
-# The property tests go through check_op, the helper a user's op gets: a strategy of cases
-# (model, inputs[, check_delegate's options]; inputs None: seeded from the model), each run on
-# the reference path and on every worker's backend, delegated and matching.
-@st.composite
-def unary_float32_cases(draw):
-    op, approximate = draw(st.sampled_from(UNARY_VARIANTS))
-    shape, magnitude = draw(S.shapes(0, 4)), draw(st.sampled_from([1.0, 4.0, 30.0]))
-    rng = np.random.default_rng(draw(S.seeds()))
-    model = one_op_model(op, [Input(shape)], [Output(shape)], **unary_options(op, approximate))
-    return model, [unary_data(op, rng, shape, magnitude)]
-
-
-@st.composite
-def unary_int8_cases(draw):
-    op, approximate = draw(st.sampled_from(UNARY_VARIANTS))
-    shape, qi, qo = draw(S.shapes(0, 4)), draw(S.quant_params()), draw(S.quant_params())
-    model = one_op_model(op, [Input(shape, np.int8, qi)], [Output(shape, np.int8, qo)],
-                         **unary_options(op, approximate))
-    return model, None, {"seed": draw(S.seeds())}
-
-
-@st.composite
-def binary_float32_cases(draw):
-    op, (a_shape, b_shape, out_shape) = draw(st.sampled_from(BINARY)), draw(broadcast_pair())
-    const_rhs, decimals = draw(st.booleans()), draw(st.booleans())
-    rng = np.random.default_rng(draw(S.seeds()))
-    a, b = binary_data(op, rng, a_shape, b_shape, decimals)
-    model = one_op_model(op, [Input(a_shape), Const(b) if const_rhs else Input(b_shape)],
-                         [Output(out_shape)])
-    return model, [a] + ([] if const_rhs else [b])
-
-
-@st.composite
-def binary_int8_cases(draw, op=None):
-    op = op or draw(st.sampled_from(BINARY))
-    a_shape, b_shape, out_shape = draw(broadcast_pair())
-    qa, qb, qo = draw(S.quant_params()), draw(S.quant_params()), draw(S.quant_params())
-    model = one_op_model(op, [Input(a_shape, np.int8, qa), Input(b_shape, np.int8, qb)],
-                         [Output(out_shape, np.int8, qo)])
-    return model, None, {"seed": draw(S.seeds())}
-
-
-@st.composite
-def add_n_cases(draw):
-    n, shape = draw(st.integers(2, 5)), draw(S.shapes(0, 4))
-    consts = draw(st.lists(st.booleans(), min_size=5, max_size=5))
-    quantized, q, seed = draw(st.booleans()), draw(S.quant_params()), draw(S.seeds())
-    consts[0] = False
-    if quantized:
-        ins = [Input(shape, np.int8, q)] * n
-        return one_op_model("ADD_N", ins, [Output(shape, np.int8, q)]), None, {"seed": seed}
-    rng = np.random.default_rng(seed)
-    values = [rng.uniform(-3, 3, shape).astype(np.float32) for _ in range(n)]
-    ins = [Const(v) if c else Input(shape) for v, c in zip(values, consts)]
-    model = one_op_model("ADD_N", ins, [Output(shape)])
-    return model, [v for v, c in zip(values, consts) if not c]
-
-
-def test_unary_float32_delegate_matches_reference(taichi_workers):
-    check_op(unary_float32_cases(), workers=taichi_workers)
-
-
-def test_unary_int8_delegate_matches_reference(taichi_workers):
-    """Full int8 input range: negatives under LOG (-inf: the lowest value), SQRT and RSQRT (NaN:
-    the zero point), zero under RSQRT (inf: the highest value)."""
-    check_op(unary_int8_cases(), workers=taichi_workers)
-
-
-def test_binary_float32_delegate_matches_reference(taichi_workers):
-    check_op(binary_float32_cases(), workers=taichi_workers)
-
-
-def test_binary_int8_delegate_matches_reference(taichi_workers):
-    """Random grids: zero divisors (IEEE here, then snapped: inf to the grid's end, NaN to the
-    zero point) and POW of negative bases included."""
-    check_op(binary_int8_cases(), workers=taichi_workers)
-
-
-def test_add_n_delegate_matches_reference(taichi_workers):
-    check_op(add_n_cases(), workers=taichi_workers)
+@pytest.mark.parametrize("row", ARITH_ROWS, ids=row_id)
+def test_ops_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
 
 
 # -- special values: one model, every op -----------------------------------------------------------
@@ -190,26 +108,6 @@ def test_int32_stays_on_the_cpu(taichi_workers, op):
 
 
 # -- ATAN2 -----------------------------------------------------------------------------------------
-@st.composite
-def atan2_float32_cases(draw):
-    (a_shape, b_shape, out_shape), magnitude = draw(broadcast_pair()), draw(
-        st.sampled_from([1e-3, 1.0, 1e4]))
-    const_rhs = draw(st.booleans())
-    rng = np.random.default_rng(draw(S.seeds()))
-    y, x = atan2_data(rng, a_shape, magnitude), atan2_data(rng, b_shape, magnitude)
-    model = one_op_model("ATAN2", [Input(a_shape), Const(x) if const_rhs else Input(b_shape)],
-                         [Output(out_shape)])
-    return model, [y] + ([] if const_rhs else [x])
-
-
-def test_atan2_float32_delegate_matches_reference(taichi_workers):
-    check_op(atan2_float32_cases(), workers=taichi_workers)
-
-
-def test_atan2_int8_delegate_matches_reference(taichi_workers):
-    check_op(binary_int8_cases("ATAN2"), workers=taichi_workers)
-
-
 def _atan2_special_model(n):
     """ATAN2 of (y, x), and of (y + x, x): an ADD whose store hands the sum to the second
     ATAN2 (epilogue fusion), all in one partition."""

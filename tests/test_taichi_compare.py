@@ -1,30 +1,22 @@
 """Comparisons, LOGICAL_OR/NOT, SELECT/SELECT_V2 and CAST on the delegate (cpu, vulkan, opengl
 workers; fp16 on vulkan; gles) vs the reference path, over the LiteRT tests' case space. Bool
 outputs must match exactly (LiteRT's fixed-point rescaling of quantized comparisons included);
-float outputs within tflite_taichi.testing.TAICHI_RTOL."""
+float outputs within tflite_taichi.testing.TAICHI_RTOL. One case table (COMPARE_ROWS,
+tests/cases/compare.py: each row draws its ops inside each example) drives one property test;
+every int8 pair, int16 extremes, single elements, float16 rounding, a chain, fp16, GLES and what
+stays on the CPU have their own tests."""
 import numpy as np
-from hypothesis import strategies as st
+import pytest
 
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import Input, Output, check_delegate, check_op, one_op_model, strategies
-from tflite_taichi.ops.compare import COMPARISONS
-from cases.compare import (SWEEP_SCALES, cast_values_of, every_pair, float_compare_case,
-                           quantized_compare_case, select_model, select_shapes)
-from cases.elementwise import broadcast_pair
-
-S = strategies()
-CARRIED = [np.float32, np.float16, np.bool_]      # CAST's types the delegate carries
+from tflite_taichi.testing import Input, Output, check_delegate, check_op, one_op_model
+from cases.compare import COMPARE_ROWS, SWEEP_SCALES, every_pair, select_model
+from cases.table import row_id
 
 
-# The property tests go through check_op, the helper a user's op gets: a strategy of cases
-# (model, inputs[, check_delegate's options]; inputs None: seeded from the model), each run on
-# the reference path and on every worker's backend, delegated and matching.
-def test_float32_comparisons_delegate(taichi_workers):
-    check_op(st.sampled_from(COMPARISONS).flatmap(float_compare_case), workers=taichi_workers)
-
-
-def test_quantized_comparisons_delegate(taichi_workers):
-    check_op(st.sampled_from(COMPARISONS).flatmap(quantized_compare_case), workers=taichi_workers)
+@pytest.mark.parametrize("row", COMPARE_ROWS, ids=row_id)
+def test_ops_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
 
 
 def _sweep_model(dtype, pairs, n):
@@ -59,51 +51,10 @@ def test_int16_extremes_delegate(taichi_workers):
                                 256), taichi_workers, [a, bb, a, bb])
 
 
-@st.composite
-def bool_cases(draw):
-    op = draw(st.sampled_from(["LOGICAL_OR", "LOGICAL_NOT", "EQUAL", "NOT_EQUAL"]))
-    a_shape, b_shape, out_shape = draw(broadcast_pair())
-    if op == "LOGICAL_NOT":
-        model = one_op_model(op, [Input(a_shape, np.bool_)], [Output(a_shape, np.bool_)])
-    else:
-        model = one_op_model(op, [Input(a_shape, np.bool_), Input(b_shape, np.bool_)],
-                             [Output(out_shape, np.bool_)])
-    return model, None, {"seed": draw(S.seeds())}
-
-
-@st.composite
-def select_cases(draw):
-    op = draw(st.sampled_from(["SELECT", "SELECT_V2"]))
-    shapes = draw(select_shapes(op))
-    dtype, q = draw(st.sampled_from([np.float32, np.int8, np.bool_])), draw(S.quant_params())
-    model = select_model(op, shapes, dtype, q if dtype == np.int8 else None)
-    return model, None, {"seed": draw(S.seeds())}
-
-
-def test_logical_and_bool_comparisons_delegate(taichi_workers):
-    check_op(bool_cases(), workers=taichi_workers)
-
-
-def test_select_delegate(taichi_workers):
-    check_op(select_cases(), workers=taichi_workers)
-
-
 def test_select_of_single_elements_delegate(taichi_workers):
     """Every tensor one element: the output keeps its declared shape, ranks differ."""
     for op in ("SELECT", "SELECT_V2"):
         check_delegate(select_model(op, ((1, 1), (1,), (), (1, 1, 1))), taichi_workers, seed=2)
-
-
-@st.composite
-def cast_cases(draw):
-    src, dst = draw(st.sampled_from(CARRIED)), draw(st.sampled_from(CARRIED))
-    shape = draw(S.shapes(0, 3))
-    x = draw(cast_values_of(src, shape))
-    return one_op_model("CAST", [Input(shape, src)], [Output(shape, dst)]), [x]
-
-
-def test_cast_delegate(taichi_workers):
-    check_op(cast_cases(), workers=taichi_workers)
 
 
 def test_cast_to_float16_rounds_inside_a_partition(taichi_workers):

@@ -1,11 +1,13 @@
 """The Taichi delegate's CONV_2D (grouped too), DEPTHWISE_CONV_2D, TRANSPOSE_CONV,
-FULLY_CONNECTED, CUSTOM:Convolution2DTransposeBias (ops/conv.py), AVERAGE_POOL_2D,
+FULLY_CONNECTED, CUSTOM:Convolution2DTransposeBias (ops/conv/), AVERAGE_POOL_2D,
 MAX_POOL_2D and L2_POOL_2D (float32 only, as LiteRT) (ops/pooling.py) against the reference path, through one-op models, on every
 backend under test (cpu, vulkan, opengl; see conftest.py), float32 and int8; fp16 on vulkan;
 GLES; and the supports() refusal.
 
-Cases come from the LiteRT tests' generators (tests/cases/conv.py, cases/pooling.py), so
-the delegate sees the same attribute space. Float data are multiples of 1/8 (`_dyadic`): sums
+One case table (CONV_ROWS, tests/cases/conv.py: a row per op and dtype) drives one property
+test; its cases come from the LiteRT tests' generators (tests/cases/conv.py, cases/pooling.py),
+so the delegate sees the same attribute space. Global pools, fixed models (fp16, GLES) and
+the supports() refusal have their own tests. Float data are multiples of 1/8 (`_dyadic`): sums
 are then exact in float32 whatever the order, as the reference and the kernels sum differently.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL (1e-5 of the largest magnitude; fp16 2^-9) and
 one quantization unit for int8 outputs (check_delegate's rule)."""
@@ -15,200 +17,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from cases.conv import (_conv_options, _depthwise_options, _dyadic, _int8_bias, _int8_filter,
-                        _int8_output_scale, _tcb_options, _transpose_conv_model, conv_case,
-                        depthwise_case, fully_connected_case, tcb_case, transpose_conv_case)
-from cases.pooling import pool_case
+from cases.conv import CONV_ROWS, POOLS, _dyadic, _f32_inputs
+from cases.table import row_id
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate, check_op,
                                    one_op_model, strategies)
 
 S = strategies()
-POOLS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]         # float32 and int8
-FLOAT_POOLS = POOLS + ["L2_POOL_2D"]
 
 
-def _f32_inputs(rng, model_shapes):
-    return [_dyadic(rng, shape, 3) for shape in model_shapes]
-
-
-# -- models from the LiteRT tests' cases -------------------------------------------------------
-def _conv_model(c, rng, int8=None):
-    """int8: None for float32, else (draw, input quantization)."""
-    if int8 is None:
-        return one_op_model("CONV_2D", [Input(c["in_shape"]),
-                                        Const(_dyadic(rng, (c["c_out"], *c["k"], c["c_f"]), 1)),
-                                        Const(_dyadic(rng, c["c_out"], 1))],
-                            [Output(c["out_shape"])],
-                            **_conv_options(c["padding"], c["s"], c["d"], c["act"]))
-    draw, qi = int8
-    filt, fq, fscales = _int8_filter(draw, rng, (c["c_out"], *c["k"], c["c_f"]), 0)
-    qo = (_int8_output_scale(draw, qi[0], fscales, c["k"][0] * c["k"][1] * c["c_f"]),
-          draw(st.integers(-128, 127)))
-    return one_op_model("CONV_2D", [Input(c["in_shape"], np.int8, qi), Const(filt, fq),
-                                    _int8_bias(rng, qi[0], fscales, c["c_out"])],
-                        [Output(c["out_shape"], np.int8, qo)],
-                        **_conv_options(c["padding"], c["s"], c["d"], c["act"]))
-
-
-def _depthwise_model(c, rng, int8=None):
-    if int8 is None:
-        return one_op_model("DEPTHWISE_CONV_2D",
-                            [Input(c["in_shape"]), Const(_dyadic(rng, (1, *c["k"], c["c_out"]), 1)),
-                             Const(_dyadic(rng, c["c_out"], 1))],
-                            [Output(c["out_shape"])], version=2, **_depthwise_options(c))
-    draw, qi = int8
-    filt, fq, fscales = _int8_filter(draw, rng, (1, *c["k"], c["c_out"]), 3)
-    qo = (_int8_output_scale(draw, qi[0], fscales, c["k"][0] * c["k"][1]),
-          draw(st.integers(-128, 127)))
-    return one_op_model("DEPTHWISE_CONV_2D",
-                        [Input(c["in_shape"], np.int8, qi), Const(filt, fq),
-                         _int8_bias(rng, qi[0], fscales, c["c_out"])],
-                        [Output(c["out_shape"], np.int8, qo)], version=3,
-                        **_depthwise_options(c))
-
-
-def _tconv_model(c, rng, int8=None):
-    w_shape = (c["c_out"], *c["k"], c["in_shape"][3])
-    if int8 is None:
-        inputs = [Const(_dyadic(rng, w_shape, 1)), Input(c["in_shape"])]
-        if c["bias"]:
-            inputs.append(Const(_dyadic(rng, c["c_out"], 1)))
-        return _transpose_conv_model(c, inputs, Output(c["out_shape"]), 4)
-    draw, qi = int8
-    weights, wq, wscales = _int8_filter(draw, rng, w_shape, 0)
-    taps = -(-c["k"][0] // c["s"][0]) * -(-c["k"][1] // c["s"][1]) * c["in_shape"][3]
-    qo = (_int8_output_scale(draw, qi[0], wscales, taps), draw(st.integers(-128, 127)))
-    inputs = [Const(weights, wq), Input(c["in_shape"], np.int8, qi)]
-    if c["bias"]:
-        inputs.append(_int8_bias(rng, qi[0], wscales, c["c_out"]))
-    return _transpose_conv_model(c, inputs, Output(c["out_shape"], np.int8, qo), 4)
-
-
-def _fc_options(c):
-    return dict(keep_num_dims=c["keep"], fused_activation_function=c["act"])
-
-
-def _tcb_model(c, rng):
-    return one_op_model("CUSTOM:Convolution2DTransposeBias",
-                        [Input(c["in_shape"]),
-                         Const(_dyadic(rng, (c["c_out"], *c["k"], c["in_shape"][3]), 1)),
-                         Const(_dyadic(rng, c["c_out"], 1))],
-                        [Output(c["out_shape"])], custom_options=_tcb_options(c["padding"], c["s"]))
-
-
-# -- float32 and int8 on every backend -------------------------------------------------------------
-# The property tests go through check_op, the helper a user's op gets: a strategy of cases
-# (model, inputs[, check_delegate's options]; inputs None: seeded from the model), each run on
-# the reference path and on every worker's backend, delegated and matching.
-@st.composite
-def float32_cases(draw, case, make):
-    """`make(case, rng)`'s model for a drawn case, its input dyadic (exact sums in any order)."""
-    c, rng = draw(case), np.random.default_rng(draw(S.seeds()))
-    return make(c, rng), _f32_inputs(rng, [c["in_shape"]])
-
-
-@st.composite
-def int8_cases(draw, case, make):
-    """`make(case, rng, (draw, qi))`'s int8 model for a drawn case: filters, output scale and
-    zero point drawn inside; inputs seeded from the model."""
-    c, qi, seed = draw(case), draw(S.quant_params()), draw(S.seeds())
-    return make(c, np.random.default_rng(seed), (draw, qi)), None, {"seed": seed}
-
-
-@st.composite
-def fully_connected_float32_cases(draw):
-    """Constant weights (in the weights buffer) or weights and bias given at run time."""
-    c, const_weights = draw(fully_connected_case()), draw(st.booleans())
-    rng = np.random.default_rng(draw(S.seeds()))
-    weights = _dyadic(rng, (c["units"], c["depth"]), 1)
-    bias = _dyadic(rng, c["units"], 1)
-    x = _dyadic(rng, c["in_shape"], 3)
-    if const_weights:
-        ins, feeds = [Input(c["in_shape"]), Const(weights), Const(bias) if c["bias"] else None], [x]
-    else:
-        extra = [Input(bias.shape)] if c["bias"] else []
-        ins, feeds = [Input(c["in_shape"]), Input(weights.shape)] + extra, [x, weights]
-        feeds += [bias] if c["bias"] else []
-    return one_op_model("FULLY_CONNECTED", ins, [Output(c["out_shape"])], **_fc_options(c)), feeds
-
-
-@st.composite
-def fully_connected_int8_cases(draw):
-    c, qi, seed = draw(fully_connected_case()), draw(S.quant_params()), draw(S.seeds())
-    rng = np.random.default_rng(seed)
-    weights, wq, wscales = _int8_filter(draw, rng, (c["units"], c["depth"]), 0)
-    qo = (_int8_output_scale(draw, qi[0], wscales, c["depth"]), draw(st.integers(-128, 127)))
-    model = one_op_model("FULLY_CONNECTED",
-                         [Input(c["in_shape"], np.int8, qi), Const(weights, wq),
-                          _int8_bias(rng, qi[0], wscales, c["units"], c["bias"])],
-                         [Output(c["out_shape"], np.int8, qo)], **_fc_options(c))
-    return model, None, {"seed": seed}
-
-
-@st.composite
-def pool_float32_cases(draw, op):
-    case = draw(pool_case())
-    model = one_op_model(op, [Input(case["in_shape"])], [Output(case["out_shape"])],
-                         **case["options"])
-    return model, _f32_inputs(np.random.default_rng(draw(S.seeds())), [case["in_shape"]])
-
-
-@st.composite
-def pool_int8_cases(draw, op):
-    """One quantization for input and output (as converters write it), or two: the float
-    view handles both."""
-    case, qi, qo, same = draw(pool_case()), draw(S.quant_params()), draw(S.quant_params()), draw(
-        st.booleans())
-    model = one_op_model(op, [Input(case["in_shape"], np.int8, qi)],
-                         [Output(case["out_shape"], np.int8, qi if same else qo)],
-                         **case["options"])
-    return model, None, {"seed": draw(S.seeds())}
-
-
-def test_conv2d_float32(taichi_workers):
-    check_op(float32_cases(conv_case(), _conv_model), workers=taichi_workers)
-
-
-def test_conv2d_int8(taichi_workers):
-    check_op(int8_cases(conv_case(), _conv_model), workers=taichi_workers)
-
-
-def test_depthwise_float32(taichi_workers):
-    check_op(float32_cases(depthwise_case(), _depthwise_model), workers=taichi_workers)
-
-
-def test_depthwise_int8(taichi_workers):
-    check_op(int8_cases(depthwise_case(), _depthwise_model), workers=taichi_workers)
-
-
-def test_transpose_conv_float32(taichi_workers):
-    check_op(float32_cases(transpose_conv_case(), _tconv_model), workers=taichi_workers)
-
-
-def test_transpose_conv_int8(taichi_workers):
-    check_op(int8_cases(transpose_conv_case(), _tconv_model), workers=taichi_workers)
-
-
-def test_fully_connected_float32(taichi_workers):
-    check_op(fully_connected_float32_cases(), workers=taichi_workers)
-
-
-def test_fully_connected_int8(taichi_workers):
-    check_op(fully_connected_int8_cases(), workers=taichi_workers)
-
-
-def test_transpose_conv_bias_float32(taichi_workers):
-    check_op(float32_cases(tcb_case(stride_within_kernel=False), _tcb_model), workers=taichi_workers)
-
-
-@pytest.mark.parametrize("op", FLOAT_POOLS)
-def test_pool_float32(taichi_workers, op):
-    check_op(pool_float32_cases(op), workers=taichi_workers)
-
-
-@pytest.mark.parametrize("op", POOLS)
-def test_pool_int8(taichi_workers, op):
-    check_op(pool_int8_cases(op), workers=taichi_workers)
+@pytest.mark.parametrize("row", CONV_ROWS, ids=row_id)
+def test_op_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
 
 
 @st.composite

@@ -1,7 +1,7 @@
 """The delegate's speed paths against the reference, on shapes that take them (the op-family
 tests use small shapes, which do not):
 
-- split-K: CONV_2D and FULLY_CONNECTED with few outputs and a long reduction (ops/conv.py,
+- split-K: CONV_2D and FULLY_CONNECTED with few outputs and a long reduction (ops/conv/select.py,
   SPLIT_K_THREADS / SPLIT_K_MIN_TERMS), partial sums in arena scratch;
 - split reductions: MEAN / SUM / REDUCE_MAX with few outputs (ops/reduce.py);
 - chunked SOFTMAX over long rows (ops/activations.py);
@@ -153,7 +153,7 @@ def test_gemm_tile_shapes_follow_the_arch_and_the_class():
         assert gemm_choice(14 * 14, 512, 512, arch) is None                 # batch 1: the gather
         assert gemm_choice(112 * 112 * 32, 64, 32, arch) == GEMM_CONFIG     # batch 32: 64x64 tiles
     # PoseNet's 17x17 1024->1024 and DeepLab's 33x33x256: 32x32 tiles on vulkan only (measured
-    # faster there, slower on cuda: ops/conv.py SMALL_GRID_CONFIG)
+    # faster there, slower on cuda: ops/conv/select.py SMALL_GRID_CONFIG)
     assert gemm_choice(17 * 17, 1024, 1024, "vulkan") == SMALL_GRID_CONFIG
     assert gemm_choice(33 * 33, 256, 256, "vulkan") == SMALL_GRID_CONFIG
     for arch in ("cuda", "opengl", "x64"):

@@ -12,8 +12,8 @@ cancellation can magnify it. Each tensor stored in float16 adds half an ulp (2^-
 magnitude, each weight tensor rounded to float16 on the way another 2^-11, each float32 op a
 little slack. The bound is computed per tensor as the chain is built (counting every
 intermediate as stored: fusing an element-wise op into its producer's store only drops a
-rounding). A 1% error on each stored intermediate (issue27_mutations.md) is 20 half-ulps: it
-fails these tests."""
+rounding). A 1% error on each stored intermediate (a store mutated by hand to check these tests)
+is 20 half-ulps: it fails these tests."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -108,8 +108,8 @@ def test_a_conv_chain_in_fp16(fp16_workers):
 
 
 def test_a_wrong_store_one_percent_off_exceeds_the_bound():
-    """The mutation of issue27_mutations.md, simulated on the reference path (cheap: the real
-    store is inside a Taichi kernel): each stored conv output 1% high breaks the bound."""
+    """A store 1% off, simulated on the reference path (cheap: the real store is inside a Taichi
+    kernel): each stored conv output 1% high breaks the bound."""
     from tflite_taichi.interpreter import Interpreter
     from tflite_taichi.testing import assert_float_close
     shape, ops = (1, 5, 5, 3), ["CONV_2D", "DEPTHWISE_CONV_2D", "CONV_2D", "DEPTHWISE_CONV_2D"]

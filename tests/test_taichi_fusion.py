@@ -1,8 +1,8 @@
-"""Fusion declared by the op (issue #13, item 1): element-wise ops run inside their producer's
-store (`Fusion.epilogue_inputs`, `Fusion.stores_once`, kit.EpilogueRef), reshape-like ops address
-their input (`Fusion.alias_input`). Chains of random element-wise ops after a conv, a pool or
-an ADD, float32 and int8, against the reference on every Taichi backend under test; and each
-condition under which nothing may be fused."""
+"""Fusion declared by the op: element-wise ops run inside their producer's store
+(`Fusion.epilogue_inputs`, `Fusion.stores_once`, kit.EpilogueRef), reshape-like ops address their
+input (`Fusion.alias_input`). Chains of random element-wise ops after a conv, a pool or an ADD,
+float32 and int8, against the reference on every Taichi backend under test; and each condition
+under which nothing may be fused."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st

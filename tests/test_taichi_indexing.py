@@ -1,24 +1,20 @@
 """GATHER, GATHER_ND, ONE_HOT (constant indices) and CUMSUM (constant axis) on the delegate (cpu,
 vulkan, opengl workers; fp16 on vulkan; gles) vs the reference path, over the attribute space of
-the LiteRT tests (tests/test_ops_indexing.py); float32 and int8 drawn in one test per op to keep
-the compile count down. Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within
+the LiteRT tests (tests/test_ops_indexing.py). One case table (INDEXING_ROWS,
+tests/cases/indexing.py: a row per op, float32 and int8 drawn in it to keep the compile count
+down) drives one property test; many runs, long axes, fp16, GLES and what stays on the CPU have
+their own tests. Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within
 one quantization step. ARG_MAX, ARG_MIN, TOPK_V2 and WHERE have no Taichi part (int outputs or
 data-dependent shapes)."""
 import numpy as np
 import pytest
-from hypothesis import assume, strategies as st
 
 from tflite_taichi.ops.base import Node, TensorSpec, lookup
 from tflite_taichi.ops.indexing import CumsumOptions
 from tflite_taichi.ops.tables import MAX_RUNS, arithmetic_runs
-from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op,
-                                   one_op_model, strategies)
-from cases.indexing import (cumsum_case, cumsum_model, gather_case, gather_indices, gather_model,
-                            gather_nd_case, gather_nd_indices, gather_nd_model, one_hot_case,
-                            one_hot_indices)
-
-S = strategies()
-DTYPES = [np.float32, np.int8]
+from tflite_taichi.testing import Const, Input, Output, check_delegate, check_op, one_op_model
+from cases.indexing import INDEXING_ROWS, cumsum_model
+from cases.table import row_id
 
 
 def _assert_on_the_cpu(summaries, reason: str):
@@ -30,41 +26,12 @@ def _assert_on_the_cpu(summaries, reason: str):
             summary["fallback"]
 
 
+@pytest.mark.parametrize("row", INDEXING_ROWS, ids=row_id)
+def test_op_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
+
+
 # -- GATHER / GATHER_ND -------------------------------------------------------------------------
-@st.composite
-def gather_delegate_matches_reference_cases(draw):
-    case = draw(gather_case())
-    dtype = draw(st.sampled_from(DTYPES))
-    q = draw(S.quant_params())
-    seed = draw(S.seeds())
-    indices = gather_indices(case, seed)
-    # tables of more than MAX_RUNS runs stay on the CPU, by design (tested below): seen with 144
-    # random indices, a case the strategy draws now and then
-    assume(arithmetic_runs(indices) is not None)
-    model = gather_model(case, indices, True, dtype, q if dtype == np.int8 else None)
-    return model, None, {"seed": seed}
-
-
-def test_gather_delegate_matches_reference(taichi_workers):
-    check_op(gather_delegate_matches_reference_cases(), workers=taichi_workers)
-
-
-@st.composite
-def gather_nd_delegate_matches_reference_cases(draw):
-    case = draw(gather_nd_case())
-    dtype = draw(st.sampled_from(DTYPES))
-    q = draw(S.quant_params())
-    seed = draw(S.seeds())
-    indices = gather_nd_indices(case, seed)
-    assume(indices.size // max(indices.shape[-1], 1) <= MAX_RUNS)   # its offsets fit a run table
-    model = gather_nd_model(case, indices, True, dtype, q if dtype == np.int8 else None)
-    return model, None, {"seed": seed}
-
-
-def test_gather_nd_delegate_matches_reference(taichi_workers):
-    check_op(gather_nd_delegate_matches_reference_cases(), workers=taichi_workers)
-
-
 def test_gather_with_many_runs_matches_reference(taichi_workers):
     # a permutation of 40 channels (up to MAX_RUNS arithmetic runs) and a batch_dims gather
     perm = np.random.default_rng(0).permutation(40).astype(np.int32)
@@ -101,27 +68,6 @@ def test_gather_with_runtime_indices_stays_on_the_cpu(taichi_workers):
 
 
 # -- ONE_HOT ----------------------------------------------------------------------------------
-@st.composite
-def one_hot_delegate_matches_reference_cases(draw):
-    case = draw(one_hot_case())
-    on_const = draw(st.booleans())
-    values = draw(st.lists(st.floats(-5, 5, width=32),
-       min_size=2, max_size=2))
-    seed = draw(S.seeds())
-    ishape, depth, axis, out = case
-    on, off = (np.array(v, np.float32) for v in values)
-    assume(arithmetic_runs(one_hot_indices(case, seed)) is not None)     # else on the CPU, by design
-    model = one_op_model("ONE_HOT", [Const(one_hot_indices(case, seed)),
-                                     Const(np.array(depth, np.int32)),
-                                     Const(on) if on_const else Input(()), Input(())],
-                         [Output(out)], axis=axis)
-    return model, [off] if on_const else [on, off]
-
-
-def test_one_hot_delegate_matches_reference(taichi_workers):
-    check_op(one_hot_delegate_matches_reference_cases(), workers=taichi_workers)
-
-
 def test_one_hot_with_too_many_runs_stays_on_the_cpu(taichi_workers):
     idx = np.random.default_rng(5).integers(0, 10, 200).astype(np.int32)
     model = one_op_model("ONE_HOT", [Const(idx), Const(np.array(10, np.int32)), Input(()),
@@ -132,22 +78,6 @@ def test_one_hot_with_too_many_runs_stays_on_the_cpu(taichi_workers):
 
 
 # -- CUMSUM -----------------------------------------------------------------------------------
-@st.composite
-def cumsum_delegate_matches_reference_cases(draw):
-    case = draw(cumsum_case())
-    dtype = draw(st.sampled_from(DTYPES))
-    qi = draw(S.quant_params())
-    qo = draw(S.quant_params(scale_range=(0.02, 0.5)))
-    seed = draw(S.seeds())
-    int8 = dtype == np.int8
-    model = cumsum_model(case, dtype, qi if int8 else None, qo if int8 else None)
-    return model, None, {"seed": seed}
-
-
-def test_cumsum_delegate_matches_reference(taichi_workers):
-    check_op(cumsum_delegate_matches_reference_cases(), workers=taichi_workers)
-
-
 @pytest.mark.parametrize("shape, axis, exclusive, reverse", [
     ((3000,), 0, False, False), ((2, 1000, 3), 1, True, True), ((5, 400), -1, True, False)])
 def test_cumsum_long_axis_split_matches_reference(taichi_workers, shape, axis, exclusive, reverse):

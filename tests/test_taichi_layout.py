@@ -6,115 +6,22 @@ view onto the output's grid as the reference's fake-quant does) and bool (carrie
 attribute space is the LiteRT tests' (test_ops_layout.py), with the block ops at any rank and
 REVERSE_V2 with any axes. RANGE is always folded at prepare and has no Taichi part.
 MATRIX_DIAG, MATRIX_SET_DIAG and REVERSE_SEQUENCE (constant seq_lengths; run-time ones stay on
-the CPU) at the end, in the same three types.
+the CPU), in the same three types. One case table (LAYOUT_ROWS, tests/cases/layout.py: a row per
+op, each drawing its type) drives one property test; chains, fusion, fp16, GLES and what stays
+on the CPU have their own tests.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL."""
 import numpy as np
 import pytest
-from hypothesis import strategies as st
 
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import (Const, Input, Output, check_delegate, check_op,
-                                   one_op_model, strategies)
-from cases.layout import (block_case, broadcast_case, mirror_pad_case, reverse_case,
-                          reverse_sequence_case, set_diag_case, tile_case)
-
-S = strategies()
+from tflite_taichi.testing import Input, Output, check_delegate, check_op, one_op_model
+from cases.layout import LAYOUT_ROWS
+from cases.table import row_id
 
 
-@st.composite
-def types(draw, dtypes=("float32", "int8", "bool")):
-    """(numpy type, input quantization, output quantization); int8 outputs get their own grid."""
-    dtype = draw(st.sampled_from(dtypes))
-    if dtype == "int8":
-        return np.int8, draw(S.quant_params()), draw(S.quant_params())
-    return (np.bool_ if dtype == "bool" else np.float32), None, None
-
-
-def _i32(values):
-    return Const(np.array(values, np.int32))
-
-
-# -- affine gathers: TILE, BROADCAST_TO, REVERSE_V2 -------------------------------------------
-@st.composite
-def gather_model(draw, op):
-    t, qi, qo = draw(types())
-    if op == "TILE":
-        shape, multiples, out = draw(tile_case())
-        return one_op_model("TILE", [Input(shape, t, qi), _i32(multiples)], [Output(out, t, qo)])
-    if op == "BROADCAST_TO":
-        shape, target = draw(broadcast_case())
-        return one_op_model("BROADCAST_TO", [Input(shape, t, qi), _i32(target)],
-                            [Output(target, t, qo)], version=2)
-    shape, axes = draw(reverse_case(contiguous=False))
-    return one_op_model("REVERSE_V2", [Input(shape, t, qi), _i32(axes)], [Output(shape, t, qo)])
-
-
-@st.composite
-def gathers_delegate_cases(draw, op):
-    seed = draw(S.seeds())
-    return draw(gather_model(op)), None, {"seed": seed}
-
-
-@pytest.mark.parametrize("op", ["TILE", "BROADCAST_TO", "REVERSE_V2"])
-def test_gathers_delegate(taichi_workers, op):
-    check_op(gathers_delegate_cases(op), workers=taichi_workers)
-
-
-# -- MIRROR_PAD -------------------------------------------------------------------------------
-@st.composite
-def mirror_pad_delegate_cases(draw):
-    case = draw(mirror_pad_case())
-    seed = draw(S.seeds())
-    shape, pads, mode, out = case
-    t, qi, qo = draw(types())
-    model = one_op_model("MIRROR_PAD", [Input(shape, t, qi), Const(pads)], [Output(out, t, qo)],
-                         mode=mode)
-    return model, None, {"seed": seed}
-
-
-def test_mirror_pad_delegate(taichi_workers):
-    """Both modes, paddings up to what each allows."""
-    check_op(mirror_pad_delegate_cases(), workers=taichi_workers)
-
-
-# -- SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND -----------------------------------------------------
-@st.composite
-def block_ops_delegate_cases(draw, op):
-    case = draw(block_case(litert=False))
-    seed = draw(S.seeds())
-    block, pads, shape, out = case
-    if op == "BATCH_TO_SPACE_ND":
-        shape, out = out, shape
-    t, qi, qo = draw(types())
-    model = one_op_model(op, [Input(shape, t, qi), _i32(block), _i32(pads)], [Output(out, t, qo)])
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("op", ["SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND"])
-def test_block_ops_delegate(taichi_workers, op):
-    """Any number of spatial and remaining dims; SPACE_TO_BATCH_ND pads with the real 0 (an int8
-    output's zero point), BATCH_TO_SPACE_ND takes the paddings as crops."""
-    check_op(block_ops_delegate_cases(op), workers=taichi_workers)
-
-
-# -- FILL, ZEROS_LIKE -------------------------------------------------------------------------
-@st.composite
-def fill_and_zeros_like_delegate_cases(draw, op):
-    shape = draw(S.shapes(0, 4, 1, 5))
-    seed = draw(S.seeds())
-    t, qi, qo = draw(types())
-    if op == "FILL":
-        model = one_op_model("FILL", [_i32(shape), Input((), t, qi)], [Output(shape, t, qo)])
-    else:
-        model = one_op_model("ZEROS_LIKE", [Input(shape, t, qi)], [Output(shape, t, qo)])
-    return model, None, {"seed": seed}
-
-
-@pytest.mark.parametrize("op", ["FILL", "ZEROS_LIKE"])
-def test_fill_and_zeros_like_delegate(taichi_workers, op):
-    """FILL's value is a run-time scalar (a constant one is folded at prepare); an int8 output
-    with its own grid snaps it (ZEROS_LIKE: to its zero point)."""
-    check_op(fill_and_zeros_like_delegate_cases(op), workers=taichi_workers)
+@pytest.mark.parametrize("row", LAYOUT_ROWS, ids=row_id)
+def test_op_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
 
 
 # -- every op in one partition; fp16; GLES ----------------------------------------------------
@@ -197,35 +104,6 @@ def test_int32_tensors_stay_on_the_cpu_and_range_is_folded(taichi_workers):
         assert summary["ops_folded"] == 1 and summary["ops_delegated"] == 0
         assert {f["op"] for f in summary["fallback"]} == {"FILL", "ZEROS_LIKE"}
         assert all("int32" in f["reason"] for f in summary["fallback"]), summary["fallback"]
-
-
-# -- MATRIX_DIAG, MATRIX_SET_DIAG, REVERSE_SEQUENCE -------------------------------------------
-@st.composite
-def diag_or_sequence_model(draw, op):
-    """A one-op model of `op` in a drawn type; int8 inputs and output on their own grids."""
-    t, qi, qo = draw(types())
-    if op == "MATRIX_DIAG":
-        shape = draw(S.shapes(1, 3, 1, 5))
-        return one_op_model(op, [Input(shape, t, qi)], [Output(shape + (shape[-1],), t, qo)])
-    if op == "MATRIX_SET_DIAG":
-        shape, diag_shape = draw(set_diag_case())
-        qd = draw(S.quant_params()) if qi is not None else None
-        return one_op_model(op, [Input(shape, t, qi), Input(diag_shape, t, qd)],
-                            [Output(shape, t, qo)])
-    shape, seq, batch, lengths = draw(reverse_sequence_case())
-    return one_op_model(op, [Input(shape, t, qi), _i32(lengths)], [Output(shape, t, qo)],
-                        seq_dim=seq, batch_dim=batch)
-
-
-@st.composite
-def diag_and_reverse_sequence_delegate_cases(draw):
-    op = draw(st.sampled_from(["MATRIX_DIAG", "MATRIX_SET_DIAG", "REVERSE_SEQUENCE"]))
-    seed = draw(S.seeds())
-    return draw(diag_or_sequence_model(op)), None, {"seed": seed}
-
-
-def test_diag_and_reverse_sequence_delegate(taichi_workers):
-    check_op(diag_and_reverse_sequence_delegate_cases(), workers=taichi_workers)
 
 
 def _diag_sequence_model():

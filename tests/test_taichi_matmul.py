@@ -1,51 +1,20 @@
 """BATCH_MATMUL on the delegate (cpu, vulkan, opengl workers; fp16 on vulkan; gles) vs the
 reference path, over the attribute space of the LiteRT tests (run-time or constant RHS, the
 latter packed for the kernel; adj_x / adj_y; broadcast batch dimensions; split-K).
-Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within one quantization step."""
+Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within one quantization step.
+One case table (MATMUL_ROWS, tests/cases/matmul.py: a row per dtype) drives one property test;
+split-K, fp16 and GLES have their own tests."""
 import numpy as np
-from hypothesis import strategies as st
+import pytest
 
-from tflite_taichi.testing import check_delegate, check_op, strategies
-from cases.matmul import _hybrid, matmul_case, matmul_model, output_scale
-
-S = strategies()
-
-
-@st.composite
-def float32_delegate_matches_reference_cases(draw):
-    case = draw(matmul_case())
-    const = draw(st.booleans())
-    seed = draw(S.seeds())
-    rhs = (np.random.default_rng(seed).uniform(-3, 3, case[1]).astype(np.float32)
-           if const else None)
-    return matmul_model(case, rhs_const=rhs), None, {"seed": seed}
+from tflite_taichi.testing import check_delegate, check_op
+from cases.matmul import MATMUL_ROWS, matmul_model
+from cases.table import row_id
 
 
-def test_float32_delegate_matches_reference(taichi_workers):
-    check_op(float32_delegate_matches_reference_cases(), workers=taichi_workers)
-
-
-@st.composite
-def int8_delegate_matches_reference_cases(draw):
-    case = draw(matmul_case())
-    const = draw(st.sampled_from(["input", "int8", "hybrid"]))
-    ql = draw(S.quant_params())
-    qr = draw(S.quant_params())
-    zo = draw(st.integers(-20, 20))
-    widen = draw(st.floats(0.05, 1.0))
-    seed = draw(S.seeds())
-    if const == "hybrid":
-        model = _hybrid(case, seed)[0]
-    else:
-        qo = (output_scale(case, ql[0], qr[0], widen), zo)
-        rhs = (np.random.default_rng(seed).integers(-128, 128, case[1]).astype(np.int8)
-               if const == "int8" else None)
-        model = matmul_model(case, np.int8, (ql, qr, qo), rhs)
-    return model, None, {"seed": seed}
-
-
-def test_int8_delegate_matches_reference(taichi_workers):
-    check_op(int8_delegate_matches_reference_cases(), workers=taichi_workers)
+@pytest.mark.parametrize("row", MATMUL_ROWS, ids=row_id)
+def test_op_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
 
 
 def test_split_k(taichi_workers):

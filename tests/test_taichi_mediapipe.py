@@ -8,52 +8,20 @@ indices, plain or quantized, stay on the CPU (partition.delegate_reason). The de
 MaxUnpooling2D drops an index outside its window where the reference may place it in a
 neighbouring window (ops/mediapipe.py), so the unpooling tests draw indices inside the window,
 as MaxPoolingWithArgmax2D writes them.
-Tolerances: tflite_taichi.testing.TAICHI_RTOL (the values are copies: exact in fp32)."""
+Tolerances: tflite_taichi.testing.TAICHI_RTOL (the values are copies: exact in fp32). One case
+table (MEDIAPIPE_ROWS, tests/cases/mediapipe.py: a row per op) drives one property test; both
+ops in one partition, fp16, GLES and what stays on the CPU have their own tests."""
 import numpy as np
 import pytest
-from hypothesis import strategies as st
 
-from tflite_taichi.testing import check_delegate, check_op, strategies
-from cases.mediapipe import (_data, _window_indices, chain_model, pool_case, pool_model,
-                             unpool_case, unpool_model)
-
-S = strategies()
+from tflite_taichi.testing import check_delegate, check_op
+from cases.mediapipe import MEDIAPIPE_ROWS, _data, chain_model, pool_model
+from cases.table import row_id
 
 
-@st.composite
-def pool_delegate_matches_reference_cases(draw):
-    case = draw(pool_case())
-    ties = draw(st.booleans())
-    seed = draw(S.seeds())
-    x = _data(np.random.default_rng(seed), case["in_shape"], ties)
-    return pool_model(case), [x]
-
-
-def test_pool_delegate_matches_reference(taichi_workers):
-    check_op(pool_delegate_matches_reference_cases(), workers=taichi_workers)
-
-
-@st.composite
-def unpool_delegate_matches_reference_cases(draw):
-    case = draw(unpool_case())
-    overlap = draw(st.booleans())
-    fractional = draw(st.booleans())
-    seed = draw(S.seeds())
-    if overlap:
-        case = dict(case, s=(1, 1))
-    rng = np.random.default_rng(seed)
-    x = _data(rng, case["in_shape"])
-    index = _window_indices(rng, case).astype(np.float32)
-    if fractional:       # truncated toward zero: -0.5 is index 0
-        index = index + rng.uniform(-0.9 * (index == 0), 0.99, index.shape).astype(np.float32)
-    return unpool_model(case["in_shape"], case["f"], case["s"], case["padding"],
-                                case["act"]), [x, index]
-
-
-def test_unpool_delegate_matches_reference(taichi_workers):
-    """Every stride: gaps, padding before, overlapping windows (`overlap`: stride 1, so several
-    elements often land on one place, where the last in NHWC order wins)."""
-    check_op(unpool_delegate_matches_reference_cases(), workers=taichi_workers)
+@pytest.mark.parametrize("row", MEDIAPIPE_ROWS, ids=row_id)
+def test_op_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
 
 
 def test_pool_then_unpool_delegate_matches_reference(taichi_workers):

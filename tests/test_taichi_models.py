@@ -22,8 +22,9 @@ def _noise(path, detail, rng):
 
 
 def _realistic(path, detail, rng):
-    """What the model sees in use (issue 13, item 5: noise is not fp16's criterion): a head and
-    shoulders for the segmenter, a 1/f-spectrum picture for the others."""
+    """What the model sees in use (noise is not fp16's criterion: real inputs are smooth, so
+    float16's rounding averages out less): a head and shoulders for the segmenter, a
+    1/f-spectrum picture for the others."""
     _, h, w, c = detail["shape"]
     if "selfie" in os.path.basename(path):
         return synthetic_portrait(h, w, rng)
@@ -76,7 +77,7 @@ def test_fp16_on_vulkan_matches_litert_on_realistic_inputs(shared_models, vulkan
     _check(vulkan_workers[0], os.path.join(shared_models, f"{name}.tflite"), "fp16", _realistic)
 
 
-# Issue #4 asks for 20 seeded inputs; CI runs the first 3 of them (each is a full preserved-tensor
+# 20 seeded inputs in all; CI runs the first 3 of them (each is a full preserved-tensor
 # run of MobileNet on three software backends), TFLITE_TAICHI_FULL=1 runs all 20.
 INT8_INPUTS = 20 if os.environ.get("TFLITE_TAICHI_FULL") == "1" else 3
 

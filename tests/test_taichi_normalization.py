@@ -1,42 +1,20 @@
 """LOG_SOFTMAX, L2_NORMALIZATION, LOCAL_RESPONSE_NORMALIZATION on the delegate (cpu, vulkan,
 opengl workers; fp16 on vulkan; gles) vs the reference path, over the attribute space of the
 LiteRT tests. Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within one
-quantization step (check_delegate's rule)."""
-import numpy as np
-from hypothesis import given, settings, strategies as st
+quantization step (check_delegate's rule). One case table (NORMALIZATION_ROWS,
+tests/cases/normalization.py: each row draws the op inside each example, one compile per
+example for the family) drives one property test; fp16, GLES and long rows have their own
+tests."""
+import pytest
 
-from tflite_taichi.testing import TAICHI_EXAMPLES, check_delegate, check_op, strategies
-from cases.normalization import ROW_OPS, lrn_case, lrn_model, row_case, row_inputs, row_model
-
-S = strategies()
-
-
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(data=st.data(), seed=S.seeds())
-def test_float32_delegate_matches_reference(taichi_workers, data, seed):
-    # the op drawn in the test: one compile per example for the family
-    op = data.draw(st.sampled_from(ROW_OPS + ["LOCAL_RESPONSE_NORMALIZATION"]))
-    if op == "LOCAL_RESPONSE_NORMALIZATION":
-        shape, options = data.draw(lrn_case())
-        check_delegate(lrn_model(shape, options), taichi_workers, seed=seed)
-        return
-    shape, spread = data.draw(row_case(op))
-    zero_rows = op == "L2_NORMALIZATION" and data.draw(st.booleans())
-    check_delegate(row_model(op, shape), taichi_workers, row_inputs(shape, spread, seed, zero_rows))
+from tflite_taichi.testing import check_delegate, check_op
+from cases.normalization import NORMALIZATION_ROWS, ROW_OPS, lrn_model, row_inputs, row_model
+from cases.table import row_id
 
 
-@st.composite
-def row_ops_int8_delegate_matches_reference_cases(draw):
-    seed = draw(S.seeds())
-    op = draw(st.sampled_from(ROW_OPS))
-    dtype = draw(st.sampled_from([np.int8, np.uint8]))
-    shape, _ = draw(row_case(op))
-    qi = draw(S.quant_params(dtype, scale_range=(1e-3, 0.5)))
-    return row_model(op, shape, dtype, qi), None, {"seed": seed}
-
-
-def test_row_ops_int8_delegate_matches_reference(taichi_workers):
-    check_op(row_ops_int8_delegate_matches_reference_cases(), workers=taichi_workers)
+@pytest.mark.parametrize("row", NORMALIZATION_ROWS, ids=row_id)
+def test_ops_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
 
 
 def test_normalization_fp16_on_vulkan(vulkan_workers):

@@ -1,7 +1,8 @@
 """LSTM (FULL and BASIC kernels) and UNIDIRECTIONAL_SEQUENCE_LSTM on the delegate (cpu, vulkan,
 opengl workers; fp16 on vulkan; gles) vs the reference path, over the attribute space of
 tests/test_ops_sequence.py (layer norm, projection, CIFG, peepholes, every activation, clips,
-time_major, diagonal recurrent weights, 1 to 8 time steps). The op is drawn inside each test,
+time_major, diagonal recurrent weights, 1 to 8 time steps). One case table (SEQUENCE_ROWS,
+tests/cases/sequence.py) drives one property test; each row draws the op inside each example,
 so one compile per example covers all three. Most models feed output_state and cell_state as
 inputs (random, non-zero) or as zero constants (a first invoke's); as variable tensors (what
 LiteRT requires), the delegate keeps them in slots of its io buffer across invokes and the op's
@@ -11,63 +12,22 @@ tflite_taichi.testing.TAICHI_RTOL; int8 within one quantization step."""
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from tflite_taichi import Interpreter
 from tflite_taichi.testing import (TAICHI_EXAMPLES, TAICHI_RTOL, assert_float_close,
                                    check_delegate, check_op, run_sequence, strategies)
-from cases.sequence import (BASE_SEQUENCE, _zero_state, basic_inputs, basic_model,
-                            layer_norm_gain, lstm_case, lstm_model, sequence_case, x_shape)
+from cases.sequence import (BASE_SEQUENCE, SEQUENCE_ROWS, basic_inputs, basic_model, full_case,
+                            lstm_inputs as _inputs, lstm_model, x_shape)
+from cases.table import row_id
 
 S = strategies()
-ALL_ACTIVATIONS = ["TANH", "RELU", "RELU6", "RELU_N1_TO_1", "SIGN_BIT", "NONE"]
 
 
-def _inputs(case, seed):
-    """x, output_state, cell_state: uniform reals."""
-    rng = np.random.default_rng(seed)
-    B = case["n_batch"]
-    shapes = [x_shape(case), (B, case["n_output"]), (B, case["n_cell"])]
-    return [rng.uniform(-2, 2, s).astype(np.float32) for s in shapes]
-
-
-@st.composite
-def full_case(draw, **kwargs):
-    """An LSTM (FULL kernel) or UNIDIRECTIONAL_SEQUENCE_LSTM case."""
-    return draw(st.one_of(lstm_case(**kwargs), sequence_case(max_time=8, **kwargs)))
-
-
-@settings(max_examples=TAICHI_EXAMPLES)
-@given(kind=st.sampled_from(["full", "full", "basic"]),
-       case=full_case(activations=ALL_ACTIVATIONS), zero_state=st.booleans(),
-       basic=st.tuples(st.integers(1, 3), st.integers(1, 6), st.integers(1, 6)), seed=S.seeds())
-def test_float32_delegate_matches_reference(taichi_workers, kind, case, zero_state, basic, seed):
-    if kind == "basic":
-        check_delegate(basic_model(*basic, seed), taichi_workers, basic_inputs(*basic, seed + 1))
-        return
-    model = lstm_model(case, "zero" if zero_state else "input")   # zero: a first invoke's form
-    inputs = _inputs(case, seed)[:1] if zero_state else _inputs(case, seed)
-    # the tolerance times the layer norm's amplification of float32 rounding in this draw
-    # (cases.sequence.layer_norm_gain: 1 without layer norm or with one cell); nothing skipped
-    state = _zero_state(case) if zero_state else inputs[1:]
-    gain = layer_norm_gain(case, inputs[0], *state)
-    check_delegate(model, taichi_workers, inputs, rtol=TAICHI_RTOL["fp32"] * gain)
-
-
-@st.composite
-def int8_delegate_matches_reference_cases(draw):
-    case = draw(full_case())
-    qx = draw(S.quant_params())
-    qh = draw(S.quant_params())
-    qo = draw(S.quant_params())
-    wq = draw(S.scales(2e-3, 1e-2))
-    seed = draw(S.seeds())
-    model = lstm_model(case, "input", x_q=qx, out_q=qo, state_q=(qh, None), weight_q=wq)
-    return model, None, {"seed": seed}
-
-
-def test_int8_delegate_matches_reference(taichi_workers):
-    check_op(int8_delegate_matches_reference_cases(), workers=taichi_workers)
+@pytest.mark.parametrize("row", SEQUENCE_ROWS, ids=row_id)
+def test_ops_on_the_delegate(taichi_workers, row):
+    check_op(row.cases, workers=taichi_workers)
 
 
 def test_fp16_on_vulkan(vulkan_workers):

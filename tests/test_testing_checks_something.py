@@ -1,4 +1,5 @@
-"""tflite_taichi.testing refuses to check nothing (issue 27, item 5): with no backend worker
+"""tflite_taichi.testing refuses to check nothing (a test that checks nothing passes
+whatever the code does): with no backend worker
 (an empty TFLITE_TAICHI_TEST_BACKENDS, or a user's check_op without workers or LiteRT) only the
 reference path would run and nothing would be compared, so check_op and check_delegate raise."""
 import numpy as np

@@ -1,5 +1,5 @@
-"""What a partition costs on a GPU backend against the numpy path, for backend='auto' (issue #13,
-item 4): a partition the CPU runs faster stays on the CPU, and summary() says why.
+"""What a partition costs on a GPU backend against the numpy path, for backend='auto': a
+partition the CPU runs faster stays on the CPU, and summary() says why.
 
 An invoke that runs a partition pays the backend's fixed cost (launch, the host link's copies,
 the wait: Vulkan's wait alone is ~0.56 ms) and a cost per further task; the numpy path pays a
@@ -54,7 +54,7 @@ def work_us(steps) -> float:
 
 # Taichi's CPU backends hand every top-level loop to their thread pool and wait for it; a
 # partition whose whole work is below this runs each loop serially in the caller's thread
-# instead (issue 29, item 2; bench/results/issue29_cpu_2core.md)
+# instead (bench/results/cpu_taichi_2core.md)
 SERIAL_BELOW_US = 50.0
 
 
@@ -66,8 +66,7 @@ def cpu_loop_threads(steps, budget: int) -> int:
 
 # backend='auto' without a GPU keeps an op that declares `numpy_faster_on_cpu` on numpy only
 # where its work is at least this: below it, numpy's per-op cost (NUMPY["op_us"]) and the
-# crossing between the paths outweigh what BLAS saves (issue 29, item 5;
-# bench/results/issue29_cpu_2core.md)
+# crossing between the paths outweigh what BLAS saves (bench/results/cpu_taichi_2core.md)
 NUMPY_CPU_ABOVE_US = 20.0
 
 
@@ -78,7 +77,7 @@ def numpy_wins_on_cpu(step) -> bool:
 # A subgraph that IF/WHILE call (executor.DelegatedCall) pays more per call than a main graph's
 # invoke: the general schedule walk, a put after each CPU step feeding the partition, a take of
 # every output, on every call. Measured on the H200 with the converted Keras loops
-# (bench/results/issue29_h200.md, run 6): a WHILE condition's one-op partition cost ~240 us a
+# (bench/results/cpu_taichi_h200.md, run 6): a WHILE condition's one-op partition cost ~240 us a
 # call on cuda (explicit cuda minus auto, over 7 calls), against GPU["cuda"]'s 84 for an invoke.
 CALL_EXTRA_US = 156.0
 

@@ -140,7 +140,7 @@ SWITCHES = {s.name: s for s in (
     Switch("TFLITE_TAICHI_GEMM_TILES", _tile_shape, None, kernels=True,
            doc="force one GEMM tile shape tile_m,tile_n,micro_m,micro_n (bench/gemm_micro.py)"),
     Switch("TFLITE_TAICHI_GEMM_MIN_BLOCKS", _natural, None, kernels=True,
-           doc="tiles from which a product runs as GEMM tiles (default ops/conv.py's 400)"),
+           doc="tiles from which a product runs as GEMM tiles (default 400: ops/conv/select.py)"),
     Switch("TFLITE_TAICHI_POINTWISE_SPLIT", _flag_on, True, kernels=True,
            doc="0: a pointwise conv's split-K counts outputs, not threads"),
     # -- bench/ and tests -------------------------------------------------------------------

@@ -3,7 +3,7 @@ sparsity format (its types, `densify` and its inverse `sparsify`).
 
 The model reader (model.py) builds these and the float view (quant/) and the ops read them, so
 they live here rather than in ops/: nothing in this module imports the pipeline or the ops, and
-model.py and quant/ depend on it instead of on ops/ (issue 16). ops/base.py and ops/sparse.py
+model.py and quant/ depend on it instead of on ops/ (no import cycle through the ops). ops/base.py and ops/sparse.py
 re-export the names, so `from tflite_taichi.ops.sparse import densify` keeps working.
 
 The sparsity format (schema `SparsityParameters`, as LiteRT's FormatConverter reads it): a tensor

@@ -495,8 +495,8 @@ FP16_OP_SLACK = 2.0 ** -17
 # its weights pass through float16 (one rounding, FP16_HALF_ULP of each weight); the small
 # multi-op models of tests/test_taichi_*.py store a few intermediates in float16 on the way to an
 # output: 4 roundings' worth (2^-9 = 1.95e-3) of the output's largest magnitude. Seen: at most
-# 0.64 of a half-ulp over 78 comparisons (HYPOTHESIS_PROFILE=explore, cpu and vulkan; issue 27:
-# 5.0e-4 = 1.02 half-ulps over 84). Chains stored in float16 derive theirs: fp16_chain_rtol;
+# 0.64 of a half-ulp over 78 comparisons (HYPOTHESIS_PROFILE=explore, cpu and vulkan; an earlier
+# run: 5.0e-4 = 1.02 half-ulps over 84). Chains stored in float16 derive theirs: fp16_chain_rtol;
 # whole models on realistic inputs keep their own criterion (test_taichi_models.py).
 TAICHI_RTOL = {"fp32": FLOAT_RTOL, "fp16": 4 * FP16_HALF_ULP}
 

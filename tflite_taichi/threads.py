@@ -5,7 +5,7 @@ matrix products) and, on the `cpu` backend, Taichi's own pool. OpenBLAS's worker
 while after each call, waiting for the next one; when Taichi's pool runs next, or another job
 shares the machine, the spinning threads take the cores the work needs (measured on the 2-core
 machine with one busy process beside it, `auto`: iris 31.5 -> 18.4 ms per step, face detection
-29.4 -> 14.6, with BLAS held to one thread; bench/results/issue29_cpu_2core.md).
+29.4 -> 14.6, with BLAS held to one thread; bench/results/cpu_taichi_2core.md).
 
 So an invoke runs numpy's BLAS with the interpreter's budget, `num_threads` as LiteRT means it
 (the most threads a CPU op may use; None or -1: the runtime's choice, here every core this

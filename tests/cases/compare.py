@@ -1,10 +1,13 @@
-"""Cases for compare ops shared by the tests (moved from test_ops_compare.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_compare.py and the
-delegate's tests."""
+"""Cases for comparisons, logical ops, SELECT/SELECT_V2 and CAST: value generators, quantized
+pairs (rounding ties, every stored pair), SELECT's shapes and model, CAST's values (used by
+test_ops_compare.py), and the delegate's case table's rows: strategies of check_op cases that
+draw the op inside each example (test_taichi_compare.py)."""
 import numpy as np
 from hypothesis import strategies as st
+from tflite_taichi.ops.compare import COMPARISONS
 from tflite_taichi.testing import Const, Input, Output, one_op_model, strategies
 from cases.elementwise import broadcast_pair
+from cases.table import Row
 
 
 S = strategies()
@@ -121,3 +124,49 @@ def cast_values_of(draw, dtype, shape):
         return x.astype(dtype)
     info = np.iinfo(dtype)
     return rng.integers(info.min, int(info.max) + 1, shape, dtype=np.int64).astype(dtype)
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Each row's strategy draws check_op's (model, inputs[, options]; inputs None: seeded from the
+# model). Bool outputs must match exactly (LiteRT's fixed-point rescaling of quantized
+# comparisons included); float outputs within TAICHI_RTOL (check_delegate's rule).
+CARRIED = [np.float32, np.float16, np.bool_]      # CAST's types the delegate carries
+
+
+@st.composite
+def bool_cases(draw):
+    op = draw(st.sampled_from(["LOGICAL_OR", "LOGICAL_NOT", "EQUAL", "NOT_EQUAL"]))
+    a_shape, b_shape, out_shape = draw(broadcast_pair())
+    if op == "LOGICAL_NOT":
+        model = one_op_model(op, [Input(a_shape, np.bool_)], [Output(a_shape, np.bool_)])
+    else:
+        model = one_op_model(op, [Input(a_shape, np.bool_), Input(b_shape, np.bool_)],
+                             [Output(out_shape, np.bool_)])
+    return model, None, {"seed": draw(S.seeds())}
+
+
+@st.composite
+def select_cases(draw):
+    op = draw(st.sampled_from(["SELECT", "SELECT_V2"]))
+    shapes = draw(select_shapes(op))
+    dtype, q = draw(st.sampled_from([np.float32, np.int8, np.bool_])), draw(S.quant_params())
+    model = select_model(op, shapes, dtype, q if dtype == np.int8 else None)
+    return model, None, {"seed": draw(S.seeds())}
+
+
+@st.composite
+def cast_cases(draw):
+    src, dst = draw(st.sampled_from(CARRIED)), draw(st.sampled_from(CARRIED))
+    shape = draw(S.shapes(0, 3))
+    x = draw(cast_values_of(src, shape))
+    return one_op_model("CAST", [Input(shape, src)], [Output(shape, dst)]), [x]
+
+
+COMPARE_ROWS = [
+    Row("comparisons-float32", st.sampled_from(COMPARISONS).flatmap(float_compare_case)),
+    Row("comparisons-quantized", st.sampled_from(COMPARISONS).flatmap(quantized_compare_case),
+        "int8 and uint8, equal grids or not"),
+    Row("logical-and-bool-comparisons", bool_cases(), "LOGICAL_OR, LOGICAL_NOT, EQUAL, NOT_EQUAL"),
+    Row("SELECT", select_cases(), "SELECT and SELECT_V2; float32, int8, bool"),
+    Row("CAST", cast_cases(), "float32, float16, bool to each other"),
+]

@@ -1,11 +1,14 @@
-"""Cases for conv ops shared by the tests (moved from test_ops_conv.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_conv.py and the
-delegate's tests."""
+"""Cases for the convolutions, FULLY_CONNECTED and the pools: the LiteRT tests' case
+generators, options and int8 weight/bias/scale helpers, dyadic data (used by test_ops_conv.py
+and the quantized tests), and the delegate's case table's rows: one strategy of check_op cases
+per op and dtype, its models built from those generators (test_taichi_conv.py)."""
 import struct
 import numpy as np
 from hypothesis import strategies as st
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import Const, one_op_model, strategies
+from tflite_taichi.testing import Const, Input, Output, one_op_model, strategies
+from cases.pooling import pool_case
+from cases.table import Row
 
 
 S = strategies()
@@ -182,3 +185,163 @@ def big_conv() -> bytes:
          stride_w=1)
     g.output(y)
     return b.finish()
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Float data are multiples of 1/8 (_dyadic): sums are then exact in float32 whatever the order,
+# as the reference and the kernels sum differently. Tolerances are check_delegate's for every
+# row: TAICHI_RTOL; an int8 output within one quantization unit.
+POOLS = ["AVERAGE_POOL_2D", "MAX_POOL_2D"]         # float32 and int8
+FLOAT_POOLS = POOLS + ["L2_POOL_2D"]               # L2_POOL_2D: float32 only, as LiteRT
+
+
+def _f32_inputs(rng, model_shapes):
+    return [_dyadic(rng, shape, 3) for shape in model_shapes]
+
+
+def _conv_model(c, rng, int8=None):
+    """int8: None for float32, else (draw, input quantization)."""
+    if int8 is None:
+        return one_op_model("CONV_2D", [Input(c["in_shape"]),
+                                        Const(_dyadic(rng, (c["c_out"], *c["k"], c["c_f"]), 1)),
+                                        Const(_dyadic(rng, c["c_out"], 1))],
+                            [Output(c["out_shape"])],
+                            **_conv_options(c["padding"], c["s"], c["d"], c["act"]))
+    draw, qi = int8
+    filt, fq, fscales = _int8_filter(draw, rng, (c["c_out"], *c["k"], c["c_f"]), 0)
+    qo = (_int8_output_scale(draw, qi[0], fscales, c["k"][0] * c["k"][1] * c["c_f"]),
+          draw(st.integers(-128, 127)))
+    return one_op_model("CONV_2D", [Input(c["in_shape"], np.int8, qi), Const(filt, fq),
+                                    _int8_bias(rng, qi[0], fscales, c["c_out"])],
+                        [Output(c["out_shape"], np.int8, qo)],
+                        **_conv_options(c["padding"], c["s"], c["d"], c["act"]))
+
+
+def _depthwise_model(c, rng, int8=None):
+    if int8 is None:
+        return one_op_model("DEPTHWISE_CONV_2D",
+                            [Input(c["in_shape"]), Const(_dyadic(rng, (1, *c["k"], c["c_out"]), 1)),
+                             Const(_dyadic(rng, c["c_out"], 1))],
+                            [Output(c["out_shape"])], version=2, **_depthwise_options(c))
+    draw, qi = int8
+    filt, fq, fscales = _int8_filter(draw, rng, (1, *c["k"], c["c_out"]), 3)
+    qo = (_int8_output_scale(draw, qi[0], fscales, c["k"][0] * c["k"][1]),
+          draw(st.integers(-128, 127)))
+    return one_op_model("DEPTHWISE_CONV_2D",
+                        [Input(c["in_shape"], np.int8, qi), Const(filt, fq),
+                         _int8_bias(rng, qi[0], fscales, c["c_out"])],
+                        [Output(c["out_shape"], np.int8, qo)], version=3,
+                        **_depthwise_options(c))
+
+
+def _tconv_model(c, rng, int8=None):
+    w_shape = (c["c_out"], *c["k"], c["in_shape"][3])
+    if int8 is None:
+        inputs = [Const(_dyadic(rng, w_shape, 1)), Input(c["in_shape"])]
+        if c["bias"]:
+            inputs.append(Const(_dyadic(rng, c["c_out"], 1)))
+        return _transpose_conv_model(c, inputs, Output(c["out_shape"]), 4)
+    draw, qi = int8
+    weights, wq, wscales = _int8_filter(draw, rng, w_shape, 0)
+    taps = -(-c["k"][0] // c["s"][0]) * -(-c["k"][1] // c["s"][1]) * c["in_shape"][3]
+    qo = (_int8_output_scale(draw, qi[0], wscales, taps), draw(st.integers(-128, 127)))
+    inputs = [Const(weights, wq), Input(c["in_shape"], np.int8, qi)]
+    if c["bias"]:
+        inputs.append(_int8_bias(rng, qi[0], wscales, c["c_out"]))
+    return _transpose_conv_model(c, inputs, Output(c["out_shape"], np.int8, qo), 4)
+
+
+def _fc_options(c):
+    return dict(keep_num_dims=c["keep"], fused_activation_function=c["act"])
+
+
+def _tcb_model(c, rng):
+    return one_op_model("CUSTOM:Convolution2DTransposeBias",
+                        [Input(c["in_shape"]),
+                         Const(_dyadic(rng, (c["c_out"], *c["k"], c["in_shape"][3]), 1)),
+                         Const(_dyadic(rng, c["c_out"], 1))],
+                        [Output(c["out_shape"])], custom_options=_tcb_options(c["padding"], c["s"]))
+
+
+# -- check_op's strategies: float32 and int8 ---------------------------------------------------
+@st.composite
+def float32_cases(draw, case, make):
+    """`make(case, rng)`'s model for a drawn case, its input dyadic (exact sums in any order)."""
+    c, rng = draw(case), np.random.default_rng(draw(S.seeds()))
+    return make(c, rng), _f32_inputs(rng, [c["in_shape"]])
+
+
+@st.composite
+def int8_cases(draw, case, make):
+    """`make(case, rng, (draw, qi))`'s int8 model for a drawn case: filters, output scale and
+    zero point drawn inside; inputs seeded from the model."""
+    c, qi, seed = draw(case), draw(S.quant_params()), draw(S.seeds())
+    return make(c, np.random.default_rng(seed), (draw, qi)), None, {"seed": seed}
+
+
+@st.composite
+def fully_connected_float32_cases(draw):
+    """Constant weights (in the weights buffer) or weights and bias given at run time."""
+    c, const_weights = draw(fully_connected_case()), draw(st.booleans())
+    rng = np.random.default_rng(draw(S.seeds()))
+    weights = _dyadic(rng, (c["units"], c["depth"]), 1)
+    bias = _dyadic(rng, c["units"], 1)
+    x = _dyadic(rng, c["in_shape"], 3)
+    if const_weights:
+        ins, feeds = [Input(c["in_shape"]), Const(weights), Const(bias) if c["bias"] else None], [x]
+    else:
+        extra = [Input(bias.shape)] if c["bias"] else []
+        ins, feeds = [Input(c["in_shape"]), Input(weights.shape)] + extra, [x, weights]
+        feeds += [bias] if c["bias"] else []
+    return one_op_model("FULLY_CONNECTED", ins, [Output(c["out_shape"])], **_fc_options(c)), feeds
+
+
+@st.composite
+def fully_connected_int8_cases(draw):
+    c, qi, seed = draw(fully_connected_case()), draw(S.quant_params()), draw(S.seeds())
+    rng = np.random.default_rng(seed)
+    weights, wq, wscales = _int8_filter(draw, rng, (c["units"], c["depth"]), 0)
+    qo = (_int8_output_scale(draw, qi[0], wscales, c["depth"]), draw(st.integers(-128, 127)))
+    model = one_op_model("FULLY_CONNECTED",
+                         [Input(c["in_shape"], np.int8, qi), Const(weights, wq),
+                          _int8_bias(rng, qi[0], wscales, c["units"], c["bias"])],
+                         [Output(c["out_shape"], np.int8, qo)], **_fc_options(c))
+    return model, None, {"seed": seed}
+
+
+@st.composite
+def pool_float32_cases(draw, op):
+    case = draw(pool_case())
+    model = one_op_model(op, [Input(case["in_shape"])], [Output(case["out_shape"])],
+                         **case["options"])
+    return model, _f32_inputs(np.random.default_rng(draw(S.seeds())), [case["in_shape"]])
+
+
+@st.composite
+def pool_int8_cases(draw, op):
+    """One quantization for input and output (as converters write it), or two: the float
+    view handles both."""
+    case, qi, qo, same = draw(pool_case()), draw(S.quant_params()), draw(S.quant_params()), draw(
+        st.booleans())
+    model = one_op_model(op, [Input(case["in_shape"], np.int8, qi)],
+                         [Output(case["out_shape"], np.int8, qi if same else qo)],
+                         **case["options"])
+    return model, None, {"seed": draw(S.seeds())}
+
+
+CONV_ROWS = [
+    Row("CONV_2D-float32", float32_cases(conv_case(), _conv_model), "grouped too, dilations"),
+    Row("CONV_2D-int8", int8_cases(conv_case(), _conv_model), "per-channel or per-tensor filters"),
+    Row("DEPTHWISE_CONV_2D-float32", float32_cases(depthwise_case(), _depthwise_model)),
+    Row("DEPTHWISE_CONV_2D-int8", int8_cases(depthwise_case(), _depthwise_model)),
+    Row("TRANSPOSE_CONV-float32", float32_cases(transpose_conv_case(), _tconv_model),
+        "with and without bias"),
+    Row("TRANSPOSE_CONV-int8", int8_cases(transpose_conv_case(), _tconv_model)),
+    Row("FULLY_CONNECTED-float32", fully_connected_float32_cases(),
+        "constant weights, or weights and bias at run time"),
+    Row("FULLY_CONNECTED-int8", fully_connected_int8_cases()),
+    Row("Convolution2DTransposeBias-float32",
+        float32_cases(tcb_case(stride_within_kernel=False), _tcb_model)),
+] + [Row(f"{op}-float32", pool_float32_cases(op)) for op in FLOAT_POOLS] + [
+    Row(f"{op}-int8", pool_int8_cases(op), "one grid for input and output, or two")
+    for op in POOLS]

@@ -1,5 +1,5 @@
 """The demo model as the subprocess tests use it: written to a folder with a seeded input, and
-the reference path's output for it (tests/test_compile_workers.py, tests/test_forge_flavour.py)."""
+the reference path's output for it (tests/test_compile_workers.py, tests/test_forge_build.py)."""
 import numpy as np
 
 from tflite_taichi import Interpreter

@@ -1,6 +1,6 @@
-"""Cases for detection ops shared by the tests (moved from test_ops_detection.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_detection.py and the
-delegate's tests."""
+"""Cases for the detection tests: an SSD head (backbone, box and class convs, anchors) ending in
+CUSTOM:TFLite_Detection_PostProcess, float or int8, its input ranges and a test image; the
+post-process's options and outputs (test_ops_detection.py, test_taichi_detection.py)."""
 import numpy as np
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.ops.detection import detection_postprocess_options

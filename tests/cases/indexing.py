@@ -1,9 +1,11 @@
-"""Cases for indexing ops shared by the tests (moved from test_ops_indexing.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_indexing.py and the
-delegate's tests."""
+"""Cases for GATHER, GATHER_ND, ONE_HOT and CUMSUM: each op's case space, index generators and
+one-op model (used by test_ops_indexing.py), and the delegate's case table's rows: one strategy
+of check_op cases per op (test_taichi_indexing.py)."""
 import numpy as np
-from hypothesis import strategies as st
+from hypothesis import assume, strategies as st
+from tflite_taichi.ops.tables import MAX_RUNS, arithmetic_runs
 from tflite_taichi.testing import Const, Input, Output, one_op_model, strategies
+from cases.table import Row
 
 
 S = strategies()
@@ -94,3 +96,72 @@ def cumsum_model(case, dtype=np.float32, q=None, qo=None, const_axis=True):
     ax = Const(axis) if const_axis else Input(axis.shape, np.int32)
     return one_op_model("CUMSUM", [Input(shape, dtype, q), ax], [Output(shape, dtype, qo or q)],
                         exclusive=exclusive, reverse=reverse)
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Each row's strategy draws check_op's cases; float32 and int8 drawn inside a row. Tolerances are
+# check_delegate's: TAICHI_RTOL; quantized outputs within one quantization step.
+DTYPES = [np.float32, np.int8]
+
+
+@st.composite
+def gather_delegate_matches_reference_cases(draw):
+    case = draw(gather_case())
+    dtype = draw(st.sampled_from(DTYPES))
+    q = draw(S.quant_params())
+    seed = draw(S.seeds())
+    indices = gather_indices(case, seed)
+    # tables of more than MAX_RUNS runs stay on the CPU, by design (test_taichi_indexing.py): seen with 144
+    # random indices, a case the strategy draws now and then
+    assume(arithmetic_runs(indices) is not None)
+    model = gather_model(case, indices, True, dtype, q if dtype == np.int8 else None)
+    return model, None, {"seed": seed}
+
+
+@st.composite
+def gather_nd_delegate_matches_reference_cases(draw):
+    case = draw(gather_nd_case())
+    dtype = draw(st.sampled_from(DTYPES))
+    q = draw(S.quant_params())
+    seed = draw(S.seeds())
+    indices = gather_nd_indices(case, seed)
+    assume(indices.size // max(indices.shape[-1], 1) <= MAX_RUNS)   # its offsets fit a run table
+    model = gather_nd_model(case, indices, True, dtype, q if dtype == np.int8 else None)
+    return model, None, {"seed": seed}
+
+
+@st.composite
+def one_hot_delegate_matches_reference_cases(draw):
+    case = draw(one_hot_case())
+    on_const = draw(st.booleans())
+    values = draw(st.lists(st.floats(-5, 5, width=32),
+       min_size=2, max_size=2))
+    seed = draw(S.seeds())
+    ishape, depth, axis, out = case
+    on, off = (np.array(v, np.float32) for v in values)
+    assume(arithmetic_runs(one_hot_indices(case, seed)) is not None)     # else on the CPU, by design
+    model = one_op_model("ONE_HOT", [Const(one_hot_indices(case, seed)),
+                                     Const(np.array(depth, np.int32)),
+                                     Const(on) if on_const else Input(()), Input(())],
+                         [Output(out)], axis=axis)
+    return model, [off] if on_const else [on, off]
+
+
+@st.composite
+def cumsum_delegate_matches_reference_cases(draw):
+    case = draw(cumsum_case())
+    dtype = draw(st.sampled_from(DTYPES))
+    qi = draw(S.quant_params())
+    qo = draw(S.quant_params(scale_range=(0.02, 0.5)))
+    seed = draw(S.seeds())
+    int8 = dtype == np.int8
+    model = cumsum_model(case, dtype, qi if int8 else None, qo if int8 else None)
+    return model, None, {"seed": seed}
+
+
+INDEXING_ROWS = [
+    Row("GATHER", gather_delegate_matches_reference_cases(), "constant indices; float32, int8"),
+    Row("GATHER_ND", gather_nd_delegate_matches_reference_cases(), "constant indices; float32, int8"),
+    Row("ONE_HOT", one_hot_delegate_matches_reference_cases(), "on value a constant or an input"),
+    Row("CUMSUM", cumsum_delegate_matches_reference_cases(), "constant axis; float32, int8"),
+]

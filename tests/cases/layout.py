@@ -1,9 +1,11 @@
-"""Cases for layout ops shared by the tests (moved from test_ops_layout.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_layout.py and the
-delegate's tests."""
+"""Cases for the layout ops: each op's case space (TILE, BROADCAST_TO, REVERSE_V2, MIRROR_PAD,
+the block ops, MATRIX_SET_DIAG, REVERSE_SEQUENCE; used by test_ops_layout.py), and the
+delegate's case table's rows: one strategy of check_op cases per op, each drawing float32, int8
+(the output on its own grid) or bool (test_taichi_layout.py)."""
 import numpy as np
 from hypothesis import strategies as st
-from tflite_taichi.testing import strategies
+from tflite_taichi.testing import Const, Input, Output, one_op_model, strategies
+from cases.table import Row
 
 
 S = strategies()
@@ -101,3 +103,120 @@ def reverse_sequence_case(draw):
     seq, batch = draw(st.permutations(range(len(shape))))[:2]
     lengths = [draw(st.integers(0, shape[seq])) for _ in range(shape[batch])]
     return shape, seq, batch, lengths
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Each row's strategy draws check_op's (model, None, {"seed"}): inputs seeded from the model.
+# Tolerances are check_delegate's for every row (TAICHI_RTOL; int8: one unit): these ops move
+# values, so only a quantized output's snap onto its own grid can differ.
+@st.composite
+def types(draw, dtypes=("float32", "int8", "bool")):
+    """(numpy type, input quantization, output quantization); int8 outputs get their own grid."""
+    dtype = draw(st.sampled_from(dtypes))
+    if dtype == "int8":
+        return np.int8, draw(S.quant_params()), draw(S.quant_params())
+    return (np.bool_ if dtype == "bool" else np.float32), None, None
+
+
+def _i32(values):
+    return Const(np.array(values, np.int32))
+
+
+# -- affine gathers: TILE, BROADCAST_TO, REVERSE_V2 -------------------------------------------
+@st.composite
+def gather_model(draw, op):
+    t, qi, qo = draw(types())
+    if op == "TILE":
+        shape, multiples, out = draw(tile_case())
+        return one_op_model("TILE", [Input(shape, t, qi), _i32(multiples)], [Output(out, t, qo)])
+    if op == "BROADCAST_TO":
+        shape, target = draw(broadcast_case())
+        return one_op_model("BROADCAST_TO", [Input(shape, t, qi), _i32(target)],
+                            [Output(target, t, qo)], version=2)
+    shape, axes = draw(reverse_case(contiguous=False))
+    return one_op_model("REVERSE_V2", [Input(shape, t, qi), _i32(axes)], [Output(shape, t, qo)])
+
+
+@st.composite
+def gathers_delegate_cases(draw, op):
+    seed = draw(S.seeds())
+    return draw(gather_model(op)), None, {"seed": seed}
+
+
+# -- MIRROR_PAD -------------------------------------------------------------------------------
+@st.composite
+def mirror_pad_delegate_cases(draw):
+    case = draw(mirror_pad_case())
+    seed = draw(S.seeds())
+    shape, pads, mode, out = case
+    t, qi, qo = draw(types())
+    model = one_op_model("MIRROR_PAD", [Input(shape, t, qi), Const(pads)], [Output(out, t, qo)],
+                         mode=mode)
+    return model, None, {"seed": seed}
+
+
+# -- SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND -----------------------------------------------------
+@st.composite
+def block_ops_delegate_cases(draw, op):
+    case = draw(block_case(litert=False))
+    seed = draw(S.seeds())
+    block, pads, shape, out = case
+    if op == "BATCH_TO_SPACE_ND":
+        shape, out = out, shape
+    t, qi, qo = draw(types())
+    model = one_op_model(op, [Input(shape, t, qi), _i32(block), _i32(pads)], [Output(out, t, qo)])
+    return model, None, {"seed": seed}
+
+
+# -- FILL, ZEROS_LIKE -------------------------------------------------------------------------
+@st.composite
+def fill_and_zeros_like_delegate_cases(draw, op):
+    shape = draw(S.shapes(0, 4, 1, 5))
+    seed = draw(S.seeds())
+    t, qi, qo = draw(types())
+    if op == "FILL":
+        model = one_op_model("FILL", [_i32(shape), Input((), t, qi)], [Output(shape, t, qo)])
+    else:
+        model = one_op_model("ZEROS_LIKE", [Input(shape, t, qi)], [Output(shape, t, qo)])
+    return model, None, {"seed": seed}
+
+
+# -- MATRIX_DIAG, MATRIX_SET_DIAG, REVERSE_SEQUENCE -------------------------------------------
+@st.composite
+def diag_or_sequence_model(draw, op):
+    """A one-op model of `op` in a drawn type; int8 inputs and output on their own grids."""
+    t, qi, qo = draw(types())
+    if op == "MATRIX_DIAG":
+        shape = draw(S.shapes(1, 3, 1, 5))
+        return one_op_model(op, [Input(shape, t, qi)], [Output(shape + (shape[-1],), t, qo)])
+    if op == "MATRIX_SET_DIAG":
+        shape, diag_shape = draw(set_diag_case())
+        qd = draw(S.quant_params()) if qi is not None else None
+        return one_op_model(op, [Input(shape, t, qi), Input(diag_shape, t, qd)],
+                            [Output(shape, t, qo)])
+    shape, seq, batch, lengths = draw(reverse_sequence_case())
+    return one_op_model(op, [Input(shape, t, qi), _i32(lengths)], [Output(shape, t, qo)],
+                        seq_dim=seq, batch_dim=batch)
+
+
+@st.composite
+def diag_and_reverse_sequence_delegate_cases(draw):
+    op = draw(st.sampled_from(["MATRIX_DIAG", "MATRIX_SET_DIAG", "REVERSE_SEQUENCE"]))
+    seed = draw(S.seeds())
+    return draw(diag_or_sequence_model(op)), None, {"seed": seed}
+
+
+LAYOUT_ROWS = (
+    [Row(op, gathers_delegate_cases(op)) for op in ["TILE", "BROADCAST_TO", "REVERSE_V2"]]
+    + [Row("MIRROR_PAD", mirror_pad_delegate_cases(), "both modes, paddings up to what each allows")]
+    + [Row(op, block_ops_delegate_cases(op),
+           "any number of spatial and remaining dims; SPACE_TO_BATCH_ND pads with the real 0 (an "
+           "int8 output's zero point), BATCH_TO_SPACE_ND takes the paddings as crops")
+       for op in ["SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND"]]
+    + [Row(op, fill_and_zeros_like_delegate_cases(op),
+           "FILL's value a run-time scalar (a constant one is folded at prepare); an int8 output "
+           "with its own grid snaps it (ZEROS_LIKE: to its zero point)")
+       for op in ["FILL", "ZEROS_LIKE"]]
+    + [Row("MATRIX_DIAG-MATRIX_SET_DIAG-REVERSE_SEQUENCE", diag_and_reverse_sequence_delegate_cases(),
+           "the op drawn in each example; constant seq_lengths")]
+)

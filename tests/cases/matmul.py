@@ -1,9 +1,13 @@
-"""Cases for matmul ops shared by the tests (moved from test_ops_matmul.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_matmul.py and the
-delegate's tests."""
+"""Cases for BATCH_MATMUL: its case space (adj_x / adj_y, broadcast batch dims), the one-op
+model, an output scale that fits the products, a hybrid (int8 weights, float activations) model
+(used by test_ops_matmul.py), and the delegate's case table's rows: one strategy of check_op
+cases per dtype (test_taichi_matmul.py)."""
 import numpy as np
 from hypothesis import strategies as st
-from tflite_taichi.testing import Const, Input, Output, one_op_model
+from tflite_taichi.testing import Const, Input, Output, one_op_model, strategies
+from cases.table import Row
+
+S = strategies()
 
 
 @st.composite
@@ -51,3 +55,43 @@ def _hybrid(case, seed, asymmetric=False, scale=0.02):
     model = one_op_model("BATCH_MATMUL", [Input(lhs), Const(w, (scale, 0))], [Output(out)],
                          adj_x=adj_x, adj_y=adj_y, asymmetric_quantize_inputs=asymmetric)
     return model, w
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Each row's strategy draws check_op's (model, None, {"seed"}): inputs seeded from the model.
+# Tolerances are check_delegate's: TAICHI_RTOL; quantized outputs within one step.
+@st.composite
+def float32_delegate_matches_reference_cases(draw):
+    case = draw(matmul_case())
+    const = draw(st.booleans())
+    seed = draw(S.seeds())
+    rhs = (np.random.default_rng(seed).uniform(-3, 3, case[1]).astype(np.float32)
+           if const else None)
+    return matmul_model(case, rhs_const=rhs), None, {"seed": seed}
+
+
+@st.composite
+def int8_delegate_matches_reference_cases(draw):
+    case = draw(matmul_case())
+    const = draw(st.sampled_from(["input", "int8", "hybrid"]))
+    ql = draw(S.quant_params())
+    qr = draw(S.quant_params())
+    zo = draw(st.integers(-20, 20))
+    widen = draw(st.floats(0.05, 1.0))
+    seed = draw(S.seeds())
+    if const == "hybrid":
+        model = _hybrid(case, seed)[0]
+    else:
+        qo = (output_scale(case, ql[0], qr[0], widen), zo)
+        rhs = (np.random.default_rng(seed).integers(-128, 128, case[1]).astype(np.int8)
+               if const == "int8" else None)
+        model = matmul_model(case, np.int8, (ql, qr, qo), rhs)
+    return model, None, {"seed": seed}
+
+
+MATMUL_ROWS = [
+    Row("BATCH_MATMUL-float32", float32_delegate_matches_reference_cases(),
+        "run-time or constant RHS (packed for the kernel)"),
+    Row("BATCH_MATMUL-int8", int8_delegate_matches_reference_cases(),
+        "RHS a run-time input, an int8 constant, or hybrid (int8 weights, float activations)"),
+]

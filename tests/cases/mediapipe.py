@@ -1,11 +1,15 @@
-"""Cases for mediapipe ops shared by the tests (moved from test_ops_mediapipe.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_mediapipe.py and the
-delegate's tests."""
+"""Cases for MediaPipe's CUSTOM:MaxPoolingWithArgmax2D and CUSTOM:MaxUnpooling2D: their case
+spaces (every stride, padding and activation), data with ties, indices inside each window, the
+one-op models and a pool -> unpool chain (used by test_ops_mediapipe.py), and the delegate's case
+table's rows: one strategy of check_op cases per op (test_taichi_mediapipe.py)."""
 import numpy as np
 from hypothesis import strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.ops.mediapipe import pool_params_bytes
-from tflite_taichi.testing import Input, Output, one_op_model
+from tflite_taichi.testing import Input, Output, one_op_model, strategies
+from cases.table import Row
+
+S = strategies()
 
 
 POOL = "CUSTOM:MaxPoolingWithArgmax2D"
@@ -89,3 +93,40 @@ def unpool_case(draw, xnnpack=False):
 
 def _window_indices(rng, case):
     return rng.integers(0, case["f"][0] * case["f"][1], case["in_shape"])
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Each row's strategy draws check_op's (model, inputs); tolerances are check_delegate's:
+# TAICHI_RTOL (the values are copies: exact in fp32).
+@st.composite
+def pool_delegate_matches_reference_cases(draw):
+    case = draw(pool_case())
+    ties = draw(st.booleans())
+    seed = draw(S.seeds())
+    x = _data(np.random.default_rng(seed), case["in_shape"], ties)
+    return pool_model(case), [x]
+
+
+@st.composite
+def unpool_delegate_matches_reference_cases(draw):
+    case = draw(unpool_case())
+    overlap = draw(st.booleans())
+    fractional = draw(st.booleans())
+    seed = draw(S.seeds())
+    if overlap:
+        case = dict(case, s=(1, 1))
+    rng = np.random.default_rng(seed)
+    x = _data(rng, case["in_shape"])
+    index = _window_indices(rng, case).astype(np.float32)
+    if fractional:       # truncated toward zero: -0.5 is index 0
+        index = index + rng.uniform(-0.9 * (index == 0), 0.99, index.shape).astype(np.float32)
+    return unpool_model(case["in_shape"], case["f"], case["s"], case["padding"],
+                        case["act"]), [x, index]
+
+
+MEDIAPIPE_ROWS = [
+    Row("MaxPoolingWithArgmax2D", pool_delegate_matches_reference_cases(), "ties in the window"),
+    Row("MaxUnpooling2D", unpool_delegate_matches_reference_cases(),
+        "every stride: gaps, padding before, overlapping windows (stride 1: several elements "
+        "often land on one place, where the last in NHWC order wins); fractional indices"),
+]

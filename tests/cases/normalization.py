@@ -1,9 +1,11 @@
-"""Cases for normalization ops shared by the tests (moved from test_ops_normalization.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_normalization.py and the
-delegate's tests."""
+"""Cases for LOG_SOFTMAX, L2_NORMALIZATION and LOCAL_RESPONSE_NORMALIZATION: row and LRN case
+spaces, row inputs (spread, zero rows), one-op models (used by test_ops_normalization.py), and
+the delegate's case table's rows: strategies of check_op cases that draw the op inside each
+example (test_taichi_normalization.py)."""
 import numpy as np
 from hypothesis import strategies as st
 from tflite_taichi.testing import Input, Output, one_op_model, strategies
+from cases.table import Row
 
 
 S = strategies()
@@ -56,3 +58,35 @@ def lrn_case(draw):
 
 def lrn_model(shape, options):
     return one_op_model("LOCAL_RESPONSE_NORMALIZATION", [Input(shape)], [Output(shape)], **options)
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Each row's strategy draws check_op's cases; tolerances are check_delegate's: TAICHI_RTOL;
+# quantized outputs within one step.
+@st.composite
+def float32_cases(draw):
+    """Any of the three ops, drawn in the example: one compile per example for the family."""
+    seed = draw(S.seeds())
+    op = draw(st.sampled_from(ROW_OPS + ["LOCAL_RESPONSE_NORMALIZATION"]))
+    if op == "LOCAL_RESPONSE_NORMALIZATION":
+        shape, options = draw(lrn_case())
+        return lrn_model(shape, options), None, {"seed": seed}
+    shape, spread = draw(row_case(op))
+    zero_rows = op == "L2_NORMALIZATION" and draw(st.booleans())
+    return row_model(op, shape), row_inputs(shape, spread, seed, zero_rows)
+
+
+@st.composite
+def row_ops_int8_cases(draw):
+    seed = draw(S.seeds())
+    op = draw(st.sampled_from(ROW_OPS))
+    dtype = draw(st.sampled_from([np.int8, np.uint8]))
+    shape, _ = draw(row_case(op))
+    qi = draw(S.quant_params(dtype, scale_range=(1e-3, 0.5)))
+    return row_model(op, shape, dtype, qi), None, {"seed": seed}
+
+
+NORMALIZATION_ROWS = [
+    Row("float32", float32_cases(), "LOG_SOFTMAX, L2_NORMALIZATION (zero rows too), LRN"),
+    Row("row-ops-int8", row_ops_int8_cases(), "LOG_SOFTMAX, L2_NORMALIZATION; int8 and uint8"),
+]

@@ -1,6 +1,6 @@
-"""Cases for pooling ops shared by the tests (moved from test_ops_pooling.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_pooling.py and the
-delegate's tests."""
+"""Cases for the pools: the LiteRT tests' case space of AVERAGE_POOL_2D, MAX_POOL_2D and
+L2_POOL_2D (shapes, filter, stride, padding, activation), used by test_ops_pooling.py, the
+delegate's conv table (cases/conv.py) and the quantized tests."""
 from hypothesis import strategies as st
 from tflite_taichi.testing import strategies
 

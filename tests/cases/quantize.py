@@ -1,6 +1,6 @@
-"""Cases for quantize ops shared by the tests (moved from test_ops_quantize.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_quantize.py and the
-delegate's tests."""
+"""Cases for QUANTIZE and DEQUANTIZE: the integer types and requantization pairs, each type's
+quantization parameters and the reals its grid covers (used by test_ops_quantize.py and the
+activations' delegate table, cases/activations.py)."""
 import numpy as np
 from hypothesis import strategies as st
 from tflite_taichi.testing import strategies

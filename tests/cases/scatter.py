@@ -1,10 +1,12 @@
-"""Cases for scatter ops shared by the tests (moved from test_ops_scatter.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_scatter.py and the
-delegate's tests."""
+"""Cases for EMBEDDING_LOOKUP, SCATTER_ND, SEGMENT_SUM and UNSORTED_SEGMENT_SUM: each op's case
+space, data and one-op model, token ids and an embedding text classifier (used by
+test_ops_scatter.py), and the delegate's case table's rows: one strategy of check_op cases per op
+(test_taichi_scatter.py)."""
 import numpy as np
-from hypothesis import strategies as st
+from hypothesis import assume, strategies as st
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import Const, Input, Output, one_op_model, quantize_array, strategies
+from cases.table import Row
 
 
 S = strategies()
@@ -162,3 +164,89 @@ def text_classifier(kind: str, seed: int = 0) -> bytes:
 
 def token_ids(seed: int) -> np.ndarray:
     return _rng(seed).integers(0, VOCAB, TOKENS).astype(I32)
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Each row's strategy draws check_op's (model, inputs). Every op is a gather that sums in the
+# reference's order: check_delegate's TAICHI_RTOL holds, duplicates included.
+def _rng(seed):
+    return np.random.default_rng(seed)
+
+
+@st.composite
+def embedding_delegate_matches_reference_cases(draw):
+    case = draw(embedding_case())
+    kind = draw(st.sampled_from(["float", "per_row_int8", "int8_out", "runtime_table"]))
+    seed = draw(S.seeds())
+    n, shape = case
+    rng = _rng(seed)
+    ids = rng.integers(0, shape[0], n).astype(I32)
+    table = rng.uniform(-3, 3, shape).astype(np.float32)
+    codes = rng.integers(-128, 128, shape).astype(np.int8)
+    if kind == "float":
+        model, inputs = embedding_model(n, shape, table), [ids]
+    elif kind == "per_row_int8":
+        scales = rng.uniform(0.01, 0.5, shape[0]).astype(np.float32)
+        model = embedding_model(n, shape, codes, table_q=(scales, np.zeros(shape[0], np.int64), 0))
+        inputs = [ids]
+    elif kind == "int8_out":
+        q = (0.05, 7)
+        model = embedding_model(n, shape, codes, table_q=q, out_dtype=np.int8, out_q=q)
+        inputs = [ids]
+    else:
+        model, inputs = embedding_model(n, shape, ids=ids), [table]
+    return model, inputs
+
+
+@st.composite
+def scatter_nd_delegate_matches_reference_cases(draw):
+    case = draw(scatter_case())
+    const_indices = draw(st.booleans())
+    int8 = draw(st.booleans())
+    seed = draw(S.seeds())
+    shape, outer, m = case
+    rng = _rng(seed)
+    indices, updates = _scatter_data(rng, shape, outer, m)
+    q = (0.05, -3) if int8 else None
+    if int8:
+        updates = rng.integers(-128, 128, updates.shape).astype(np.int8)
+    model = scatter_model(shape, outer, m, np.int8 if int8 else np.float32, q,
+                          indices=indices if const_indices else None)
+    return model, ([] if const_indices else [indices]) + [updates]
+
+
+@st.composite
+def segment_sum_delegate_matches_reference_cases(draw):
+    ids = draw(sorted_segment_ids())
+    inner = draw(S.shapes(0, 2, 1, 4))
+    seed = draw(S.seeds())
+    shape = (ids.size,) + tuple(inner)
+    data = _rng(seed).uniform(-3, 3, shape).astype(np.float32)
+    return segment_sum_model(shape, ids, rows=int(ids[-1]) + 1), [data]
+
+
+@st.composite
+def unsorted_segment_sum_delegate_matches_reference_cases(draw):
+    case = draw(unsorted_case())
+    const_ids = draw(st.booleans())
+    seed = draw(S.seeds())
+    shape, ids_rank, n = case
+    rng = _rng(seed)
+    ids = rng.integers(-2, n, shape[:ids_rank]).astype(I32)
+    data = rng.uniform(-3, 3, shape).astype(np.float32)
+    assume(int(np.prod(shape[ids_rank:])) * n > 0)
+    model = unsorted_model(shape, ids.shape, n, ids=ids if const_ids else None)
+    return model, [data] + ([] if const_ids else [ids])
+
+
+SCATTER_ROWS = [
+    Row("EMBEDDING_LOOKUP", embedding_delegate_matches_reference_cases(),
+        "run-time ids into a constant table (float32; int8 with a scale per row read into float; "
+        "int8 into int8), or constant ids into a run-time table"),
+    Row("SCATTER_ND", scatter_nd_delegate_matches_reference_cases(),
+        "duplicate rows add in row order on both paths; int8: the float view on both"),
+    Row("SEGMENT_SUM", segment_sum_delegate_matches_reference_cases(),
+        "constant ids (run-time ones make the shape data-dependent: the CPU's)"),
+    Row("UNSORTED_SEGMENT_SUM", unsorted_segment_sum_delegate_matches_reference_cases(),
+        "ids a constant or an input, negative ids dropped"),
+]

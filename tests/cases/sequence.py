@@ -1,10 +1,12 @@
-"""Cases for sequence ops shared by the tests (moved from test_ops_sequence.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_sequence.py and the
-delegate's tests."""
+"""Cases for LSTM and UNIDIRECTIONAL_SEQUENCE_LSTM: case spaces (layer norm, projection, CIFG,
+peepholes, activations, clips, time_major), weights and models (FULL and BASIC kernels, state as
+inputs, constants or variables), LiteRT's steps, a numpy LSTM, and the layer norm's gain on
+float32 rounding that scales a case's tolerance (test_ops_sequence.py and the delegate's tests)."""
 import numpy as np
 from hypothesis import strategies as st
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.testing import strategies
+from tflite_taichi.testing import TAICHI_RTOL, strategies
+from cases.table import Row
 
 
 S = strategies()
@@ -202,7 +204,7 @@ BASE_SEQUENCE = dict(n_batch=2, n_input=3, n_cell=4, n_output=4, cifg=False, pee
 
 # -- activation NONE: the identity here, not what LiteRT computes ---------------------------
 def numpy_lstm(case, x, h, c, none_output="identity", return_state=False, stds=None):
-    """A plain transcription of the LSTM equations (independent of ops/sequence.py), one step.
+    """A plain transcription of the LSTM equations (independent of ops/sequence/), one step.
     none_output='cell_gate': LiteRT's h' = o * g under activation NONE. `stds`: a list that
     collects the layer norm's standard deviations."""
     w = lstm_weights(case)
@@ -275,3 +277,60 @@ def basic_model(B, I, O, seed, act="TANH", cell_clip=0.0, proj_clip=0.0, dtype=n
 def basic_inputs(B, I, O, seed):
     rng = np.random.default_rng(seed)
     return [rng.uniform(-2, 2, shape).astype(np.float32) for shape in ((B, I), (B, O), (B, O))]
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Each row's strategy draws check_op's (model, inputs[, options]). Tolerances: TAICHI_RTOL (a
+# float32 draw's times its layer norm's gain, below); int8 within one quantization step.
+ALL_ACTIVATIONS = ["TANH", "RELU", "RELU6", "RELU_N1_TO_1", "SIGN_BIT", "NONE"]
+
+
+def lstm_inputs(case, seed):
+    """x, output_state, cell_state: uniform reals."""
+    rng = np.random.default_rng(seed)
+    B = case["n_batch"]
+    shapes = [x_shape(case), (B, case["n_output"]), (B, case["n_cell"])]
+    return [rng.uniform(-2, 2, s).astype(np.float32) for s in shapes]
+
+
+@st.composite
+def full_case(draw, **kwargs):
+    """An LSTM (FULL kernel) or UNIDIRECTIONAL_SEQUENCE_LSTM case."""
+    return draw(st.one_of(lstm_case(**kwargs), sequence_case(max_time=8, **kwargs)))
+
+
+@st.composite
+def float32_cases(draw):
+    """An LSTM (FULL or BASIC kernel) or UNIDIRECTIONAL_SEQUENCE_LSTM, state as inputs or as
+    zero constants (a first invoke's form)."""
+    kind = draw(st.sampled_from(["full", "full", "basic"]))
+    case, zero_state = draw(full_case(activations=ALL_ACTIVATIONS)), draw(st.booleans())
+    basic = draw(st.tuples(st.integers(1, 3), st.integers(1, 6), st.integers(1, 6)))
+    seed = draw(S.seeds())
+    if kind == "basic":
+        return basic_model(*basic, seed), basic_inputs(*basic, seed + 1)
+    model = lstm_model(case, "zero" if zero_state else "input")
+    inputs = lstm_inputs(case, seed)[:1] if zero_state else lstm_inputs(case, seed)
+    # the tolerance times the layer norm's amplification of float32 rounding in this draw
+    # (layer_norm_gain: 1 without layer norm or with one cell); nothing skipped
+    state = _zero_state(case) if zero_state else inputs[1:]
+    gain = layer_norm_gain(case, inputs[0], *state)
+    return model, inputs, {"rtol": TAICHI_RTOL["fp32"] * gain}
+
+
+@st.composite
+def int8_cases(draw):
+    case = draw(full_case())
+    qx = draw(S.quant_params())
+    qh = draw(S.quant_params())
+    qo = draw(S.quant_params())
+    wq = draw(S.scales(2e-3, 1e-2))
+    seed = draw(S.seeds())
+    model = lstm_model(case, "input", x_q=qx, out_q=qo, state_q=(qh, None), weight_q=wq)
+    return model, None, {"seed": seed}
+
+
+SEQUENCE_ROWS = [
+    Row("float32", float32_cases(), "every activation, zero or given state, FULL and BASIC"),
+    Row("int8", int8_cases(), "LSTM and UNIDIRECTIONAL_SEQUENCE_LSTM, own grids"),
+]

@@ -1,6 +1,6 @@
-"""Cases for slicing ops shared by the tests (moved from test_ops_slicing.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_slicing.py and the
-delegate's tests."""
+"""Cases for PAD, SLICE, STRIDED_SLICE (every spec: masks, ellipsis, new axes, shrinks, negative
+strides, offset; numpy's index for a spec, and where LiteRT is wrong), SPLIT and SPLIT_V: their
+case spaces, used by test_ops_slicing.py and the shape family's delegate table (cases/shape.py)."""
 import numpy as np
 from hypothesis import strategies as st
 from tflite_taichi.testing import strategies

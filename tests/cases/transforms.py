@@ -1,12 +1,14 @@
-"""Cases for transforms ops shared by the tests (moved from test_ops_transforms.py): hypothesis
-strategies, one-op model builders and their helpers, used by test_ops_transforms.py and the
-delegate's tests."""
+"""Cases for MediaPipe's CUSTOM:Resampler, Landmarks2TransformMatrix, TransformTensorBilinear and
+TransformLandmarks: one-op models, case spaces (warps, affine matrices, landmark sets, both
+versions' options), data, and the landmark pipeline (matrix -> warp -> CONV_2D, landmarks mapped
+back) (test_ops_transforms.py and test_taichi_transforms.py)."""
 import math
 import numpy as np
 from hypothesis import strategies as st
 from tflite_taichi.builder import ModelBuilder
-from tflite_taichi.ops.transforms import flex_options
-from tflite_taichi.testing import Const, Input, Output, one_op_model, strategies
+from tflite_taichi.ops.transforms import flex_options, landmarks_matrix_error
+from tflite_taichi.testing import TAICHI_RTOL, Const, Input, Output, one_op_model, strategies
+from cases.table import Row
 
 
 S = strategies()
@@ -220,3 +222,80 @@ def pipeline_inputs(rng):
     landmarks = np.array([[[7, 9, 0], [13, 10, 0], [12, 15, 0], [8, 14, 0], [10, 12, 1]]],
                          np.float32) + rng.uniform(-1, 1, (1, 5, 3)).astype(np.float32)
     return [landmarks, smooth_image(PIPELINE["image"], rng)]
+
+
+# -- the delegate's case table ----------------------------------------------------------------
+# Each row's strategy draws check_op's (model, inputs[, options]): float32, or int8 data in the
+# float view. Tolerances are check_delegate's: TAICHI_RTOL (1 unit for int8 outputs), with a
+# `floor` where a result can cancel (bilinear mixes of signed data, matrices whose entries
+# differ in size).
+def _int8_data(rng, shape):
+    return rng.integers(-128, 128, shape).astype(np.int8)
+
+
+@st.composite
+def resampler_cases(draw):
+    case, int8 = draw(resampler_case()), draw(st.booleans())
+    q, seed = draw(S.quant_params()), draw(S.seeds())
+    rng = np.random.default_rng(seed)
+    warp = warp_values(rng, case)
+    if int8:
+        model = resampler_model(case["data"], case["warp"], np.int8, q)
+        return model, [_int8_data(rng, case["data"]), warp]
+    data = _data(rng, case["data"])
+    return (resampler_model(case["data"], case["warp"]), [data, warp],
+            {"floor": float(np.abs(data).max())})
+
+
+@st.composite
+def transform_tensor_cases(draw):
+    """The matrix at run time (in io) or constant (in the weights)."""
+    case, int8, constant = draw(tensor_case()), draw(st.booleans()), draw(st.booleans())
+    q, seed = draw(S.quant_params()), draw(S.seeds())
+    rng = np.random.default_rng(seed)
+    matrix = case["matrix"] if constant else None
+    inputs = [] if constant else [case["matrix"][None]]
+    if int8:
+        model = tensor_model(case["data"], case["out"], case["version"], np.int8, q, matrix)
+        return model, [_int8_data(rng, case["data"])] + inputs
+    data = _data(rng, case["data"])
+    model = tensor_model(case["data"], case["out"], case["version"], matrix=matrix)
+    return model, [data] + inputs, {"floor": float(np.abs(data).max())}
+
+
+@st.composite
+def landmarks_matrix_delegate_matches_reference_cases(draw):
+    v1 = draw(v1_case())
+    v2 = draw(v2_case())
+    version = draw(st.sampled_from([1, 2]))
+    o, points = v1 if version == 1 else v2
+    # the bound of ops/transforms/reference.py's error model (float32 trig and roundings propagated
+    # through the matrix entries) as the floor: tolerance max(rtol max|expected|, bound)
+    bound = landmarks_matrix_error(version, o, points)
+    return (matrix_model(o, points.shape, version), [points],
+            {"floor": bound / TAICHI_RTOL["fp32"]})
+
+
+@st.composite
+def transform_landmarks_delegate_matches_reference_cases(draw):
+    case = draw(landmarks_case())
+    matrix = draw(affine_matrix())
+    seed = draw(S.seeds())
+    version, shape, options = case
+    points = np.random.default_rng(seed).uniform(-50, 250, shape).astype(np.float32)
+    floor = float(np.abs(points).max() * np.abs(matrix).max())
+    return landmarks_model(shape, version, options), [points, matrix[None]], {"floor": floor}
+
+
+TRANSFORM_ROWS = [
+    Row("Resampler", resampler_cases(), "float32 and int8"),
+    Row("TransformTensorBilinear", transform_tensor_cases(),
+        "the matrix at run time (in io) or constant (in the weights); float32 and int8"),
+    Row("Landmarks2TransformMatrix", landmarks_matrix_delegate_matches_reference_cases(),
+        "v1 and v2; one thread, float32 (v1's reference works in float64, as the C++ mixes it "
+        "in): within landmarks_matrix_error's bound (a draw on vulkan was off by 1.08e-05, "
+        "1.04 x the 1e-5 of the largest entry: the translation's terms cancel, the trig error "
+        "does not)"),
+    Row("TransformLandmarks", transform_landmarks_delegate_matches_reference_cases(),
+        "v1 and v2"),
+]

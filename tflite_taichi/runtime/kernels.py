@@ -1,5 +1,6 @@
 """Getting one program's kernels through Taichi's C API: cache lookup, compile workers, AOT
-load, and the background build behind Interpreter(answer_while_compiling=True) (issue 28).
+load, and the background build behind Interpreter(answer_while_compiling=True),
+so that a start never waits on kernels it can answer without.
 
 A program's kernels (codegen: one per chunk of a partition, named `p{partition}_k{chunk}`) live
 in up to compile_workers.MODULE_GROUPS AOT modules, each cached under its own key (cache.py).

@@ -4,7 +4,7 @@ recorded once and submitted again at every invoke.
 Why: on the H200, Taichi 1.7.4's `ti_flush` costs ~285 us however little it submits: each
 submission allocates a command buffer, a semaphore and a fence (rhi/vulkan `VulkanStream::submit`),
 and each `ti_launch_kernel` allocates an argument buffer and a descriptor set per task
-(bench/results/issue31_launch_floor_h200.md). The driver's own cost for a submission and our
+(bench/results/launch_floor_h200.md). The driver's own cost for a submission and our
 fence poll is ~10 us. So this module does what Taichi's gfx runtime does for a launch
 (taichi/runtime/gfx/runtime.cpp, `GfxRuntime::launch_kernel`), once instead of every time:
 

@@ -1,4 +1,4 @@
-"""Benchmarks (issues #5, #12): LiteRT (CPU and GPU) and every backend of ours, side by side.
+"""Benchmarks: LiteRT (CPU and GPU) and every backend of ours, side by side.
 
 For one model and a list of backends, each backend is measured in fresh subprocesses (Taichi
 runs one arch per process; LiteRT gets its own process too, so that every runtime starts from

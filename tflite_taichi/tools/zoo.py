@@ -1,5 +1,5 @@
 """Models as a user brings them, written with our own builder: the benchmark and test models of
-issue 13, float32 and full-integer int8, with seeded random weights where no file exists.
+the README's GPU table, float32 and full-integer int8, with seeded random weights where no file exists.
 
 Each follows the op structure TF's TFLiteConverter writes for its original:
 - `mobilenet_v2`: keras.applications.MobileNetV2;
@@ -506,7 +506,7 @@ def posenet(input_size=257, alpha=1.0, output_stride=16, int8=False, seed=0) -> 
 # -- LSTM classifier --------------------------------------------------------------------------
 FLOAT_ONLY = {"lstm_classifier": (
     "LiteRT's full-integer LSTM keeps 16-bit cell state and gate scales in intermediate "
-    "tensors that our float view does not model (ops/sequence.py), so an int8 LSTM could not "
+    "tensors that our float view does not model (ops/sequence/), so an int8 LSTM could not "
     "be held to LiteRT")}
 
 
