@@ -1,4 +1,4 @@
-"""Issue 17's measurement: `tflite-taichi batch` over a folder of images with 1, 2, 4 workers
+"""`tflite-taichi batch` over a folder of images with 1, 2, 4 workers
 sharing one GPU, against one Interpreter in a user's loop and against LiteRT CPU's loop, on the
 same JPEG files, each run in its own process (side by side, one machine, one call).
 

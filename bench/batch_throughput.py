@@ -1,6 +1,6 @@
-"""Images per second at a batch size (issue #5's batched target): the model's input resized to
+"""Images per second at a batch size (the batched target): the model's input resized to
 batch B, median of N invokes after warm-up, on one backend, and LiteRT on the same machine when
-it is installed, and PyTorch eager (the issue's yardstick) when torch is installed: the same
+it is installed, and PyTorch eager (a GPU user's yardstick) when torch is installed: the same
 network built from the model's weights by bench/torch_eager.py, on cuda when torch has it.
 
     python bench/batch_throughput.py MODEL --backend cuda --batch 32 [--runs 20] [--litert-threads 16] [--torch]

@@ -1,5 +1,5 @@
 """The same benchmark from two source trees of the package, alternating, for a change that must
-not move the numbers (a restructuring: issue 32). Each round runs `python -m tflite_taichi bench`
+not move the numbers (a restructuring). Each round runs `python -m tflite_taichi bench`
 once from each tree's root (which imports that tree: tests/test_source_tree.py), the trees'
 order swapped every round so drift falls on both; the report gives, per model and runtime, each
 tree's median step (the median of its rounds' medians), the after/before ratio, the warm start

@@ -1,4 +1,4 @@
-"""LiteRT (CPU and GPU) and every backend of ours on a set of models, side by side (issues #5, #12).
+"""LiteRT (CPU and GPU) and every backend of ours on a set of models, side by side.
 
     python bench/bench.py MODEL... [--models DIR] [--backends B ...] [--threads N] [--runs 100]
                           [--warmup 10] [--out bench/results/NAME] [--note TEXT]

@@ -1,4 +1,4 @@
-"""The constants of tflite_taichi/costs.py, measured (issue #13, item 4: `auto` keeps on the CPU
+"""The constants of tflite_taichi/costs.py, measured (`auto` keeps on the CPU
 what the CPU runs faster, by a cost model measured per backend).
 
     python bench/cost_constants.py --backends reference cuda vulkan opengl [--runs 200] [--json F]

@@ -1,4 +1,4 @@
-"""How far precision='fp16' lands from float32, on realistic inputs (issue 13, item 5).
+"""How far precision='fp16' lands from float32, on realistic inputs.
 
 For each model: the reference path's float32 outputs; the same graph with every op's float32
 output rounded to float16 (what float16 storage of every tensor costs at best: float32
@@ -13,7 +13,7 @@ starts (a hardware Vulkan device: not lavapipe). Inputs are realistic, not noise
 
 Each cell: the largest |fp16 - fp32| over the outputs and seeds, as a fraction of the fp32
 output's range (max - min), then the 99.9th percentile, then how many elements exceed 2e-2
-(the issue's criterion), over all seeds.
+(the acceptance criterion), over all seeds.
 """
 import argparse
 import json

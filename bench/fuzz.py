@@ -42,7 +42,7 @@ what the machine does not have. This module checks that:
 - failures are minimised (edits dropped while the failure stays the same) and saved, with
   the bytes, the seed and the mutations, under the output folder.
 
-A tool beside the runtime, not part of the installed package (issue 16): run it from the
+A tool beside the runtime, not part of the installed package: run it from the
 repository root, with tflite_taichi installed (editable or not).
 
     python bench/fuzz.py --cases 300 [--seed S] [--jobs 2] [--cpu-share 0.03] [--out DIR]

@@ -1,4 +1,4 @@
-"""The long fuzz run (issue 7): 10,000 mutated models through the reader, allocate and invoke,
+"""The long fuzz run: 10,000 mutated models through the reader, allocate and invoke,
 each in a worker process with a 5 s limit; writes bench/results/fuzz_long.md (command, machine,
 versions, seed, outcomes per mutation class and per seed model, duration) and saves any failing
 case, minimised, under --out. Exit status 1 if any case failed.

@@ -1,7 +1,7 @@
 """Pointwise-conv kernel shapes of MobileNet v1, each as a chain of identical 1x1 CONV_2D layers
 (so GPU work, not the launch, dominates), timed with the shared-memory GEMM tiles off (the
 register-tiled gather, PointwiseConvStep) and with several tile shapes (ops/conv/kernels.py GemmTileStep;
-TFLITE_TAICHI_GEMM_TILES = tile_m,tile_n,micro_m,micro_n). Issue #5's A/B for GEMM_CONFIG.
+TFLITE_TAICHI_GEMM_TILES = tile_m,tile_n,micro_m,micro_n). The A/B behind GEMM_CONFIG.
 
     python bench/gemm_micro.py --backend cuda [--layers 8] [--runs 100]
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU machine's speed run (issue #5; bench/results/gpu_h200*.md). Carries .whl .gl (device-prep),
+# The GPU machine's speed run (bench/results/gpu_h200*.md). Carries .whl .gl (device-prep),
 # .litert (a slim LiteRT 2.3.0 cp312 build: the interpreter wrapper and its one library, from the
 # ai-edge-litert wheel) and .models_bench (mobilenet_v1_fp32, selfie_segmentation,
 # hand_landmark_lite). Writes the reports under $OUT.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU machine's int8 run (issue #4; bench/results/gpu_int8.md): mobilenet_v1_int8 over 20
+# The GPU machine's int8 run (bench/results/gpu_int8.md): mobilenet_v1_int8 over 20
 # seeded inputs and okay_nabu over a 10-step sequence on cuda, vulkan and opengl, against LiteRT's
 # tensors recorded beforehand (LiteRT is not installed there):
 #   python bench/int8_diffs.py --model .models_int8/mobilenet_v1_int8.tflite --inputs 20 --all-tensors 4 \

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU machine's invoke profile (issue #5): where an invoke's time goes, per backend.
+# The GPU machine's invoke profile: where an invoke's time goes, per backend.
 #   bash bench/gpu_profile.sh "cuda vulkan opengl" "mobilenet_v1_fp32 selfie_segmentation"
 set -u
 source bench/gpu_setup.sh

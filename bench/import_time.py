@@ -1,4 +1,4 @@
-"""`import tflite_taichi` in fresh processes (issue 28, item 6): median and spread over runs,
+"""`import tflite_taichi` in fresh processes: median and spread over runs,
 beside `import numpy` alone (which it needs) and the `tflite` schema bindings (which it now
 imports at the first model read), with the package byte-compiled as pip installs it.
 

@@ -1,5 +1,5 @@
 """Interpreter lifetime: does a process that loads and unloads models, or invokes one model many
-times, grow? (issue #12: 100 create/destroy cycles may grow RSS by at most 20 MB; 10,000 invokes
+times, grow? (the target: 100 create/destroy cycles may grow RSS by at most 20 MB; 10,000 invokes
 not at all.)
 
     python bench/lifetime.py [MODEL.tflite] --backend cpu [--cycles 100] [--invokes 10000]

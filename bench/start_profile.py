@@ -1,5 +1,5 @@
 """Where a start goes: import, construct, allocate_tensors, first invoke, with cProfile's top
-entries for construct + allocate (a developer's tool for issue #12's start targets).
+entries for construct + allocate (a developer's tool for the start targets).
 
     python bench/start_profile.py MODEL --backend vulkan [--top 25]
 

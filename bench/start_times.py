@@ -1,4 +1,4 @@
-"""Time to first result in a fresh process, cold and warm, side by side (issue 28, item 1).
+"""Time to first result in a fresh process, cold and warm, side by side.
 
 Every run is a new process, timed from just before it is spawned to the moment its first
 result is in the parent's hands' reach (the child stamps the wall clock when its first step
@@ -16,7 +16,7 @@ Runners: ours by backend (cuda, vulkan, opengl, gles, cpu, auto, reference; BACK
 Interpreter(answer_while_compiling=True), timed to its first result and to the first step the
 delegate answered, "delegate at"), litert_cpu
 (XNNPACK, all cores), litert_gpu (LiteRT's GPU path, ML Drift; it has no cache of any kind).
-A variant is a set of environment variables for our runners, e.g. the state before issue 28:
+A variant is a set of environment variables for our runners, e.g. the state before the compile workers and the frontend patch:
 `--variant before=TFLITE_TAICHI_FRONTEND_PATCH=0,TFLITE_TAICHI_COMPILE_WORKERS=0`; the default
 variant "now" sets nothing.
 """

@@ -4,7 +4,9 @@ vulkan on Mesa's lavapipe, opengl on llvmpipe; each in its own worker), against 
   OpenGL, where a block of 96 threads failed to compile;
 - sequences whose loops pass Mesa's 65535 loop iterations per shader invocation: lavapipe and
   llvmpipe silently end every loop there, so the last time steps were never written (the op
-  splits the time loop into dispatches on those archs: ops/sequence/select.py, LOOP_BUDGET).
+  splits the time loop into dispatches on those archs: ops/sequence/select.py, LOOP_BUDGET),
+  with the state in a block's shared memory and with a thread per batch row (a state over
+  MAX_SHARED_FLOATS; GLES, which has no barriers).
 Tolerance: tflite_taichi.testing.TAICHI_RTOL (the zoo's LSTM is contractive, as a trained one:
 float32 rounding does not grow over the sequence)."""
 
@@ -42,3 +44,22 @@ def test_long_sequence_with_layer_norm_and_projection(taichi_workers):
                 projection=True, projection_bias=True, layer_norm=True, n_inputs=24,
                 cell_clip=3.0, proj_clip=2.0, n_time=200)
     check_delegate(lstm_model(case, "variable"), taichi_workers, _inputs(case))
+
+
+# 24 rows of 64 cells: h, c and h' take 4608 floats, over the 4096 of shared memory, so each row
+# is a thread with its state in scratch; ~33000 loop iterations a step (loops of 64, which Mesa
+# does not unroll), 20 steps: ~660000
+PER_ROW = dict(BASE_SEQUENCE, n_batch=24, n_input=64, n_cell=64, n_output=64, peephole=False,
+               n_time=20)
+
+
+def test_a_thread_per_row_runs_every_step_of_a_long_sequence(taichi_workers):
+    """The state too big for shared memory: a thread per batch row, its time loop in chunks of
+    steps too (the last steps were left unwritten on lavapipe and llvmpipe)."""
+    check_delegate(lstm_model(PER_ROW, "variable"), taichi_workers, _inputs(PER_ROW))
+
+
+def test_gles_runs_every_step_of_a_long_sequence(gles_worker):
+    """GLES has no block barriers: always a thread per row, on llvmpipe as limited as OpenGL."""
+    case = dict(PER_ROW, n_batch=1)
+    check_delegate(lstm_model(case, "variable"), [gles_worker], _inputs(case))

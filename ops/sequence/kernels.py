@@ -375,9 +375,12 @@ class SequenceLstmStep:
                     else:
                         self._write_state(arena, weights, io, sh, lane, 0, self.B)
         else:
-            for b in range(self.B):                   # a thread per batch row
-                self._sequence(arena, weights, io, self.s, 0, b, 1, 0, self.T)
-                self._write_state(arena, weights, io, self.s, 0, b, 1)
+            for c in ti.static(range(len(self.chunks))):   # a top-level loop (dispatch) each
+                for b in range(self.B):               # a thread per batch row
+                    self._sequence(arena, weights, io, self.s, 0, b, 1, self.chunks[c][0],
+                                   self.chunks[c][1])
+                    if ti.static(self.chunks[c][1] >= self.T):
+                        self._write_state(arena, weights, io, self.s, 0, b, 1)
 
 
 # -- the BASIC kernel: three parallel loops ----------------------------------------------------

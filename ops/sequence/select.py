@@ -18,10 +18,11 @@ MAX_SHARED_FLOATS = 4096
 # times, silently: a block that ran the whole sequence left the last steps unwritten. On these
 # archs the time loop is split into chunks of steps, each its own top-level loop (a dispatch,
 # whose invocations count afresh), the state carried between them in the scratch buffer. A
-# quarter of the limit is kept for loops the count below does not see.
+# quarter of the limit is kept for loops the count below does not see. (On a hardware device
+# the chunks only cost a dispatch each: a few per sequence.)
 MESA_LOOP_LIMIT = 65535
 LOOP_BUDGET = MESA_LOOP_LIMIT * 3 // 4
-LOOP_LIMITED_ARCHS = ("vulkan", "opengl")
+LOOP_LIMITED_ARCHS = ("vulkan", "opengl", "gles")
 
 
 def block_barriers(arch: str) -> bool:
@@ -81,11 +82,13 @@ class BlockPlan(NamedTuple):
 def block_plan(L, arch: str) -> BlockPlan:
     """The state in block-shared memory (one block of block_lanes threads, with barriers) or,
     where the arch has none or the state does not fit MAX_SHARED_FLOATS, in the scratch buffer
-    with a thread per batch row. Only the block is split into chunks of steps: one thread per
-    row may pass the budget in a single step (4 n_cell (n_input + n_output) iterations), which
-    chunks of steps cannot bound, so that path still meets Mesa's limit on lavapipe and
-    llvmpipe (gles, or a state too big for shared memory)."""
+    with a thread per batch row. Both split the time loop into chunks of steps on
+    LOOP_LIMITED_ARCHS. A thread per row that passes the budget in a single step (about
+    4 n_cell (n_input + n_output) iterations: 96 cells of 96 inputs) cannot be bounded so: on
+    lavapipe and llvmpipe that path is still cut short (a state over MAX_SHARED_FLOATS, or gles,
+    with such a step); supports() knows no arch to refuse it by."""
     if not (block_barriers(arch) and state_layout(L)[1] <= MAX_SHARED_FLOATS):
-        return BlockPlan(False, 1, ((0, L.n_time),))
+        return BlockPlan(False, 1, step_chunks(L, 1, 1, arch))
     lanes = block_lanes(L)
     return BlockPlan(True, lanes, step_chunks(L, lanes, L.n_batch, arch))
+

@@ -3,7 +3,7 @@ tensorflow-cpu==2.18.0` in a separate venv; not a dependency of this package and
 tests): Keras recurrent layers as TF's converter writes them by default. Keras 3's LSTM and GRU are
 not fused into UNIDIRECTIONAL_SEQUENCE_LSTM: each layer is a WHILE whose body reads step i with
 GATHER and, with return_sequences, writes it with CONCATENATION(SLICE(.., 0, i), h, SLICE(.., i + 1,
-end)), the converter's lowering of TensorListSetItem (issue 14, item 4). Weights are Keras's seeded
+end)), the converter's lowering of TensorListSetItem. Weights are Keras's seeded
 initialisers (tf.random.set_seed): the same versions give the same structure and weights, not
 the same bytes (the converter's output varies in its metadata).
 
