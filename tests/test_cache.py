@@ -747,7 +747,10 @@ def test_taichi_keeps_its_files_in_our_cache_and_a_stale_lock_there_is_removed(t
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "RESULT cold" in out.stdout, out.stderr[-2000:]
     assert "Lock" not in out.stderr, out.stderr[-2000:]
-    assert not lock.exists()
+    # the stale lock is gone; a lock there now is a newer one (CI once found one after the run:
+    # a compile worker, killed as its parent exited, may hold Taichi's for its metadata write)
+    assert not lock.exists() or os.stat(lock).st_mtime > old + cache.STALE_TAICHI_LOCK_S, \
+        "the stale lock was left in place"
     assert not (home / ".cache" / "taichi" / "ticache").exists()
 
 
