@@ -21,7 +21,7 @@ from tflite_taichi.errors import ModelError
 from tflite_taichi.ops.transforms import flex_options
 from tflite_taichi.testing import (Const, Input, Output, assert_float_close, assert_quantized_close,
                                    one_op_model, quantize_array, run_litert, run_ours)
-from cases.transforms import LANDMARKS, MATRIX, PIPELINE, RESAMPLER, S, SQUARE, TENSOR, _data, _pipeline_options, _v2, affine_matrix, landmarks_case, landmarks_model, matrix_model, pipeline_inputs, pipeline_model, resampler_case, resampler_model, tensor_case, tensor_model, tensor_options, v1_case, v2_case, warp_values
+from cases.transforms import LANDMARKS, MATRIX, PIPELINE, RESAMPLER, S, SQUARE, TENSOR, _data, _pipeline_options, _v2, affine_matrix, edge_samples, landmarks_case, landmarks_model, matrix_model, pipeline_inputs, pipeline_model, resampler_case, resampler_model, tensor_case, tensor_model, tensor_options, translation, v1_case, v2_case, warp_values
 
 
 # -- independent formulations ----------------------------------------------------------------
@@ -49,12 +49,6 @@ def loop_resampler(data, warp):
     return out.reshape((n, *np.shape(warp)[1:-1], c)).astype(np.float32)
 
 
-def translation(dx, dy):
-    m = np.eye(4)
-    m[0, 3], m[1, 3] = dx, dy
-    return m
-
-
 def loop_transform_tensor(data, matrix, out_h, out_w, align_corners):
     """Output pixel (X, Y) samples the data at M (X, Y, 0, 1); v2 (align_corners) uses
     S M A, A moving pixel corners to centres (+1/2) and S back (-1/2). Outside [0, W - 1] x
@@ -62,27 +56,20 @@ def loop_transform_tensor(data, matrix, out_h, out_w, align_corners):
     return _loop_transform_tensor(data, matrix, out_h, out_w, align_corners)[0]
 
 
-# Samples this close to the edge of [0, W - 1] x [0, H - 1], where the value jumps to 0, are
-# decided by float32 rounding (the op's coordinates) that float64 does not reproduce.
-EDGE_AMBIGUITY = 1e-4
-
-
 def _loop_transform_tensor(data, matrix, out_h, out_w, align_corners):
-    """(output, where a sample lies within EDGE_AMBIGUITY of the edge)."""
+    """(output, where a sample lies within EDGE_AMBIGUITY of the edge: cases.transforms)."""
     m = np.asarray(matrix, np.float64).reshape(4, 4)
     if align_corners:
         m = translation(-0.5, -0.5) @ m @ translation(0.5, 0.5)
     _, h, w, c = data.shape
     out = np.zeros((1, out_h, out_w, c))
-    ambiguous = np.zeros((1, out_h, out_w, c), bool)
     for Y in range(out_h):
         for X in range(out_w):
             tx, ty = (m @ np.array([X, Y, 0.0, 1.0]))[:2]
             if 0 <= tx <= w - 1 and 0 <= ty <= h - 1:
                 out[0, Y, X] = bilinear_zero(data[0], tx, ty)
-            ambiguous[0, Y, X] = min(abs(tx), abs(tx - (w - 1)), abs(ty),
-                                     abs(ty - (h - 1))) < EDGE_AMBIGUITY
-    return out.astype(np.float32), ambiguous
+    edges = edge_samples(matrix, data.shape, (out_h, out_w), align_corners)
+    return out.astype(np.float32), np.broadcast_to(edges[None, :, :, None], out.shape)
 
 
 def expected_transform_tensor(actual, data, case):

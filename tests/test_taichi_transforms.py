@@ -12,14 +12,49 @@ import pytest
 
 from tflite_taichi.ops.transforms import MAX_UNROLLED_LANDMARKS
 from tflite_taichi.testing import check_delegate, check_op
-from cases.transforms import (SQUARE, TRANSFORM_ROWS, _v2, matrix_model, pipeline_inputs,
-                              pipeline_model)
+from cases.transforms import (SQUARE, TRANSFORM_ROWS, _v2, edge_samples, matrix_model,
+                              off_the_edges, pipeline_inputs, pipeline_model, tensor_model)
 from cases.table import row_id
 
 
 @pytest.mark.parametrize("row", TRANSFORM_ROWS, ids=row_id)
 def test_op_on_the_delegate(taichi_workers, row):
     check_op(row.cases, workers=taichi_workers)
+
+
+# Matrices whose samples land exactly on the image's edges in every order of float32 sums
+# (small integers and halves): an edge sample is inside, on the delegate as on the reference.
+FLIP = np.array([[-1, 0, 0, 4], [0, -1, 0, 3], [0, 0, 1, 0], [0, 0, 0, 1]])
+EXACT_EDGE_WARPS = {"identity-v1": (np.eye(4), 1), "identity-v2": (np.eye(4), 2),
+                    "flip-v1": (FLIP, 1), "flip-v2": (FLIP, 2),
+                    "scale-v1": (np.diag([2.0, 1.5, 1.0, 1.0]), 1)}
+
+
+@pytest.mark.parametrize("matrix, version", EXACT_EDGE_WARPS.values(), ids=EXACT_EDGE_WARPS)
+def test_samples_exactly_on_the_edges(taichi_workers, matrix, version):
+    """The random draws keep off the edges (off_the_edges); these land on them exactly."""
+    data = np.random.default_rng(14).uniform(1, 2, (1, 4, 5, 2)).astype(np.float32)
+    matrix = matrix.astype(np.float32)
+    assert edge_samples(matrix, data.shape, (4, 5), version == 2).any()
+    check_delegate(tensor_model(data.shape, (4, 5), version), taichi_workers,
+                   [data, matrix[None]])
+    if version == 1 and matrix[0, 0] == 1:        # the identity: every edge sample is kept
+        check_delegate(tensor_model(data.shape, (4, 5), version, matrix=matrix),
+                       taichi_workers, [data])
+
+
+def test_draws_keep_off_the_edges():
+    """A drawn v2 warp whose last sample was an exact float32 tie at H - 1: the C++ (double)
+    kept it, the x64 kernel (fast math reordering float32 sums) put it one ulp past the edge
+    and zeroed it. The delegate's draws move such matrices a few thousandths of a pixel."""
+    m = np.array([[0.6666667, 0, 0, 0.5], [0, 0.6666667, 0, -0.16666667],
+                  [0, 0, 1, 0], [0, 0, 0, 1]], np.float32)
+    case = dict(data=(1, 2, 2, 1), out=(3, 1), version=2, matrix=m)
+    assert edge_samples(m, case["data"], case["out"], True).any()
+    moved = off_the_edges(case)["matrix"]
+    assert not edge_samples(moved, case["data"], case["out"], True).any()
+    assert 0 < np.abs(moved - m).max() < 0.05
+    np.testing.assert_array_equal(off_the_edges(dict(case, matrix=moved))["matrix"], moved)
 
 
 def test_pipeline_delegate_matches_reference(taichi_workers):
