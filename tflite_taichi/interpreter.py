@@ -406,21 +406,20 @@ class Interpreter:
         if whole is None:
             return litert_model
         if timed:
-            choice = self._litert_under_the_floor(budget)
+            choice = self._litert_under_the_floor(whole)
             if choice is None:
                 return litert_model
         self._backend, self._cache, self._auto_choice = "litert", None, choice
         return whole
 
-    def _litert_under_the_floor(self, budget: int):
-        """auto_choice.under_the_floor for LiteRT's step, timed on a scratch interpreter (its
-        state, resource variables included, thrown away with it); None where it is not, or
-        LiteRT fails to run the model on zeros."""
-        from tflite_taichi import auto_choice, litert_cpu
+    def _litert_under_the_floor(self, litert_model):
+        """auto_choice.under_the_floor for LiteRT's step, timed on the first model the factory
+        `litert_model` makes (the one _litert_model built and checked), thrown away with its
+        state, resource variables included: the interpreter's models come fresh from it after.
+        None where the step is not under the floor, or LiteRT fails to run the model on zeros."""
+        from tflite_taichi import auto_choice
         try:
-            scratch = litert_cpu.LiteRTModel(self._model_bytes(), budget)
-            scratch.check_kernels()
-            return auto_choice.under_the_floor(auto_choice.time_litert(scratch))
+            return auto_choice.under_the_floor(auto_choice.time_litert(litert_model()))
         except TfliteTaichiError:
             return None
 
