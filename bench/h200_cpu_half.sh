@@ -4,7 +4,8 @@
 # hidden: a user's step with the GPU hidden (CUDA_VISIBLE_DEVICES= and no Vulkan/EGL driver):
 #         LiteRT 16 threads vs `auto`.
 # auto:   with the GPU, each alone in a process: LiteRT CPU, LiteRT's GPU path and `auto` (cold
-#         caches; it waits for its kernels and makes its choice in the warm-up).
+#         caches; it waits for its kernels and makes its choice in the warm-up); AUTO_BACKENDS
+#         picks some of them.
 # gpus:   the same steps on our cuda and our vulkan, each in its own process beside LiteRT.
 # first:  the first result with `auto`, import included, cold (fresh caches) and warm, then
 #         stepping on to see when the GPU takes over; LiteRT's own first result beside it.
@@ -25,7 +26,7 @@ hidden)
     ;;
 auto)      # each runtime alone in its process: LiteRT's 16 spinning threads beside a GPU
            # backend's launching thread slow it (one process each, as gpu_anchors.py does)
-    for b in litert litert_gpu auto; do
+    for b in ${AUTO_BACKENDS:-litert litert_gpu auto}; do      # LiteRT's GPU path has crashed its process
         fresh
         python3 bench/cpu_step.py $models mobilenet_v2 --backends $b --threads 16 \
             --steps 100 --warmup 25 --json "$out/alone_$b.json"

@@ -10,7 +10,8 @@ output quantization for LOGISTIC, SOFTMAX, HARD_SWISH here), and input magnitude
 LOGISTIC's cut-offs and TANH's saturation. A quantized model input is dequantized on the CPU,
 so QUANTIZE of a float input, int8 -> int8 requantization and DEQUANTIZE of an int8 input all
 run inside the partition, as a snap to the output's grid or an identity. Cut-off regions, long
-rows, broadcast alphas, chains, fp16, GLES and what stays on the CPU have their own tests."""
+rows, broadcast alphas, chains, fp16 (a fixed model per op: SMALL) and GLES have their own
+tests; what stays on the CPU is a table too (REFUSED: cases.table.Refused), one test."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -20,7 +21,7 @@ from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_
                                    one_op_model, quantize_array, strategies)
 from cases.activations import ACTIVATION_ROWS, uniform_data as _data
 from cases.quantize import _real_range
-from cases.table import row_id
+from cases.table import Refused, check_refused, refused_id, row_id
 
 S = strategies()
 
@@ -112,35 +113,38 @@ def test_dequantize_of_a_constant_is_folded_not_delegated(taichi_workers):
 
 
 # -- fp16 (vulkan), GLES ---------------------------------------------------------------------------
-def _small_model(op):
+def _small_models():
     """A fixed one-op model per op, for the fp16 and GLES runs."""
     shape = (2, 5, 6)
-    if op == "SOFTMAX":
-        return one_op_model(op, [Input((3, 17))], [Output((3, 17))], beta=0.7)
-    if op == "LEAKY_RELU":
-        return one_op_model(op, [Input(shape)], [Output(shape)], alpha=0.2)
-    if op == "PRELU":
-        alpha = np.linspace(-1, 1, 6, dtype=np.float32)
-        return one_op_model(op, [Input(shape), Const(alpha)], [Output(shape)])
-    if op == "QUANTIZE":
-        return one_op_model(op, [Input(shape)], [Output(shape, np.int8, (0.03, 4))])
-    if op == "DEQUANTIZE":
-        return one_op_model(op, [Input(shape, np.float16)], [Output(shape)])
-    return one_op_model(op, [Input(shape)], [Output(shape)])
+
+    def plain(op):
+        return one_op_model(op, [Input(shape)], [Output(shape)])
+
+    alpha = np.linspace(-1, 1, 6, dtype=np.float32)
+    return {
+        "SOFTMAX": one_op_model("SOFTMAX", [Input((3, 17))], [Output((3, 17))], beta=0.7),
+        "LOGISTIC": plain("LOGISTIC"),
+        "TANH": plain("TANH"),
+        "EXP": plain("EXP"),
+        "HARD_SWISH": plain("HARD_SWISH"),
+        "LEAKY_RELU": one_op_model("LEAKY_RELU", [Input(shape)], [Output(shape)], alpha=0.2),
+        "PRELU": one_op_model("PRELU", [Input(shape), Const(alpha)], [Output(shape)]),
+        "QUANTIZE": one_op_model("QUANTIZE", [Input(shape)], [Output(shape, np.int8, (0.03, 4))]),
+        "DEQUANTIZE": one_op_model("DEQUANTIZE", [Input(shape, np.float16)], [Output(shape)]),
+    }
 
 
-FP16_OPS = ["SOFTMAX", "LOGISTIC", "TANH", "EXP", "HARD_SWISH", "LEAKY_RELU", "PRELU", "QUANTIZE",
-            "DEQUANTIZE"]
+SMALL = _small_models()
 
 
-@pytest.mark.parametrize("op", FP16_OPS)
+@pytest.mark.parametrize("op", list(SMALL))
 def test_fp16_on_vulkan(vulkan_workers, op):
-    check_delegate(_small_model(op), vulkan_workers, seed=11, precision="fp16")
+    check_delegate(SMALL[op], vulkan_workers, seed=11, precision="fp16")
 
 
 @pytest.mark.parametrize("op", ["SOFTMAX", "LOGISTIC", "PRELU", "QUANTIZE"])
 def test_gles(gles_worker, op):
-    check_delegate(_small_model(op), [gles_worker], seed=4)
+    check_delegate(SMALL[op], [gles_worker], seed=4)
 
 
 def test_gles_int8_chain(gles_worker):
@@ -149,16 +153,19 @@ def test_gles_int8_chain(gles_worker):
 
 
 # -- what stays on the CPU -------------------------------------------------------------------------
-def test_dequantize_of_per_channel_input_stays_on_the_cpu(taichi_workers):
-    """The arena carries per-tensor grids only: a per-channel quantized run-time input is
-    refused by the generic check, with the reason."""
-    model = one_op_model("DEQUANTIZE", [Input((2, 3), np.int8, ([0.1, 0.2, 0.3], [0, 1, -1], 1))],
-                         [Output((2, 3))])
-    summaries = check_delegate(model, taichi_workers, seed=2, expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert "per-channel" in summary["fallback"][0]["reason"]
+REFUSED = [
+    # the arena carries per-tensor grids only: a per-channel quantized run-time input is refused
+    # by the generic check, with the reason
+    Refused("per-channel DEQUANTIZE input",
+            one_op_model("DEQUANTIZE", [Input((2, 3), np.int8, ([0.1, 0.2, 0.3], [0, 1, -1], 1))],
+                         [Output((2, 3))]),
+            "DEQUANTIZE", "per-channel", seed=2),
+]
 
+
+@pytest.mark.parametrize("case", REFUSED, ids=refused_id)
+def test_what_stays_on_the_cpu(taichi_workers, case):
+    check_refused(case, taichi_workers)
 
 
 # -- fusion ------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ int8 runs every op, LiteRT's int8 kernels or not: on the float view each is the 
 with the output snapped to its grid. Special values (NaN, +-inf, zeros, negatives under LOG and
 SQRT, ROUND's ties, FLOOR_DIV's near-integer quotients) go through one multi-op model: one
 compile per backend. ATAN2 (its own polynomial and special-value branches) has its rows in the
-table and its own tests at the end: every special pair, fused into its producer's store.
-RIGHT_SHIFT has no Taichi part (integers stay on the CPU)."""
+table and its own tests: every special pair, fused into its producer's store. RIGHT_SHIFT has
+no Taichi part (integers stay on the CPU): what stays there is a table (REFUSED:
+cases.table.Refused), one test at the end."""
 import numpy as np
 import pytest
 
@@ -18,7 +19,7 @@ from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import Const, Input, Output, check_delegate, check_op, one_op_model
 from cases.arith import (ARITH_ROWS, ATAN2_SPECIALS, BINARY, UNARY_VARIANTS, atan2_data,
                          unary_options)
-from cases.table import row_id
+from cases.table import Refused, check_refused, refused_id, row_id
 
 
 @pytest.mark.parametrize("row", ARITH_ROWS, ids=row_id)
@@ -95,18 +96,6 @@ def test_gles(gles_worker):
     check_delegate(_all_ops_model(), [gles_worker], [SPECIAL_X, SPECIAL_A, SPECIAL_B])
 
 
-# -- what stays on the CPU -------------------------------------------------------------------------
-@pytest.mark.parametrize("op", ["FLOOR_DIV", "FLOOR_MOD", "POW"])
-def test_int32_stays_on_the_cpu(taichi_workers, op):
-    model = one_op_model(op, [Input((4,), np.int32), Const(np.array([3, -3, 2, 1], np.int32))],
-                         [Output((4,), np.int32)])
-    summaries = check_delegate(model, taichi_workers, [np.array([7, 7, -7, 0], np.int32)],
-                               expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert "int32" in summary["fallback"][0]["reason"]
-
-
 # -- ATAN2 -----------------------------------------------------------------------------------------
 def _atan2_special_model(n):
     """ATAN2 of (y, x), and of (y + x, x): an ADD whose store hands the sum to the second
@@ -153,12 +142,23 @@ def test_atan2_fp16_on_vulkan(vulkan_workers):
     check_delegate(_atan2_special_model(100), vulkan_workers, inputs, precision="fp16")
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint16])
-def test_right_shift_stays_on_the_cpu(taichi_workers, dtype):
-    model = one_op_model("RIGHT_SHIFT", [Input((4,), dtype), Const(np.array([1, 2, 3, 9], dtype))],
-                         [Output((4,), dtype)])
-    summaries = check_delegate(model, taichi_workers, [np.array([7, 100, 64, 3], dtype)],
-                               expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert np.dtype(dtype).name in summary["fallback"][0]["reason"]
+# -- what stays on the CPU -------------------------------------------------------------------------
+def _integer_model(op, dtype, second):
+    return one_op_model(op, [Input((4,), dtype), Const(np.array(second, dtype))],
+                        [Output((4,), dtype)])
+
+
+REFUSED = [
+    Refused(f"int32 {op}", _integer_model(op, np.int32, [3, -3, 2, 1]), op, "int32",
+            [np.array([7, 7, -7, 0], np.int32)])
+    for op in ("FLOOR_DIV", "FLOOR_MOD", "POW")
+] + [
+    Refused(f"{name} RIGHT_SHIFT", _integer_model("RIGHT_SHIFT", np.dtype(name), [1, 2, 3, 9]),
+            "RIGHT_SHIFT", name, [np.array([7, 100, 64, 3], name)])
+    for name in ("int32", "int8", "uint16")
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=refused_id)
+def test_what_stays_on_the_cpu(taichi_workers, case):
+    check_refused(case, taichi_workers)

@@ -3,15 +3,15 @@ workers; fp16 on vulkan; gles) vs the reference path, over the LiteRT tests' cas
 outputs must match exactly (LiteRT's fixed-point rescaling of quantized comparisons included);
 float outputs within tflite_taichi.testing.TAICHI_RTOL. One case table (COMPARE_ROWS,
 tests/cases/compare.py: each row draws its ops inside each example) drives one property test;
-every int8 pair, int16 extremes, single elements, float16 rounding, a chain, fp16, GLES and what
-stays on the CPU have their own tests."""
+every int8 pair, int16 extremes, single elements, float16 rounding, a chain, fp16 and GLES have
+their own tests; what stays on the CPU is a table too (REFUSED: cases.table.Refused), one test."""
 import numpy as np
 import pytest
 
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import Input, Output, check_delegate, check_op, one_op_model
 from cases.compare import COMPARE_ROWS, SWEEP_SCALES, every_pair, select_model
-from cases.table import row_id
+from cases.table import Refused, check_refused, refused_id, row_id
 
 
 @pytest.mark.parametrize("row", COMPARE_ROWS, ids=row_id)
@@ -130,49 +130,40 @@ def test_gles(gles_worker):
 
 
 # -- what stays on the CPU ---------------------------------------------------------------------
-def _fallback(model, workers, inputs, reason):
-    summaries = check_delegate(model, workers, inputs, expect_all_delegated=False)
-    for backend, summary in summaries.items():
-        assert summary["ops_delegated"] == 0, backend
-        assert len(summary["fallback"]) == 1 and reason in summary["fallback"][0]["reason"], \
-            summary["fallback"]
+def _comparison(op, n, dtype, q_a=None, q_b=None):
+    return one_op_model(op, [Input((n,), dtype, q_a), Input((n,), dtype, q_b)],
+                        [Output((n,), np.bool_)])
 
 
-def test_quantized_int32_comparison_stays_on_the_cpu(taichi_workers):
-    q = (0.5, 3)
-    model = one_op_model("LESS", [Input((4,), np.int32, q), Input((4,), np.int32, q)],
-                         [Output((4,), np.bool_)])
-    _fallback(model, taichi_workers, [np.array([1, 2**30, -5, 7], np.int32),
-                                      np.array([2, 2**30 + 1, -5, 6], np.int32)],
-              "int32-quantized")
+def _cast(n, in_dtype, out_dtype, q_in=None, q_out=None):
+    return one_op_model("CAST", [Input((n,), in_dtype, q_in)], [Output((n,), out_dtype, q_out)])
 
 
-def test_quantized_int32_select_stays_on_the_cpu(taichi_workers):
-    q = (0.5, 0)
-    model = select_model("SELECT_V2", ((3,), (3,), (3,), (3,)), np.int32, q)
-    _fallback(model, taichi_workers, [np.array([True, False, True]),
-                                      np.array([1, 2**30, 3], np.int32),
-                                      np.array([4, 5, 6], np.int32)], "int32-quantized")
+REFUSED = [
+    Refused("int32-quantized LESS",
+            _comparison("LESS", 4, np.int32, (0.5, 3), (0.5, 3)), "LESS", "int32-quantized",
+            [np.array([1, 2**30, -5, 7], np.int32), np.array([2, 2**30 + 1, -5, 6], np.int32)]),
+    Refused("int32-quantized SELECT_V2",
+            select_model("SELECT_V2", ((3,), (3,), (3,), (3,)), np.int32, (0.5, 0)),
+            "SELECT_V2", "int32-quantized",
+            [np.array([True, False, True]), np.array([1, 2**30, 3], np.int32),
+             np.array([4, 5, 6], np.int32)]),
+    Refused("CAST of quantized int8 to float", _cast(4, np.int8, np.float32, q_in=(0.5, 3)),
+            "CAST", "raw integers", [np.array([-128, 0, 3, 127], np.int8)]),
+    Refused("CAST of float to quantized int8", _cast(4, np.float32, np.int8, q_out=(0.5, 3)),
+            "CAST", "raw integers", [np.array([-300, 0.4, 3.9, 127], np.float32)]),
+    # not supports(): partition.delegate_reason refuses the int32 / plain int8 tensors
+    Refused("int32 EQUAL", _comparison("EQUAL", 3, np.int32), "EQUAL", "int32",
+            [np.array([1, 2, 3], np.int32)] * 2),
+    Refused("CAST of float to plain int8", _cast(3, np.float32, np.int8), "CAST", "int8",
+            [np.array([1.5, -2.5, 300], np.float32)]),
+    Refused("int16 EQUAL with a zero point",
+            _comparison("EQUAL", 3, np.int16, (0.001, 5), (0.002, 0)), "EQUAL",
+            "nonzero zero point",
+            [np.array([-32768, 5, 32767], np.int16), np.array([-16384, 0, 16383], np.int16)]),
+]
 
 
-def test_cast_of_quantized_tensors_stays_on_the_cpu(taichi_workers):
-    model = one_op_model("CAST", [Input((4,), np.int8, (0.5, 3))], [Output((4,))])
-    _fallback(model, taichi_workers, [np.array([-128, 0, 3, 127], np.int8)], "raw integers")
-    model = one_op_model("CAST", [Input((4,))], [Output((4,), np.int8, (0.5, 3))])
-    _fallback(model, taichi_workers, [np.array([-300, 0.4, 3.9, 127], np.float32)], "raw integers")
-
-
-def test_integer_comparisons_and_casts_stay_on_the_cpu(taichi_workers):
-    """Not supports(): partition.delegate_reason refuses the int32 / plain int8 tensors."""
-    model = one_op_model("EQUAL", [Input((3,), np.int32), Input((3,), np.int32)],
-                         [Output((3,), np.bool_)])
-    _fallback(model, taichi_workers, [np.array([1, 2, 3], np.int32)] * 2, "int32")
-    model = one_op_model("CAST", [Input((3,))], [Output((3,), np.int8)])
-    _fallback(model, taichi_workers, [np.array([1.5, -2.5, 300], np.float32)], "int8")
-
-
-def test_int16_equal_with_a_zero_point_stays_on_the_cpu(taichi_workers):
-    model = one_op_model("EQUAL", [Input((3,), np.int16, (0.001, 5)), Input((3,), np.int16, (0.002, 0))],
-                         [Output((3,), np.bool_)])
-    _fallback(model, taichi_workers, [np.array([-32768, 5, 32767], np.int16),
-                                      np.array([-16384, 0, 16383], np.int16)], "nonzero zero point")
+@pytest.mark.parametrize("case", REFUSED, ids=refused_id)
+def test_what_stays_on_the_cpu(taichi_workers, case):
+    check_refused(case, taichi_workers)

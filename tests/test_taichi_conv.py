@@ -2,13 +2,14 @@
 FULLY_CONNECTED, CUSTOM:Convolution2DTransposeBias (ops/conv/), AVERAGE_POOL_2D,
 MAX_POOL_2D and L2_POOL_2D (float32 only, as LiteRT) (ops/pooling.py) against the reference path, through one-op models, on every
 backend under test (cpu, vulkan, opengl; see conftest.py), float32 and int8; fp16 on vulkan;
-GLES; and the supports() refusal.
+GLES; and what stays on the CPU (the supports() refusals).
 
 One case table (CONV_ROWS, tests/cases/conv.py: a row per op and dtype) drives one property
 test; its cases come from the LiteRT tests' generators (tests/cases/conv.py, cases/pooling.py),
-so the delegate sees the same attribute space. Global pools, fixed models (fp16, GLES) and
-the supports() refusal have their own tests. Float data are multiples of 1/8 (`_dyadic`): sums
-are then exact in float32 whatever the order, as the reference and the kernels sum differently.
+so the delegate sees the same attribute space. Global pools and fixed models (fp16, GLES) have
+their own tests; the supports() refusals are a table too (REFUSED: cases.table.Refused), one
+test. Float data are multiples of 1/8 (`_dyadic`): sums are then exact in float32 whatever the
+order, as the reference and the kernels sum differently.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL (1e-5 of the largest magnitude; fp16 2^-9) and
 one quantization unit for int8 outputs (check_delegate's rule)."""
 import struct
@@ -18,7 +19,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cases.conv import CONV_ROWS, POOLS, _dyadic, _f32_inputs
-from cases.table import row_id
+from cases.table import Refused, check_refused, refused_id, row_id
 from tflite_taichi.testing import (TAICHI_EXAMPLES, Const, Input, Output, check_delegate, check_op,
                                    one_op_model, strategies)
 
@@ -138,21 +139,26 @@ def test_gles(gles_worker, name):
     check_delegate(FIXED[name], [gles_worker], seed=2)
 
 
-# -- supports() refusals -----------------------------------------------------------------------
-@pytest.mark.parametrize("op", ["CONV_2D", "FULLY_CONNECTED"])
-def test_unquantized_int8_weights_stay_on_the_cpu(taichi_workers, op):
+# -- what stays on the CPU: supports() refusals --------------------------------------------------
+def _unquantized_int8_weights(op):
     """An int8 constant without quantization is no float view the weights buffer can carry:
     the op runs on the reference path, with the reason."""
     rng = np.random.default_rng(3)
-    w_shape = (4, 3, 3, 2) if op == "CONV_2D" else (4, 6)
-    weights = Const(rng.integers(-3, 4, w_shape).astype(np.int8))
     if op == "CONV_2D":
-        model = one_op_model(op, [Input((1, 5, 5, 2)), weights, Const(np.zeros(4, np.float32))],
-                             [Output((1, 5, 5, 4))], padding="SAME", stride_h=1, stride_w=1)
-    else:
-        model = one_op_model(op, [Input((3, 6)), weights, None], [Output((3, 4))])
-    summaries = check_delegate(model, taichi_workers, expect_all_delegated=False)
-    for backend, summary in summaries.items():
-        assert summary["ops_delegated"] == 0, backend
-        [row] = summary["fallback"]
-        assert row["op"] == op and "int8 without quantization" in row["reason"], row
+        weights = Const(rng.integers(-3, 4, (4, 3, 3, 2)).astype(np.int8))
+        return one_op_model(op, [Input((1, 5, 5, 2)), weights, Const(np.zeros(4, np.float32))],
+                            [Output((1, 5, 5, 4))], padding="SAME", stride_h=1, stride_w=1)
+    weights = Const(rng.integers(-3, 4, (4, 6)).astype(np.int8))
+    return one_op_model(op, [Input((3, 6)), weights, None], [Output((3, 4))])
+
+
+REFUSED = [
+    Refused(f"{op} with unquantized int8 weights", _unquantized_int8_weights(op), op,
+            "int8 without quantization")
+    for op in ("CONV_2D", "FULLY_CONNECTED")
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=refused_id)
+def test_what_stays_on_the_cpu(taichi_workers, case):
+    check_refused(case, taichi_workers)

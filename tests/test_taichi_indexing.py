@@ -2,10 +2,10 @@
 vulkan, opengl workers; fp16 on vulkan; gles) vs the reference path, over the attribute space of
 the LiteRT tests (tests/test_ops_indexing.py). One case table (INDEXING_ROWS,
 tests/cases/indexing.py: a row per op, float32 and int8 drawn in it to keep the compile count
-down) drives one property test; many runs, long axes, fp16, GLES and what stays on the CPU have
-their own tests. Tolerances: tflite_taichi.testing.TAICHI_RTOL; quantized outputs within
-one quantization step. ARG_MAX, ARG_MIN, TOPK_V2 and WHERE have no Taichi part (int outputs or
-data-dependent shapes)."""
+down) drives one property test; many runs, long axes, fp16 and GLES have their own tests;
+what stays on the CPU is a table too (REFUSED: cases.table.Refused), one test. Tolerances:
+tflite_taichi.testing.TAICHI_RTOL; quantized outputs within one quantization step. ARG_MAX,
+ARG_MIN, TOPK_V2 and WHERE have no Taichi part (int outputs or data-dependent shapes)."""
 import numpy as np
 import pytest
 
@@ -14,16 +14,7 @@ from tflite_taichi.ops.indexing import CumsumOptions
 from tflite_taichi.ops.tables import MAX_RUNS, arithmetic_runs
 from tflite_taichi.testing import Const, Input, Output, check_delegate, check_op, one_op_model
 from cases.indexing import INDEXING_ROWS, cumsum_model
-from cases.table import row_id
-
-
-def _assert_on_the_cpu(summaries, reason: str):
-    """Every backend kept the op on the CPU, saying `reason`."""
-    assert summaries
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert len(summary["fallback"]) == 1 and reason in summary["fallback"][0]["reason"], \
-            summary["fallback"]
+from cases.table import Refused, check_refused, refused_id, row_id
 
 
 @pytest.mark.parametrize("row", INDEXING_ROWS, ids=row_id)
@@ -44,37 +35,41 @@ def test_gather_with_many_runs_matches_reference(taichi_workers):
     check_delegate(model, taichi_workers, seed=2)
 
 
-def test_gather_with_too_many_runs_stays_on_the_cpu(taichi_workers):
+# -- what stays on the CPU --------------------------------------------------------------------
+def _gather_with_too_many_runs():
     idx = np.random.default_rng(3).integers(0, 50, 300).astype(np.int32)
     assert arithmetic_runs(idx) is None
-    model = one_op_model("GATHER", [Input((50, 2)), Const(idx)], [Output((300, 2))])
-    summaries = check_delegate(model, taichi_workers, seed=3, expect_all_delegated=False)
-    _assert_on_the_cpu(summaries, f"more than {MAX_RUNS} arithmetic runs")
+    return one_op_model("GATHER", [Input((50, 2)), Const(idx)], [Output((300, 2))])
 
 
-def test_gather_nd_with_too_many_runs_stays_on_the_cpu(taichi_workers):
+def _gather_nd_with_too_many_runs():
     idx = np.random.default_rng(4).integers(0, 8, (200, 2)).astype(np.int32)
-    model = one_op_model("GATHER_ND", [Input((8, 8, 3)), Const(idx)], [Output((200, 3))])
-    summaries = check_delegate(model, taichi_workers, seed=4, expect_all_delegated=False)
-    _assert_on_the_cpu(summaries, "arithmetic runs")
+    return one_op_model("GATHER_ND", [Input((8, 8, 3)), Const(idx)], [Output((200, 3))])
 
 
-def test_gather_with_runtime_indices_stays_on_the_cpu(taichi_workers):
-    # refused by the partitioner's generic rule (a run-time int32 tensor), not by GATHER
-    model = one_op_model("GATHER", [Input((4, 3)), Input((2,), np.int32)], [Output((2, 3))])
-    inputs = [np.ones((4, 3), np.float32), np.array([3, 1], np.int32)]
-    summaries = check_delegate(model, taichi_workers, inputs, expect_all_delegated=False)
-    _assert_on_the_cpu(summaries, "int32")
-
-
-# -- ONE_HOT ----------------------------------------------------------------------------------
-def test_one_hot_with_too_many_runs_stays_on_the_cpu(taichi_workers):
+def _one_hot_with_too_many_runs():
     idx = np.random.default_rng(5).integers(0, 10, 200).astype(np.int32)
-    model = one_op_model("ONE_HOT", [Const(idx), Const(np.array(10, np.int32)), Input(()),
-                                     Input(())], [Output((200, 10))])
-    summaries = check_delegate(model, taichi_workers, [np.float32(1), np.float32(0)],
-                               expect_all_delegated=False)
-    _assert_on_the_cpu(summaries, "arithmetic runs")
+    return one_op_model("ONE_HOT", [Const(idx), Const(np.array(10, np.int32)), Input(()),
+                                    Input(())], [Output((200, 10))])
+
+
+REFUSED = [
+    Refused("GATHER with too many runs", _gather_with_too_many_runs, "GATHER",
+            f"more than {MAX_RUNS} arithmetic runs", seed=3),
+    Refused("GATHER_ND with too many runs", _gather_nd_with_too_many_runs, "GATHER_ND",
+            "arithmetic runs", seed=4),
+    # refused by the partitioner's generic rule (a run-time int32 tensor), not by GATHER
+    Refused("GATHER with run-time indices",
+            one_op_model("GATHER", [Input((4, 3)), Input((2,), np.int32)], [Output((2, 3))]),
+            "GATHER", "int32", [np.ones((4, 3), np.float32), np.array([3, 1], np.int32)]),
+    Refused("ONE_HOT with too many runs", _one_hot_with_too_many_runs, "ONE_HOT",
+            "arithmetic runs", [np.float32(1), np.float32(0)]),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=refused_id)
+def test_what_stays_on_the_cpu(taichi_workers, case):
+    check_refused(case, taichi_workers)
 
 
 # -- CUMSUM -----------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ attribute space is the LiteRT tests' (test_ops_layout.py), with the block ops at
 REVERSE_V2 with any axes. RANGE is always folded at prepare and has no Taichi part.
 MATRIX_DIAG, MATRIX_SET_DIAG and REVERSE_SEQUENCE (constant seq_lengths; run-time ones stay on
 the CPU), in the same three types. One case table (LAYOUT_ROWS, tests/cases/layout.py: a row per
-op, each drawing its type) drives one property test; chains, fusion, fp16, GLES and what stays
-on the CPU have their own tests.
+op, each drawing its type) drives one property test; chains, fusion, fp16 and GLES have their
+own tests; what stays on the CPU is a table too (REFUSED: cases.table.Refused), one test.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL."""
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ import pytest
 from tflite_taichi.builder import ModelBuilder
 from tflite_taichi.testing import Input, Output, check_delegate, check_op, one_op_model
 from cases.layout import LAYOUT_ROWS
-from cases.table import row_id
+from cases.table import Refused, check_refused, refused_id, row_id
 
 
 @pytest.mark.parametrize("row", LAYOUT_ROWS, ids=row_id)
@@ -82,7 +82,7 @@ def test_gles(gles_worker):
 
 
 # -- what stays on the CPU --------------------------------------------------------------------
-def test_int32_tensors_stay_on_the_cpu_and_range_is_folded(taichi_workers):
+def _int32_fill_and_zeros_like_and_a_range():
     """The ops have no refusals of their own (every attribute is read at build time): an int32
     FILL value, ZEROS_LIKE of an int32 tensor and the like are refused by
     partition.delegate_reason; a RANGE (and a FILL of constants) is folded at prepare."""
@@ -97,13 +97,24 @@ def test_int32_tensors_stay_on_the_cpu_and_range_is_folded(taichi_workers):
     g.op("RANGE", [g.const(k, np.array(v, np.float32)) for k, v in
                    [("start", 0.5), ("limit", 2.5), ("delta", 0.5)]], [ramp])
     g.output(zeros, ramp)
-    model = b.finish()
-    summaries = check_delegate(model, taichi_workers, [np.array(7, np.int32)],
-                               expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_folded"] == 1 and summary["ops_delegated"] == 0
-        assert {f["op"] for f in summary["fallback"]} == {"FILL", "ZEROS_LIKE"}
-        assert all("int32" in f["reason"] for f in summary["fallback"]), summary["fallback"]
+    return b.finish()
+
+
+REFUSED = [
+    Refused("int32 FILL and ZEROS_LIKE with a folded RANGE",
+            _int32_fill_and_zeros_like_and_a_range(),
+            ("FILL", "ZEROS_LIKE"), "int32", [np.array(7, np.int32)], folded=1),
+    Refused("REVERSE_SEQUENCE with run-time lengths",
+            one_op_model("REVERSE_SEQUENCE", [Input((2, 4)), Input((2,), np.int32)],
+                         [Output((2, 4))], seq_dim=1, batch_dim=0),
+            "REVERSE_SEQUENCE", "int32",
+            [np.arange(8, dtype=np.float32).reshape(2, 4), np.array([3, 1], np.int32)]),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=refused_id)
+def test_what_stays_on_the_cpu(taichi_workers, case):
+    check_refused(case, taichi_workers)
 
 
 def _diag_sequence_model():
@@ -141,16 +152,6 @@ def test_diag_and_reverse_sequence_fp16_on_vulkan(vulkan_workers):
 
 def test_diag_and_reverse_sequence_gles(gles_worker):
     check_delegate(_diag_sequence_model(), [gles_worker], seed=6)
-
-
-def test_reverse_sequence_with_run_time_lengths_stays_on_the_cpu(taichi_workers):
-    model = one_op_model("REVERSE_SEQUENCE", [Input((2, 4)), Input((2,), np.int32)],
-                         [Output((2, 4))], seq_dim=1, batch_dim=0)
-    inputs = [np.arange(8, dtype=np.float32).reshape(2, 4), np.array([3, 1], np.int32)]
-    summaries = check_delegate(model, taichi_workers, inputs, expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert "int32" in summary["fallback"][0]["reason"], summary["fallback"]
 
 
 def test_reverse_sequence_supports_names_its_reasons():

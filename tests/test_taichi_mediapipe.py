@@ -10,13 +10,14 @@ neighbouring window (ops/mediapipe.py), so the unpooling tests draw indices insi
 as MaxPoolingWithArgmax2D writes them.
 Tolerances: tflite_taichi.testing.TAICHI_RTOL (the values are copies: exact in fp32). One case
 table (MEDIAPIPE_ROWS, tests/cases/mediapipe.py: a row per op) drives one property test; both
-ops in one partition, fp16, GLES and what stays on the CPU have their own tests."""
+ops in one partition, fp16 and GLES have their own tests; what stays on the CPU is a table too
+(REFUSED: cases.table.Refused), one test."""
 import numpy as np
 import pytest
 
 from tflite_taichi.testing import check_delegate, check_op
-from cases.mediapipe import MEDIAPIPE_ROWS, _data, chain_model, pool_model
-from cases.table import row_id
+from cases.mediapipe import MEDIAPIPE_ROWS, POOL, _data, chain_model, pool_model
+from cases.table import Refused, check_refused, refused_id, row_id
 
 
 @pytest.mark.parametrize("row", MEDIAPIPE_ROWS, ids=row_id)
@@ -51,23 +52,22 @@ def test_gles(gles_worker):
                                                             case["in_shape"])])
 
 
-@pytest.mark.parametrize("index_dtype", ["int32", "int32_q"])
-def test_int32_indices_stay_on_the_cpu(taichi_workers, index_dtype):
-    """partition.delegate_reason refuses int32 run-time tensors, quantized (scale 1) or not."""
-    case = dict(padding="VALID", f=(2, 2), s=(2, 2), in_shape=(1, 4, 4, 2), out_shape=(1, 2, 2, 2),
-                act=0)
-    summaries = check_delegate(pool_model(case, index_dtype), taichi_workers, seed=5,
-                               expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert "int32" in summary["fallback"][0]["reason"]
+# -- what stays on the CPU ------------------------------------------------------------------
+TWO_BY_TWO = dict(padding="VALID", f=(2, 2), s=(2, 2), in_shape=(1, 4, 4, 2),
+                  out_shape=(1, 2, 2, 2), act=0)
+WINDOW_BEYOND_FLOAT16 = dict(padding="VALID", f=(1, 2049), s=(1, 2049), in_shape=(1, 1, 2049, 1),
+                             out_shape=(1, 1, 1, 1), act=0)
+
+REFUSED = [
+    # partition.delegate_reason refuses int32 run-time tensors, quantized (scale 1) or not
+    Refused("int32 indices", pool_model(TWO_BY_TWO, "int32"), POOL, "int32", seed=5),
+    Refused("quantized int32 indices", pool_model(TWO_BY_TWO, "int32_q"), POOL, "int32",
+            seed=5),
+    Refused("window beyond float16 integers", pool_model(WINDOW_BEYOND_FLOAT16), POOL, "float16",
+            seed=6),
+]
 
 
-def test_window_beyond_float16_integers_stays_on_the_cpu(taichi_workers):
-    case = dict(padding="VALID", f=(1, 2049), s=(1, 2049), in_shape=(1, 1, 2049, 1),
-                out_shape=(1, 1, 1, 1), act=0)
-    summaries = check_delegate(pool_model(case), taichi_workers, seed=6,
-                               expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert "float16" in summary["fallback"][0]["reason"]
+@pytest.mark.parametrize("case", REFUSED, ids=refused_id)
+def test_what_stays_on_the_cpu(taichi_workers, case):
+    check_refused(case, taichi_workers)

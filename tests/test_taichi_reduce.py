@@ -4,8 +4,9 @@ the reference path, over the attribute space of the LiteRT tests. Tolerances:
 tflite_taichi.testing.TAICHI_RTOL; quantized outputs within one quantization step
 (check_delegate's rule: a value on a rounding boundary may snap either way). One case table
 (REDUCE_ROWS and RESIZE_ROWS, tests/cases/reduce.py and cases/resize.py: a row per op and
-dtype, or ops drawn together) drives one property test; long reductions, resize ties, fp16,
-GLES and what stays on the CPU have their own tests."""
+dtype, or ops drawn together) drives one property test; long reductions, resize ties, fp16 and
+GLES have their own tests; what stays on the CPU is a table too (REFUSED: cases.table.Refused),
+one test."""
 import numpy as np
 import pytest
 
@@ -13,7 +14,7 @@ from tflite_taichi.testing import Const, Input, Output, check_delegate, check_op
 from cases.reduce import (NEW_REDUCE_OPS, OPS as REDUCE_OPS, REDUCE_ROWS, _new_reduce_inputs,
                           _reduce_model, all_inputs)
 from cases.resize import OPS as RESIZE_OPS, RESIZE_ROWS, _model as resize_model
-from cases.table import row_id
+from cases.table import Refused, check_refused, refused_id, row_id
 
 
 @pytest.mark.parametrize("row", REDUCE_ROWS + RESIZE_ROWS, ids=row_id)
@@ -30,16 +31,6 @@ def test_reduce_fp16_on_vulkan(vulkan_workers):
 def test_reduce_gles(gles_worker):
     case = ((3, 4, 5), np.array([-1, 0], np.int32), False, (4,))
     check_delegate(_reduce_model("MEAN", case), [gles_worker], seed=2)
-
-
-def test_reduce_of_bool_stays_on_the_cpu(taichi_workers):
-    model = one_op_model("REDUCE_MAX", [Input((2, 3), np.bool_), Const(np.array([1], np.int32))],
-                         [Output((2,), np.bool_)])
-    summaries = check_delegate(model, taichi_workers, [np.array([[0, 1, 0], [0, 0, 0]], bool)],
-                               expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert "bool" in summary["fallback"][0]["reason"]
 
 
 def test_min_prod_any_fp16_on_vulkan(vulkan_workers):
@@ -69,16 +60,6 @@ def test_long_min_prod_any_split_into_partial_results(taichi_workers):
         check_delegate(_reduce_model(op, case, dtype), taichi_workers, inputs, seed=3)
 
 
-def test_min_of_bool_stays_on_the_cpu(taichi_workers):
-    model = one_op_model("REDUCE_MIN", [Input((2, 3), np.bool_), Const(np.array([1], np.int32))],
-                         [Output((2,), np.bool_)])
-    summaries = check_delegate(model, taichi_workers, [np.array([[0, 1, 0], [1, 1, 1]], bool)],
-                               expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert "bool" in summary["fallback"][0]["reason"]
-
-
 # -- resizes -------------------------------------------------------------------------------
 @pytest.mark.parametrize("align, half, in_h, out_h", [
     (False, False, 3, 123), (True, False, 14, 23), (False, True, 4, 122), (True, True, 8, 24)])
@@ -104,16 +85,6 @@ def test_resize_gles(gles_worker):
                    [gles_worker], seed=5)
 
 
-def test_resize_nearest_with_too_many_ties_stays_on_the_cpu(taichi_workers):
-    # 1014 -> 3211 rows with half_pixel_centers: 83 rows where float32 rounding moves the
-    # reference's index, above MAX_NEAREST_FIXES.
-    model = resize_model("RESIZE_NEAREST_NEIGHBOR", (1, 1014, 1, 1), (3211, 1), False, True)
-    summaries = check_delegate(model, taichi_workers, seed=6, expect_all_delegated=False)
-    for summary in summaries.values():
-        assert summary["ops_delegated"] == 0
-        assert "rounding corrections" in summary["fallback"][0]["reason"]
-
-
 # -- REDUCE_ALL (bool carried as 0/1: the minimum) ------------------------------------------
 def test_long_reduce_all_split_into_partial_results(taichi_workers):
     # 3 outputs of 4096 terms: the split reduction; one False in the second slice's last share
@@ -126,3 +97,27 @@ def test_long_reduce_all_split_into_partial_results(taichi_workers):
 def test_reduce_all_gles(gles_worker):
     case = ((3, 4, 5), np.array([-1, 0], np.int32), False, (4,))
     check_delegate(_reduce_model("REDUCE_ALL", case, np.bool_), [gles_worker], [all_inputs((3, 4, 5), 2)])
+
+
+# -- what stays on the CPU -------------------------------------------------------------------
+def _bool_reduce(op):
+    return one_op_model(op, [Input((2, 3), np.bool_), Const(np.array([1], np.int32))],
+                        [Output((2,), np.bool_)])
+
+
+REFUSED = [
+    Refused("bool REDUCE_MAX", _bool_reduce("REDUCE_MAX"), "REDUCE_MAX", "bool",
+            [np.array([[0, 1, 0], [0, 0, 0]], bool)]),
+    Refused("bool REDUCE_MIN", _bool_reduce("REDUCE_MIN"), "REDUCE_MIN", "bool",
+            [np.array([[0, 1, 0], [1, 1, 1]], bool)]),
+    # 1014 -> 3211 rows with half_pixel_centers: 83 rows where float32 rounding moves the
+    # reference's index, above MAX_NEAREST_FIXES
+    Refused("RESIZE_NEAREST_NEIGHBOR with too many ties",
+            resize_model("RESIZE_NEAREST_NEIGHBOR", (1, 1014, 1, 1), (3211, 1), False, True),
+            "RESIZE_NEAREST_NEIGHBOR", "rounding corrections", seed=6),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=refused_id)
+def test_what_stays_on_the_cpu(taichi_workers, case):
+    check_refused(case, taichi_workers)

@@ -7,14 +7,15 @@ host checks their range before it writes them, so an out-of-range id on the dele
 reference path's InputError. Constant ones are compiled into the kernel. Every op is a gather
 that sums in the reference's order: TAICHI_RTOL (fp32) holds, duplicates included. One case
 table (SCATTER_ROWS, tests/cases/scatter.py: a row per op) drives one property test; the text
-classifier, fp16, out-of-range ids and what the delegate refuses have their own tests."""
+classifier, fp16 and out-of-range ids have their own tests; what the delegate refuses is a table
+too (REFUSED: cases.table.Refused), one test."""
 import numpy as np
 import pytest
 
 from tflite_taichi.testing import check_delegate, check_op
 from cases.scatter import (I32, SCATTER_ROWS, embedding_model, scatter_model, segment_sum_model,
                            text_classifier, token_ids, unsorted_model)
-from cases.table import row_id
+from cases.table import Refused, check_refused, refused_id, row_id
 
 
 @pytest.mark.parametrize("row", SCATTER_ROWS, ids=row_id)
@@ -49,28 +50,24 @@ def test_out_of_range_ids_raise_on_the_delegate(taichi_workers):
         taichi_workers[0].run(model, [np.ones(2, np.float32), np.array([2, 0], I32)])
 
 
-def test_segment_sum_with_run_time_ids_stays_on_the_cpu(taichi_workers):
-    model = segment_sum_model((3, 2))
-    summaries = check_delegate(model, taichi_workers[:1],
-                               [np.ones((3, 2), np.float32), np.array([0, 0, 1], I32)],
-                               expect_all_delegated=False)
-    (summary,) = summaries.values()
-    assert summary["ops_delegated"] == 0
-    assert "data-dependent" in summary["fallback"][0]["reason"]
-
-
-@pytest.mark.parametrize("model, inputs, reason", [
+# -- what stays on the CPU (checked on the first worker only) --------------------------------
+REFUSED = [
+    Refused("SEGMENT_SUM with run-time ids", segment_sum_model((3, 2)), "SEGMENT_SUM",
+            "data-dependent", [np.ones((3, 2), np.float32), np.array([0, 0, 1], I32)],
+            one_worker=True),
     # 8192 cells x 8193 index rows: more loads than WORK_LIMIT for the gather
-    (scatter_model((8192,), (8193,), 1), [np.zeros((8193, 1), I32), np.ones(8193, np.float32)],
-     "loads"),
+    Refused("SCATTER_ND with too many loads", scatter_model((8192,), (8193,), 1), "SCATTER_ND",
+            "loads", [np.zeros((8193, 1), I32), np.ones(8193, np.float32)], one_worker=True),
     # constant indices whose offsets form more than MAX_RUNS arithmetic runs
-    (scatter_model((301,), (200,), 1, indices=(np.arange(200) ** 2 % 301).reshape(200, 1)),
-     [np.ones(200, np.float32)], "arithmetic runs"),
+    Refused("SCATTER_ND with too many runs",
+            scatter_model((301,), (200,), 1, indices=(np.arange(200) ** 2 % 301).reshape(200, 1)),
+            "SCATTER_ND", "arithmetic runs", [np.ones(200, np.float32)], one_worker=True),
     # int32 updates: the delegate carries no int32 results
-    (scatter_model((4,), (2,), 1, np.int32), [np.zeros((2, 1), I32), np.ones(2, I32)], "int32"),
-])
-def test_what_the_delegate_refuses(taichi_workers, model, inputs, reason):
-    summaries = check_delegate(model, taichi_workers[:1], inputs, expect_all_delegated=False)
-    (summary,) = summaries.values()
-    assert summary["ops_delegated"] == 0
-    assert reason in summary["fallback"][0]["reason"]
+    Refused("SCATTER_ND of int32 updates", scatter_model((4,), (2,), 1, np.int32), "SCATTER_ND",
+            "int32", [np.zeros((2, 1), I32), np.ones(2, I32)], one_worker=True),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=refused_id)
+def test_what_stays_on_the_cpu(taichi_workers, case):
+    check_refused(case, taichi_workers)
