@@ -82,10 +82,6 @@ def _spin(stop) -> None:
             x += 1
 
 
-# `auto`'s answers once it runs on no GPU: where it has no GPU, or handed the model to LiteRT
-_ON_THE_HOST = ("litert", "reference", "cpu")
-
-
 class Step:
     """One runtime's interpreter and its step (set, invoke, get)."""
 
@@ -119,14 +115,16 @@ class Step:
         then where it runs and why (summary()["auto_choice"])."""
         if self.name != "auto":
             return
+        from tflite_taichi.interpreter import HOST_BACKENDS
+        on_the_host = HOST_BACKENDS + ("cpu",)     # no GPU, or the model handed to LiteRT
         deadline = time.perf_counter() + limit_s
-        while (self.it.backend not in _ON_THE_HOST and time.perf_counter() < deadline
+        while (self.it.backend not in on_the_host and time.perf_counter() < deadline
                and self.it.summary().get("auto_choice") is None):    # on a GPU, still measuring
             for _ in range(50):
                 self.step()
         self.label = f"auto -> {self.it.backend}"
         self.choice = ((self.it.summary().get("auto_choice") or {}).get("text")
-                       or ("undecided" if self.it.backend not in _ON_THE_HOST else "no GPU"))
+                       or ("undecided" if self.it.backend not in on_the_host else "no GPU"))
 
     def step(self) -> list:
         it = self.it

@@ -21,7 +21,7 @@ from tflite_taichi.errors import ModelError
 from tflite_taichi.ops.transforms import flex_options
 from tflite_taichi.testing import (Const, Input, Output, assert_float_close, assert_quantized_close,
                                    one_op_model, quantize_array, run_litert, run_ours)
-from cases.transforms import LANDMARKS, MATRIX, PIPELINE, RESAMPLER, S, SQUARE, TENSOR, _data, _pipeline_options, _v2, affine_matrix, edge_samples, landmarks_case, landmarks_model, matrix_model, pipeline_inputs, pipeline_model, resampler_case, resampler_model, tensor_case, tensor_model, tensor_options, translation, v1_case, v2_case, warp_values
+from cases.transforms import LANDMARKS, MATRIX, PIPELINE, RESAMPLER, S, SQUARE, TENSOR, _data, _pipeline_options, _v2, affine_matrix, edge_samples, landmarks_case, landmarks_model, matrix_model, pipeline_inputs, pipeline_model, resampler_case, resampler_model, sample_points, tensor_case, tensor_model, tensor_options, translation, v1_case, v2_case, warp_values
 
 
 # -- independent formulations ----------------------------------------------------------------
@@ -58,14 +58,12 @@ def loop_transform_tensor(data, matrix, out_h, out_w, align_corners):
 
 def _loop_transform_tensor(data, matrix, out_h, out_w, align_corners):
     """(output, where a sample lies within EDGE_AMBIGUITY of the edge: cases.transforms)."""
-    m = np.asarray(matrix, np.float64).reshape(4, 4)
-    if align_corners:
-        m = translation(-0.5, -0.5) @ m @ translation(0.5, 0.5)
+    points_x, points_y = sample_points(matrix, (out_h, out_w), align_corners)
     _, h, w, c = data.shape
     out = np.zeros((1, out_h, out_w, c))
     for Y in range(out_h):
         for X in range(out_w):
-            tx, ty = (m @ np.array([X, Y, 0.0, 1.0]))[:2]
+            tx, ty = points_x[Y, X], points_y[Y, X]
             if 0 <= tx <= w - 1 and 0 <= ty <= h - 1:
                 out[0, Y, X] = bilinear_zero(data[0], tx, ty)
     edges = edge_samples(matrix, data.shape, (out_h, out_w), align_corners)

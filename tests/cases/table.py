@@ -8,6 +8,8 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 
 from hypothesis.strategies import SearchStrategy
 
+from tflite_taichi.testing import check_delegate
+
 
 @dataclass(frozen=True)
 class Row:
@@ -47,8 +49,6 @@ def refused_id(case: Refused) -> str:
 def check_refused(case: Refused, workers) -> None:
     """The outputs match the reference (check_delegate) and every worker's summary shows the
     refusal `case` describes."""
-    from tflite_taichi.testing import check_delegate
-
     model = case.model() if callable(case.model) else case.model
     workers = list(workers)[:1] if case.one_worker else workers
     summaries = check_delegate(model, workers, case.inputs, seed=case.seed,
