@@ -16,8 +16,9 @@ from tflite_taichi.testing import BackendWorker, check_delegate, model_inputs
 PLUGINS = {"plugins": ["plugin_ops"]}
 
 
-def _chain(with_cpu_op: bool, side_branch: bool = False):
-    """x -> ADD -> RELU6 -> [CUSTOM:CpuOnlyAbs] -> MUL -> SUB -> out (five or four ops).
+def _chain(with_cpu_op: bool, side_branch: bool = False, middle_op: str = "CUSTOM:CpuOnlyAbs"):
+    """x -> ADD -> RELU6 -> [CUSTOM:CpuOnlyAbs] -> MUL -> SUB -> out (five or four ops; another
+    middle_op in CpuOnlyAbs's place).
     side_branch: CpuOnlyAbs(RELU6) is a second output instead, still written in graph order
     between RELU6 and MUL, and nothing on the main chain depends on it."""
     b = ModelBuilder()
@@ -29,7 +30,7 @@ def _chain(with_cpu_op: bool, side_branch: bool = False):
     g.op("RELU6", [t[0]], [t[1]])
     last = t[1]
     if with_cpu_op:
-        g.op("CUSTOM:CpuOnlyAbs", [t[1]], [t[2]])
+        g.op(middle_op, [t[1]], [t[2]])
         last = t[1] if side_branch else t[2]
     g.op("MUL", [last, c], [t[3]])
     g.op("SUB", [t[3], x], [t[4]])
@@ -213,6 +214,26 @@ def test_profile_counts_cpu_ops_too(taichi_workers):
                        max_delegated_partitions=2, **PLUGINS)[taichi_workers[0].backend]
     kinds = [(item["kind"], item["ops"]) for item in s["profile"]["items"]]
     assert kinds == [("partition", [0, 1]), ("cpu", [2]), ("partition", [3, 4])]
+
+
+def test_an_op_whose_taichi_code_does_not_compile_is_a_kernel_error_naming_it(taichi_workers):
+    # Taichi's frontend refusing an op's ti.func (here a name it never defines) used to reach
+    # the user as Taichi's bare TaichiNameError, after a warning that blamed the C API and a
+    # second compile through Taichi's Python runtime that failed the same way
+    model = _chain(with_cpu_op=True, middle_op="CUSTOM:BrokenTaichi")
+    for worker in taichi_workers:
+        worker.submit(model, model_inputs(model), **PLUGINS)
+        with pytest.raises(RuntimeError) as raised:
+            worker.result()
+        message = str(raised.value)
+        first = message.split("\n")[0]
+        assert first.startswith(f"backend {worker.backend}: KernelError: the Taichi code of "), message
+        assert "op #2 (CUSTOM:BrokenTaichi)" in first, message
+        assert 'Name "name_this_kernel_never_defines" is not defined' in message, message
+        assert "plugin_ops.py" in message, message          # Taichi's pointer to the op's line
+        assert "Python runtime instead" not in message, message
+        outputs, summary = worker.run(_chain(with_cpu_op=False), model_inputs(model))  # Taichi goes on
+        assert summary["ops_delegated"] == 4, worker.backend
 
 
 def test_a_second_taichi_arch_in_one_process_is_refused(taichi_workers):

@@ -115,6 +115,43 @@ def test_the_python_runtime_fallback_runs_the_same_programs(tmp_path, backend):
     assert result["err"] <= 1e-6, result
 
 
+BROKEN_KERNEL = r'''
+import json, sys, warnings
+sys.path.insert(0, sys.argv[2])
+import plugin_ops
+from tflite_taichi import Interpreter
+from tflite_taichi.errors import KernelError
+from tflite_taichi.testing import Input, Output, one_op_model
+it = Interpreter(model_content=one_op_model("CUSTOM:BrokenTaichi", [Input((2, 3))], [Output((2, 3))]),
+                 backend=sys.argv[1])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        it.allocate_tensors()
+        error = None
+    except KernelError as e:
+        error = str(e)
+ours = [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)]  # Taichi's
+print("RESULT " + json.dumps({"error": error, "warnings": ours}), flush=True)
+'''
+
+
+@pytest.mark.parametrize("runtime", ["capi", "python"])
+@pytest.mark.parametrize("backend", [b for b in ("cpu", "vulkan") if b in
+                                     os.environ.get("TFLITE_TAICHI_TEST_BACKENDS", "cpu,vulkan,opengl")])
+def test_an_op_that_does_not_compile_is_one_kernel_error_and_no_warning(tmp_path, backend, runtime):
+    """Taichi's frontend refusing an op's code is a KernelError from allocate_tensors(), on the
+    C API path (compiled for an AOT module) and on Taichi's Python runtime (compiled at the first
+    launch) alike. The C API path used to warn that the C API had refused the module and compile
+    everything again through the Python runtime, which failed the same way."""
+    env = dict(os.environ, TFLITE_TAICHI_RUNTIME=runtime, ENABLE_TAICHI_HEADER_PRINT="False")
+    result = _result(BROKEN_KERNEL, backend, HERE, cwd=tmp_path, env=env)
+    assert result["error"] is not None and result["error"].startswith(
+        "the Taichi code of op #0 (CUSTOM:BrokenTaichi) did not compile for Taichi's "), result
+    assert 'Name "name_this_kernel_never_defines" is not defined' in result["error"], result
+    assert result["warnings"] == [], result
+
+
 # a demo interpreter on sys.argv[1], allocated and invoked once: `it`, `d`, `x`, `first`
 DEMO = r'''
 import json, sys, warnings

@@ -21,6 +21,7 @@ whose AOT module is in the cache plans its partitions (`plan`) but never builds 
 """
 import contextlib
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from tflite_taichi import switches
 from tflite_taichi import costs
+from tflite_taichi.errors import KernelError
 from tflite_taichi.graph import PreparedGraph
 from tflite_taichi.ops.kit import EpilogueRef, LoadRef, StepIO, realize, ti
 from tflite_taichi.partition import Partition
@@ -360,6 +362,34 @@ def _state_refs(step, partition: Partition, refs: dict) -> tuple:
     inputs = step.op.inputs
     return tuple(refs[inputs[pos]] if pos < len(inputs) and inputs[pos] in partition.variables
                  else None for pos in step.opdef.state_inputs(step.node))
+
+
+def kernel_ops(code: PartitionCode, chunk_at: int) -> list:
+    """The ops (model_ir.Operator) whose code kernel `chunk_at` of the partition holds: its
+    steps, those fused into their stores and those computed at their loads."""
+    held = set(code.chunks[chunk_at])
+    while True:
+        more = ({j for j, (producer, _) in code.fusions.items() if producer in held}
+                | {j for j, reader in code.at_load.items() if reader in held})
+        if more <= held:
+            return [code.partition.steps[p].op for p in sorted(held)]
+        held |= more
+
+
+@contextlib.contextmanager
+def compiling(code: PartitionCode, chunk_at: int):
+    """Taichi's frontend refusing kernel `chunk_at` (a name, type or syntax error in an op's
+    ti.func) raises a KernelError naming the kernel's ops; other errors pass as they are (the
+    AOT builder refusing a kernel is not the op's fault: the caller may run it another way)."""
+    try:
+        yield
+    except Exception as e:
+        frontend = sys.modules.get("taichi.lang.exception")     # loaded: Taichi raised it
+        if frontend is None or not isinstance(e, frontend.TaichiCompilationError):
+            raise
+        ops = ", ".join(f"op #{op.index} ({op.name})" for op in kernel_ops(code, chunk_at))
+        raise KernelError(f"the Taichi code of {ops} did not compile for Taichi's {code.arch or 'arch'}: "
+                          f"{type(e).__name__}: {str(e).strip()}") from e
 
 
 def build_kernels(code: PartitionCode) -> list:

@@ -62,6 +62,15 @@ class CacheWarning(UserWarning):
     """Something in cache_dir was not trusted (corrupt, truncated, foreign) and was rebuilt."""
 
 
+class KernelError(TfliteTaichiError, RuntimeError):
+    """An op's Taichi code did not compile: Taichi's frontend refused it (a name, type or syntax
+    error in a `ti.func`, most likely in an op registered with register_op). Names the ops of the
+    kernel it was part of and the Taichi arch; Taichi's error, which points at the line of the
+    op's code, is in the message and is the exception's __cause__. Raised by allocate_tensors()
+    (with answer_while_compiling, the invokes run on the CPU instead, with a warning that holds
+    it, and wait_for_kernels() raises it)."""
+
+
 class BatchError(TfliteTaichiError, RuntimeError):
     """A batch run (tflite_taichi.batch) cannot start or go on: bad options, an output folder
     that holds another run's files, workers that cannot start an interpreter. A bad *input* is

@@ -126,9 +126,10 @@ def _compile_by_launching(program: Program) -> None:
     results nobody reads)."""
     with TAICHI_LOCK, codegen.intended_unrolling():
         compiled = kernel_compiled_reporter(program.launches)
-        for launches in program.memory.launches.values():
-            for launch in launches:
-                launch()                # the first launch compiles
+        for code in program.codes:
+            for chunk_at, launch in enumerate(program.memory.launches[id(code.partition)]):
+                with codegen.compiling(code, chunk_at):
+                    launch()            # the first launch compiles
                 compiled()
         program.device.wait()
 

@@ -184,7 +184,8 @@ def save_module(codes, kernels, folder: str, caps, llvm: bool,
         for name, code_at, chunk_at in kernels:
             if code_at not in built:
                 built[code_at] = codegen.build_kernels(codes[code_at])
-            with taichi_frontend.top_level_loops(codes[code_at].cpu_threads):
+            with taichi_frontend.top_level_loops(codes[code_at].cpu_threads), \
+                    codegen.compiling(codes[code_at], chunk_at):
                 module.add_kernel(built[code_at][chunk_at], name=name)    # Taichi compiles it here
             compiled(name)
         if llvm:                        # cuda/x64: a .tcm archive crashes the C API loader
