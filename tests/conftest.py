@@ -34,15 +34,27 @@ settings.register_profile("debug", max_examples=50, phases=[Phase.explicit, Phas
                           **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# the kernel cache this run made (not one the user gave): each test process gets its own in it
+_RUN_CACHE = "TFLITE_TAICHI_TEST_RUN_CACHE"
+
+
 def pytest_configure(config):
     """The caches of a test run are its own (temporary folders, removed at the end), set before
     any worker or subprocess starts so that they all inherit them: tests never write the user's
     home. Our kernel cache (a given TFLITE_TAICHI_CACHE_DIR is used as it is), and
     XDG_CACHE_HOME for what Taichi (~/.cache/taichi: its pipeline cache, version check) and Mesa
     (shader caches) would write there, MPLCONFIGDIR for matplotlib's (the benchmark's plots:
-    ~/.config/matplotlib otherwise)."""
+    ~/.config/matplotlib otherwise). Under pytest-xdist this runs in the controller first (its
+    environment is the test processes') and then in each test process, where the kernel cache
+    the run made becomes a folder of the process's own in it: what a test finds cached is
+    what earlier tests of its process left, as in a run in one process, whatever the other
+    processes ran meanwhile."""
     import tempfile
     config._tflite_taichi_temporary = []
+    test_process = os.environ.get("PYTEST_XDIST_WORKER")   # gw0, gw1, ... (None: the controller)
+    if test_process and os.environ.get(_RUN_CACHE) == os.environ.get("TFLITE_TAICHI_CACHE_DIR"):
+        os.environ["TFLITE_TAICHI_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"{test_process}-",
+                                                                 dir=os.environ[_RUN_CACHE])
     for variable, prefix in (("TFLITE_TAICHI_CACHE_DIR", "tflite-taichi-test-cache-"),
                              ("XDG_CACHE_HOME", "tflite-taichi-test-xdg-"),
                              ("MPLCONFIGDIR", "tflite-taichi-test-mpl-")):
@@ -50,6 +62,17 @@ def pytest_configure(config):
             folder = tempfile.mkdtemp(prefix=prefix)
             os.environ[variable] = folder
             config._tflite_taichi_temporary.append(folder)
+            if variable == "TFLITE_TAICHI_CACHE_DIR":
+                os.environ[_RUN_CACHE] = folder
+
+
+@pytest.hookimpl(optionalhook=True)      # pytest-xdist's hook
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject.toml's addopts): a test process per core, at most 4. Each starts a
+    Taichi worker per backend (taichi_workers) and its own compile workers, and past 4 the run
+    is bounded by its longest files (test_taichi_models.py, a few minutes) anyway."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1))
 
 
 def pytest_unconfigure(config):
