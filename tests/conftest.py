@@ -1,4 +1,5 @@
 import os
+import threading
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -64,6 +65,40 @@ def pytest_configure(config):
             config._tflite_taichi_temporary.append(folder)
             if variable == "TFLITE_TAICHI_CACHE_DIR":
                 os.environ[_RUN_CACHE] = folder
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)     # pytest-timeout's hook
+def pytest_timeout_set_timer(item, settings):
+    """In a pytest-xdist test process, the timer of a test's time limit (pyproject.toml) is ours:
+    pytest-timeout's report of a stuck test (every thread's stack) goes to the process's
+    terminal, which xdist does not show, and is lost with the process it ends; this one writes
+    it to the process's stderr, which is the run's. Elsewhere pytest-timeout's timer runs."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or settings.method != "thread" or not settings.timeout:
+        return None
+    timer = threading.Timer(settings.timeout, _report_a_stuck_test_and_exit, (item, settings.timeout))
+    timer.daemon = True
+
+    def cancel():
+        timer.cancel()
+        timer.join()
+    item.cancel_timeout = cancel        # what pytest-timeout's pytest_timeout_cancel_timer calls
+    timer.start()
+    return True
+
+
+def _report_a_stuck_test_and_exit(item, seconds: float) -> None:
+    """The test's name and every thread's stack on stderr, then the process ends (as
+    pytest-timeout's thread method does; xdist reports the test as the one that crashed it)."""
+    import faulthandler
+    try:
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        if capture is not None:
+            capture.suspend_global_capture(item)     # file descriptor 2: the run's stderr again
+        os.write(2, f"\n+++++ Timeout: {item.nodeid} still runs after {seconds:g} s; the stack of "
+                    f"every thread +++++\n".encode())
+        faulthandler.dump_traceback(file=2, all_threads=True)
+    finally:
+        os._exit(1)
 
 
 @pytest.hookimpl(optionalhook=True)      # pytest-xdist's hook

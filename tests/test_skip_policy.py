@@ -4,6 +4,7 @@ once the skip is allowed; an allowance allows exactly what it names; a report th
 run fails; an xfail is not a skip; CI's own list has a reason on every line. The time limit
 (pytest-timeout, pyproject.toml): every test has one, and a test that hangs fails the run."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -201,15 +202,22 @@ def test_hangs():
 """
 
 
-def test_a_test_that_hangs_fails_the_run_at_its_limit(tmp_path):
-    """The project's settings (pyproject.toml), with the limit cut to 2 s: the stuck test fails
-    the run, named, long before this test's own bound."""
+@pytest.mark.parametrize("processes", [[], ["-n0"]], ids=["test processes", "one process"])
+def test_a_test_that_hangs_fails_the_run_at_its_limit(tmp_path, processes):
+    """The project's settings (pyproject.toml and tests/conftest.py), with the limit cut to 2 s:
+    the stuck test fails the run once, named, with the stack it is stuck in, long before this
+    test's own bound; in pytest-xdist's test processes (the default) as in one process (-n0).
+    Under xdist, pytest-timeout's report went to a terminal nobody sees, and with --dist
+    loadfile the crashed test's file went back in the queue: the test hung nine times."""
     (tmp_path / "test_hangs.py").write_text(HANGS)
+    shutil.copy(os.path.join(HERE, "conftest.py"), tmp_path / "conftest.py")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_TIMEOUT")}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-c", os.path.join(HERE, "..", "pyproject.toml"),
+                          "-c", os.path.join(HERE, "..", "pyproject.toml"), *processes,
                           "--rootdir", str(tmp_path), "-o", "timeout=2", "test_hangs.py"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     output = run.stdout + run.stderr
     assert run.returncode != 0, output[-3000:]
     assert "Timeout" in output and "test_hangs" in output, output[-3000:]
+    assert "threading.Event().wait()" in output or ', line 5 in test_hangs' in output, output[-3000:]
+    assert output.count("FAILED test_hangs.py::test_hangs") <= 1, output[-3000:]

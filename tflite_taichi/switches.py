@@ -154,6 +154,9 @@ SWITCHES = {s.name: s for s in (
            empty_is_value=True, doc="the Taichi backends the test suite runs (empty: none)"),
     Switch("TFLITE_TAICHI_TEST_GLES", _text, "gles", scope="testing",
            doc="without 'gles': the GLES tests are skipped"),
+    Switch("TFLITE_TAICHI_TEST_RUN_CACHE", _text, None, scope="testing",
+           doc="set by the suite (tests/conftest.py): the kernel cache its run made, in which "
+               "each test process makes a folder of its own"),
     Switch("TFLITE_TAICHI_BATCH_FAULT", _text, None, scope="testing",
            doc="tests of batch's retries: KIND:SUFFIX:MARKER makes a worker die or hang once"),
     Switch("TFLITE_TAICHI_MODELS", _text, None, scope="testing",
