@@ -112,12 +112,19 @@ if args.get("litert_refuses_shapes"):
     def refuse(*a, **k):
         raise ModelError("planted: LiteRT infers other shapes")
     litert_cpu.LiteRTModel.check_shapes = refuse
+from tflite_taichi import executor
+prepares = []                       # our prepares of the whole model on the host, by whom
+for name in ("check_on_host", "planned_schedule"):
+    def counted(*a, _call=getattr(executor, name), _name=name, **k):
+        prepares.append(_name)
+        return _call(*a, **k)
+    setattr(executor, name, counted)
 from tflite_taichi import Interpreter
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     it = Interpreter(model_path=args["model"], backend="auto", cache_dir=args["cache_dir"])
+    record = {"backend": it.backend, "paths": [], "outputs": [], "host_prepares": list(prepares)}
     it.allocate_tensors()
-    record = {"backend": it.backend, "paths": [], "outputs": []}
     x = np.load(args["inputs"])
     for step in range(args["steps"]):
         if step == 1:
@@ -237,6 +244,7 @@ def test_a_model_the_delegate_would_not_take_runs_on_litert_from_the_start(tmp_p
     np.save(tmp_path / "steps.npy", steps)
     record = _run(path, tmp_path / "cache", tmp_path / "steps.npy", len(steps), cli=True)
     assert record["backend"] == "litert" and record["paths"] == ["litert"] * 3, record
+    assert record["host_prepares"] == ["planned_schedule"], record      # not a second one
     assert record["choice"]["how"] == "planned" and record["choice"]["litert_ms"] is None, record
     assert "no op of the main graph" in record["choice"]["text"] and record["cache"] is None
     headline = record["cli"].splitlines()[0]
@@ -274,6 +282,7 @@ def test_a_model_litert_runs_under_the_gpus_floor_runs_on_litert_from_the_start(
     record = _run(path, tmp_path / "cache", tmp_path / "steps.npy", len(steps), cli=True,
                   floor=5.0, cuda_costs=True)
     assert record["backend"] == "litert" and record["paths"] == ["litert"] * 4, record
+    assert record["host_prepares"] == ["planned_schedule"], record      # not a second one
     choice = record["choice"]
     assert choice["how"] == "planned" and choice["litert_ms"] < choice["gpu_ms"], choice
     assert "under the least a GPU invoke costs" in choice["text"], choice

@@ -402,7 +402,8 @@ class Interpreter:
         timed = choice is None and schedule is not None and auto_choice.small_enough_to_time(schedule)
         if (choice is None and not timed) or (choice is not None and choice.runs_on != "litert"):
             return litert_model
-        whole = self._litert_model(budget, preserve_all)
+        # a schedule was planned: our prepare took the model at its declared shapes already
+        whole = self._litert_model(budget, preserve_all, prepared_here=schedule is not None)
         if whole is None:
             return litert_model
         if timed:
@@ -444,10 +445,12 @@ class Interpreter:
         state.switch_to(self._options, self._runtime)
         return True
 
-    def _litert_model(self, budget: int, preserve_all: bool):
+    def _litert_model(self, budget: int, preserve_all: bool, prepared_here: bool = False):
         """() -> the model on LiteRT's CPU kernels (litert_cpu.LiteRTModel), built here once to
         know that LiteRT takes the model; None where `auto` chose LiteRT and it refuses the
-        model (the reason kept for summary()); BackendUnavailable for backend='litert'."""
+        model (the reason kept for summary()); BackendUnavailable for backend='litert'.
+        prepared_here: our prepare already took the model at its declared shapes (auto's
+        planned_schedule), so check_on_host would only do it again."""
         from tflite_taichi import litert_cpu
         data = self._model_bytes()
         auto = self._requested_backend == "auto"
@@ -461,7 +464,8 @@ class Interpreter:
                            for sg in self._model.subgraphs for op in sg.operators):
                 from tflite_taichi.executor import check_on_host
                 try:
-                    check_on_host(self._model, self._resolved)
+                    if not prepared_here:
+                        check_on_host(self._model, self._resolved)
                 except TfliteTaichiError as e:
                     if not auto:
                         raise
