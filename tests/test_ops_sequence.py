@@ -70,10 +70,9 @@ def test_first_invoke_matches_litert(case, seed):
     assert_lstm_close(actual, expected, case, x, *_zero_state(case))
 
 
-@given(case=lstm_case(), seed=S.seeds())
-def test_second_invoke_matches_litert(case, seed):
-    # From a non-zero state: LiteRT's state after its first invoke feeds our second step, and
-    # our new states must be LiteRT's after its second.
+def _second_invoke_matches_litert(case, seed):
+    """From a non-zero state: LiteRT's state after its first invoke feeds our second step (the
+    twin model takes the state as inputs), and our new states must be LiteRT's after its second."""
     x1, x2 = _x(case, seed), _x(case, seed + 1)
     (_, h1, c1), (y2, h2, c2) = litert_steps(lstm_model(case, "variable"), [x1, x2])
     twin = lstm_model(case, "input")
@@ -83,6 +82,11 @@ def test_second_invoke_matches_litert(case, seed):
     assert_lstm_close(out, y2, *conditioning)
     assert_lstm_close(h, h2, *conditioning, what="output_state")
     assert_lstm_close(c, c2, *conditioning, what="cell_state")
+
+
+@given(case=lstm_case(), seed=S.seeds())
+def test_second_invoke_matches_litert(case, seed):
+    _second_invoke_matches_litert(case, seed)
 
 
 @pytest.mark.parametrize("cifg, peephole, projection", [
@@ -116,16 +120,7 @@ def test_sequence_first_invoke_matches_litert(case, seed):
 
 @given(case=sequence_case(), seed=S.seeds())
 def test_sequence_second_invoke_matches_litert(case, seed):
-    # the state after LiteRT's first invoke feeds our second; our new states must be LiteRT's
-    x1, x2 = _x(case, seed), _x(case, seed + 1)
-    (_, h1, c1), (y2, h2, c2) = litert_steps(lstm_model(case, "variable"), [x1, x2])
-    twin = lstm_model(case, "input")
-    conditioning = (case, x2, h1, c1)
-    assert_lstm_close(run_ours(twin, [x2, h1, c1])[0], y2, *conditioning)
-    out, h, c = our_step(twin, [x2, h1, c1])
-    assert_lstm_close(out, y2, *conditioning)
-    assert_lstm_close(h, h2, *conditioning, what="output_state")
-    assert_lstm_close(c, c2, *conditioning, what="cell_state")
+    _second_invoke_matches_litert(case, seed)
 
 
 @pytest.mark.parametrize("time_major, diagonal, layer_norm, projection", [
