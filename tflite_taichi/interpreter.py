@@ -462,16 +462,8 @@ class Interpreter:
             # crash on what ours refuse): `auto` tries both now, to choose its backend here
             if auto or any(op.name.startswith("CUSTOM:")
                            for sg in self._model.subgraphs for op in sg.operators):
-                from tflite_taichi.executor import check_on_host
-                try:
-                    if not prepared_here:
-                        check_on_host(self._model, self._resolved)
-                except TfliteTaichiError as e:
-                    if not auto:
-                        raise
-                    # a model our prepare refuses at its declared shapes: not for LiteRT (the
-                    # cpu backend says what is wrong at allocate_tensors, as it always did)
-                    raise BackendUnavailable(f"the model does not prepare at its declared shapes: {e}") from None
+                if not prepared_here:
+                    self._check_on_host(auto)
                 first.check_kernels()
         except BackendUnavailable as e:
             if self._requested_backend == "litert":
@@ -479,6 +471,18 @@ class Interpreter:
             self._litert_refused = str(e)
             return None
         return _litert_factory(first, data, budget, preserve_all)
+
+    def _check_on_host(self, auto: bool) -> None:
+        """Our prepare of the model at its declared shapes, before LiteRT's Prepare may see it;
+        for `auto`, a model it refuses is not for LiteRT (BackendUnavailable: the cpu backend
+        says what is wrong at allocate_tensors, as it always did)."""
+        from tflite_taichi.executor import check_on_host
+        try:
+            check_on_host(self._model, self._resolved)
+        except TfliteTaichiError as e:
+            if not auto:
+                raise
+            raise BackendUnavailable(f"the model does not prepare at its declared shapes: {e}") from None
 
     def _islands_on_litert(self, budget: int, preserve_all: bool):
         """On a Taichi backend: (islands, specs, dynamic) -> litert_islands.IslandRunner, the
