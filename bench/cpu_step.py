@@ -190,6 +190,8 @@ def run_model(label: str, path: str, backends: list, threads: int, steps: int, w
         except Exception as e:               # e.g. torch's form refusing an int8 input
             print(f"{label:28} {r.name:10} error: {type(e).__name__}: {e}"[:200], flush=True)
             runtimes.remove(r)
+    if not runtimes:                # each refused the model: its error line says why
+        return []
     for i in range(steps):          # each round starts with the next runtime: none always runs
         for r in runtimes[i % len(runtimes):] + runtimes[:i % len(runtimes)]:   # right after
             r.timed()                                       # LiteRT's spinning thread pool

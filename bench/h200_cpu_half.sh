@@ -9,6 +9,8 @@
 # gpus:   the same steps on our cuda and our vulkan, each in its own process beside LiteRT.
 # first:  the first result with `auto`, import included, cold (fresh caches) and warm, then
 #         stepping on to see when the GPU takes over; LiteRT's own first result beside it.
+# lgpu:   LiteRT's GPU path, a process per model (it refuses some models with an error, and has
+#         crashed its process on others), fresh caches each.
 set -u
 part=$1; dir=$2; out=$3
 models=$(ls "$dir"/*.tflite)
@@ -37,6 +39,13 @@ gpus)
         fresh
         python3 bench/cpu_step.py $models mobilenet_v2 --backends litert,$b --threads 16 \
             --steps 100 --json "$out/gpu_$b.json"
+    done
+    ;;
+lgpu)
+    for m in $models ${EXTRA_MODELS:-}; do
+        fresh
+        timeout 60 python3 bench/cpu_step.py $m --backends litert_gpu --threads 16 --steps 100 \
+            --warmup 25 --json "$out/lgpu_$(basename "$m" .tflite).json" 2>&1 | grep litert_gpu | tail -1
     done
     ;;
 first)     # FIRST_MODELS="a b": those of MODELS_DIR only

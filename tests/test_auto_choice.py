@@ -335,3 +335,105 @@ def test_where_litert_cannot_run_the_shapes_the_gpu_runs_and_nothing_is_kept(dem
     assert choice["runs_on"] == "gpu" and "LiteRT cannot run the model" in choice["text"], choice
     for kept in (cache / "models").glob("*.json"):
         assert "auto_choices" not in json.loads(kept.read_text()), kept.read_text()
+
+
+# -- a GPU taken at a glance ---------------------------------------------------------------------
+# `auto`, which answers on LiteRT while the GPU gets ready, takes a GPU its driver shows in the
+# process (backend.GLANCES: cuda's driver on NVIDIA) without the probe subprocess (2.7 s cold on
+# an H100); the device's start, in the background, is the probe, kept in the cache folder. Here
+# lavapipe stands in: `auto` told that this machine has a GPU node, that Vulkan is the one GPU
+# backend, and that its driver shows a device (the glance); its probe would call it software.
+GLANCE = r'''
+import json, sys, warnings
+import numpy as np
+args = json.loads(sys.argv[1])
+from tflite_taichi import backend as ti_backend
+ti_backend.gpu_device_nodes = lambda: ["/dev/a-gpu"]
+ti_backend.AUTO_ORDER = ("vulkan",)
+ti_backend.GLANCES = {"vulkan": lambda: "a GPU seen at a glance"}
+probed = []
+probe = ti_backend.probe
+def noted(name, *a, **k):
+    probed.append(name)
+    return probe(name, *a, **k)
+ti_backend.probe = noted
+if args.get("refuse"):               # the driver showed a device, and then refuses to start it
+    from tflite_taichi.runtime import capi, device
+    def refuse(self, *a, **k):
+        raise capi.CapiError("planted: the driver refuses")
+    device.CapiDevice.__init__ = refuse
+from tflite_taichi import auto_choice
+auto_choice.GPU_FLOOR_MS = 0.0       # no model is under the GPU's floor: the GPU is tried
+from tflite_taichi import Interpreter
+from tflite_taichi.runtime import cache
+x = np.load(args["inputs"])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    it = Interpreter(model_path=args["model"], cache_dir=args["cache_dir"], **args.get("options", {}))
+    record = {"backend": it.backend, "paths": [], "outputs": []}
+    it.allocate_tensors()
+    for step in range(2):
+        if step == 1 and args.get("join"):    # the build ends unwatched: an invoke meets it
+            thread = it._main.program.kernels.thread    # (None: the first invoke met it)
+            if thread is not None:
+                thread.join(300)
+        elif step == 1:
+            record["waited"] = it.wait_for_kernels(timeout=300)
+        it.set_tensor(it.get_input_details()[0]["index"], x[step])
+        it.invoke()
+        record["paths"].append(it.summary()["answered_by"])
+        record["outputs"].append(it.get_tensor(it.get_output_details()[0]["index"]).tolist())
+    try:
+        it.wait_for_kernels(timeout=300)
+    except Exception as e:
+        record["wait_error"] = f"{type(e).__name__}: {e}"
+record["probed"] = probed
+record["stored"] = cache.stored_probe(cache.root_for(args["cache_dir"]), "vulkan")
+record["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+print("RESULT " + json.dumps(record), flush=True)
+'''
+
+
+def _glance(model_path, cache_dir, inputs_path, **options) -> dict:
+    proc = subprocess.run([sys.executable, "-c", GLANCE, json.dumps({
+        "model": str(model_path), "cache_dir": str(cache_dir), "inputs": str(inputs_path),
+        **options})], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False"})
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_a_gpu_seen_at_a_glance_is_taken_without_its_probe_and_its_start_is_kept(demo, tmp_path):
+    path, inputs, expected = demo
+    cache = tmp_path / "cache"
+    first = _glance(path, cache, inputs)
+    assert first["backend"] == "vulkan" and first["probed"] == [], first
+    assert first["paths"] == ["litert", "delegate"] and first["waited"] is True, first
+    assert first["stored"] == [True, False, "a GPU seen at a glance"], first["stored"]
+    again = _glance(path, cache, inputs)        # the start's record decides: no glance, no probe
+    assert again["backend"] == "vulkan" and again["probed"] == [], again
+    for k, out in enumerate(first["outputs"]):
+        assert_float_close(np.array(out, np.float32), expected[k], what=f"answer {k}")
+
+
+def test_a_gpu_seen_at_a_glance_that_does_not_start_leaves_litert_answering(demo, tmp_path):
+    path, inputs, expected = demo
+    cache = tmp_path / "cache"
+    first = _glance(path, cache, inputs, refuse=True, join=True)
+    assert first["backend"] == "vulkan" and first["paths"] == ["litert", "litert"], first
+    assert "did not start vulkan" in first["wait_error"] and "planted" in first["wait_error"], first
+    assert [w for w in first["warnings"] if "kernels ready on vulkan failed" in w], first["warnings"]
+    assert first["stored"][:2] == [False, False] and "planted" in first["stored"][2], first["stored"]
+    for k, out in enumerate(first["outputs"]):
+        assert_float_close(np.array(out, np.float32), expected[k], what=f"answer {k}")
+    after = _glance(path, cache, inputs)        # the failed start is known: no GPU, LiteRT
+    assert after["backend"] == "litert" and after["probed"] == [], after
+
+
+def test_without_answers_meanwhile_auto_probes_before_it_chooses(demo, tmp_path):
+    """answer_while_compiling=False: allocate_tensors() waits for the GPU, so the GPU must be
+    known to work first: the probe runs (and calls lavapipe software: no GPU, LiteRT)."""
+    path, inputs, _expected = demo
+    record = _glance(path, tmp_path / "cache", inputs, options={"answer_while_compiling": False})
+    assert record["probed"] == ["vulkan"] and record["backend"] == "litert", record

@@ -327,6 +327,7 @@ def test_auto_probes_nothing_without_a_gpu_device_node(monkeypatch):
     from tflite_taichi import backend
     probed = []
     monkeypatch.setattr(backend, "probe", lambda name, **kw: probed.append(name) or (False, False, "x"))
+    monkeypatch.setattr(session.SESSION, "probes", {})     # none known from earlier tests
     monkeypatch.setattr(backend.sys, "platform", "linux")
     monkeypatch.setattr("glob.glob", lambda pattern: [])
     assert backend.gpu_device_nodes() == [] and backend.choose_auto() == "cpu" and probed == []
@@ -360,6 +361,20 @@ def test_auto_probes_side_by_side_and_chooses_in_order(monkeypatch):
     start = time.perf_counter()
     assert backend.choose_auto() == "cuda"          # cuda ends last, and still comes first
     assert time.perf_counter() - start < 0.75 and most[0] == 3
+
+
+def test_auto_decides_by_what_is_known_in_order_and_probes_from_the_first_unknown(monkeypatch):
+    """A GPU backend known to work (this process's probe, the cache folder's record, or a
+    device start that `auto` took at a glance) that comes first in AUTO_ORDER is chosen with
+    no probe of those after it; a known failure is skipped, and only the rest are probed."""
+    from tflite_taichi import backend
+    probed = []
+    monkeypatch.setattr(backend, "probe", lambda name, **kw: probed.append(name) or (True, False, name))
+    monkeypatch.setattr(backend, "gpu_device_nodes", lambda: ["/dev/nvidia0"])
+    monkeypatch.setattr(session.SESSION, "probes", {"cuda": (True, False, "NVIDIA H200")})
+    assert backend.choose_auto() == "cuda" and probed == []
+    monkeypatch.setattr(session.SESSION, "probes", {"cuda": (False, False, "no driver")})
+    assert backend.choose_auto() == "vulkan" and sorted(probed) == ["opengl", "vulkan"]
 
 
 AUTO_CPU_SCRIPT = """

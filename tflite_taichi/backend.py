@@ -143,23 +143,82 @@ def gpu_device_nodes() -> list:
     return [found for pattern in GPU_DEVICE_NODES for found in glob.glob(pattern)]
 
 
-def choose_auto(cache_root: Optional[str] = None) -> str:
-    """The first hardware GPU backend that really works, else 'cpu' (Taichi's LLVM CPU). The
-    probes not yet recorded run side by side (each is a subprocess of 0.3-0.8 s: one after
-    another they were most of a cold `auto` start on a machine without a GPU); a Linux machine
-    without a GPU device node has no hardware GPU to find, so it runs none (its cold start was
-    1.4 s against a warm 0.3 s)."""
+def choose_auto(cache_root: Optional[str] = None, at_a_glance: bool = False) -> str:
+    """The first hardware GPU backend that really works, else 'cpu' (Taichi's LLVM CPU). In
+    AUTO_ORDER, what this process or the cache folder already knows is taken as known; the
+    probes not yet recorded from there on run side by side (each is a subprocess of 0.3-2.7 s:
+    one after another they were most of a cold `auto` start). A Linux machine without a GPU
+    device node has no hardware GPU to find, so it runs none (its cold start was 1.4 s against
+    a warm 0.3 s).
+
+    at_a_glance: the caller answers on LiteRT until the GPU is ready (the Interpreter's
+    `auto`), so an NVIDIA GPU that the CUDA driver shows in this process (cuda_at_a_glance:
+    ~0.1 s, where cuda's probe took 2.7 s cold on an H100) is taken without its probe; the
+    device's start in the background is the probe then (device._start_capi records it)."""
     if not gpu_device_nodes():
         return "cpu"
-    from concurrent.futures import ThreadPoolExecutor
     names = [n for n in AUTO_ORDER if n != "metal" or sys.platform == "darwin"]
-    with ThreadPoolExecutor(max_workers=len(names)) as pool:
+    known = {n: _known_probe(n, cache_root) for n in names}
+    while names and known[names[0]] is not None:   # decided by what is known, in order
+        ok, software, _ = known[names[0]]
+        if ok and not software:
+            return names[0]
+        names.pop(0)
+    glance = GLANCES.get(names[0]) if names and at_a_glance else None
+    device = glance() if glance is not None else None
+    if device is not None:
+        session.SESSION.unprobed[names[0]] = (cache_root, device)
+        return names[0]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
         results = dict(zip(names, pool.map(lambda n: probe(n, cache_root=cache_root), names)))
     for name in names:
         ok, software, _ = results[name]
         if ok and not software:
             return name
     return "cpu"
+
+
+def _known_probe(name: str, cache_root: Optional[str]) -> Optional[tuple]:
+    """A probe's result this process or the cache folder holds, else None (probe() runs it)."""
+    found = session.SESSION.probes.get(name)
+    if found is None:
+        from tflite_taichi.runtime import cache
+        found = cache.stored_probe(cache_root, name)
+    return found
+
+
+# Taichi 1.7.4's CUDA code generator (LLVM 15's NVPTX) targets compute capabilities up to 9.0
+CUDA_NEWEST_TARGET = (9, 0)
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 75, 76
+
+
+def cuda_at_a_glance() -> Optional[str]:
+    """The name of the first CUDA device, asked of the NVIDIA driver in this process, where
+    one is there whose compute capability Taichi generates code for; else None (no driver, no
+    device, CUDA_VISIBLE_DEVICES empty, a GPU too new or too old for Taichi 1.7.4)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes as C
+    try:
+        cu = C.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    count, device, major, minor = C.c_int(), C.c_int(), C.c_int(), C.c_int()
+    name = C.create_string_buffer(256)
+    if (cu.cuInit(0) != 0 or cu.cuDeviceGetCount(C.byref(count)) != 0 or count.value < 1
+            or cu.cuDeviceGet(C.byref(device), 0) != 0
+            or cu.cuDeviceGetAttribute(C.byref(major), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) != 0
+            or cu.cuDeviceGetAttribute(C.byref(minor), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device) != 0
+            or cu.cuDeviceGetName(name, len(name), device) != 0):
+        return None
+    if not (3, 5) <= (major.value, minor.value) <= CUDA_NEWEST_TARGET:
+        return None
+    return name.value.decode(errors="replace").strip() or "CUDA device"
+
+
+# the backends `auto` can take at a glance (choose_auto): backend -> () -> device name or None
+GLANCES = {"cuda": cuda_at_a_glance}
 
 
 def cannot_start(name: str, why: str) -> BackendUnavailable:
@@ -199,13 +258,15 @@ def check_driver(name: str) -> None:
         raise cannot_start(name, why) from None
 
 
-def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
+def ensure_runtime(name: str, cache_root: Optional[str] = None, start: bool = True) -> str:
     """Claim Taichi backend `name` for this process and start its device (device.py: Taichi's
     C API runtime, or Taichi's Python runtime where the C API is missing), or raise
     BackendUnavailable. The first claim fixes the process's backend (Taichi's Python frontend,
     which compiles kernels that are not cached, runs one arch per process); a later claim of
     another backend is an error. `cache_root`: the GPU drivers' caches point into that cache
-    folder while the device starts (cache.driver_env)."""
+    folder while the device starts (cache.driver_env). start=False: claimed only; the device
+    starts where a program first asks for it (program_builder: in its build thread, while the
+    interpreter answers on LiteRT)."""
     if name not in TAICHI_BACKENDS:
         raise BackendUnavailable(f"unknown Taichi backend {name!r}")
     check_driver(name)
@@ -223,6 +284,8 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None) -> str:
             # workers inherit it; set only where the user left it unset and has no display
             os.environ.update({k: v for k, v in _env_for(name).items() if k == "EGL_PLATFORM"})
         s.claim(name, cache_root)
+    if not start:
+        return name
     from tflite_taichi.runtime import cache, device
     try:
         device.get(name, lambda: cache.driver_env(s.cache_root))

@@ -65,7 +65,8 @@ class Program:
 
     def __init__(self, graph, schedule: Schedule, backend: str, fp16: bool, layout: IoLayout,
                  codes: list, device, kernels, modules: list, variables=None, state=None):
-        """kernels: runtime.kernels.ProgramKernels (None on Taichi's Python runtime); modules:
+        """device: None until a build in the background has started it (run_on);
+        kernels: runtime.kernels.ProgramKernels (None on Taichi's Python runtime); modules:
         this program's own, freed with it; variables, state: the interpreter's resource
         variables and the subgraph's variable tensors, which io slots may hold."""
         self.graph, self.schedule, self.backend, self.fp16 = graph, schedule, backend, fp16
@@ -84,13 +85,19 @@ class Program:
 
     # -- what the builder sets ---------------------------------------------------------------
     def run_on(self, device, kernels=None) -> None:
-        """Run on `device` instead (the builder's fallback to Taichi's Python runtime)."""
+        """Run on `device`: the one a build in the background started, or instead of the one
+        it had (the builder's fallback to Taichi's Python runtime)."""
         self.device = self.owned.device = device
         self.kernels = kernels
 
     def install(self, memory: "Memory") -> None:
         """The memory the kernels run on: the program can run from now on."""
         self.memory = memory
+
+    @property
+    def device_kind(self) -> str:
+        """'capi' or 'python' (summary): a device still starting is the C API's."""
+        return self.device.kind if self.device is not None else "capi"
 
     # -- where the kernels stand (summary) ---------------------------------------------------
     def can_run(self, timeout: Optional[float] = 0.0) -> bool:
@@ -468,6 +475,8 @@ def _release(owned: _Owned) -> None:
     inside a device call of this thread (in the middle of a Vulkan submission of ours, whose
     fence and command buffers a release would wait on and free) waits for the next invoke."""
     device, buffers, links, modules = owned.device, owned.buffers, owned.links, owned.modules
+    if device is None:                  # its device never started (a build in the background)
+        return
     if not device.affinity.on_owner_thread() or device_mod.inside_device_call():
         device.affinity.defer(lambda: _release(owned))
         return

@@ -31,11 +31,13 @@ HOST_BACKENDS = ("reference", "litert")
 PRECISIONS = ("fp32", "fp16")
 
 
-def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = None) -> str:
+def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = None,
+                     at_a_glance: bool = False) -> str:
     """The backend this interpreter runs on: 'reference', 'litert' or a Taichi arch (its
     device is started by backend.ensure_runtime, once the cache folder is known). `auto`
     without a hardware GPU: 'litert' where LiteRT is installed (the Interpreter falls back to
-    Taichi's 'cpu' if LiteRT refuses the model), else 'cpu'."""
+    Taichi's 'cpu' if LiteRT refuses the model), else 'cpu'. at_a_glance: see
+    backend.choose_auto (the interpreter answers on LiteRT while the GPU gets ready)."""
     if backend not in BACKENDS:
         raise BackendUnavailable(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if precision not in PRECISIONS:
@@ -56,7 +58,7 @@ def _resolve_backend(backend: str, precision: str, cache_root: Optional[str] = N
         return "litert"
     from tflite_taichi import backend as ti_backend
     if backend == "auto":
-        backend = ti_backend.current() or ti_backend.choose_auto(cache_root)
+        backend = ti_backend.current() or ti_backend.choose_auto(cache_root, at_a_glance)
         if backend == "cpu" and precision == "fp32" and litert_cpu.available():
             return "litert"     # no hardware GPU: TFLite's own CPU kernels
     ti_backend.check_driver(backend)
@@ -73,6 +75,21 @@ def _answers_while_compiling_by_default(requested: str, resolved: str) -> bool:
     return requested == "auto" and resolved not in HOST_BACKENDS + ("cpu",) and litert_cpu.available()
 
 
+def _capi_runtime() -> bool:
+    """Whether Taichi's C API runs the kernels (device.runtime_kind, without importing it)."""
+    from tflite_taichi import switches
+    try:
+        return switches.value("TFLITE_TAICHI_RUNTIME") == "capi"
+    except InputError:              # a bad TFLITE_TAICHI_RUNTIME: the backend's start says so
+        return False
+
+
+def _device_starts_later(backend: str) -> bool:
+    """Whether the programs' build threads may start `backend`'s device (program_builder)."""
+    from tflite_taichi.program_builder import starts_in_background
+    return starts_in_background(backend)
+
+
 class _BackendStart(threading.Thread):
     """The cache folder (CacheError if unsafe: it remembers auto's probes), the backend resolved
     and its C API runtime started (device.start_early), in a thread beside the model's read:
@@ -83,9 +100,10 @@ class _BackendStart(threading.Thread):
     model needs it (start_device): a model `auto` runs on LiteRT from the start needs none, and
     a GPU's runtime takes 0.4 s to start (cuda, the H200), most of such a model's first result."""
 
-    def __init__(self, backend: str, precision: str, cache_dir, device_verdict: bool = False):
+    def __init__(self, backend: str, precision: str, cache_dir, device_verdict: bool = False,
+                 at_a_glance: bool = False):
         super().__init__(name="tflite_taichi-backend-start", daemon=True)
-        self._args = backend, precision, cache_dir
+        self._args = backend, precision, cache_dir, at_a_glance
         self._result, self._error = None, None
         self._resolved = threading.Event()
         self._verdict = threading.Event()
@@ -95,11 +113,11 @@ class _BackendStart(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        backend, precision, cache_dir = self._args
+        backend, precision, cache_dir, at_a_glance = self._args
         try:
             from tflite_taichi.runtime import cache
             cache_root = cache.root_for(cache_dir) if backend != "reference" else None
-            resolved = _resolve_backend(backend, precision, cache_root)
+            resolved = _resolve_backend(backend, precision, cache_root, at_a_glance)
             self._result = cache_root, resolved
         except BaseException as e:      # re-raised in the constructing thread by result()
             self._error = e
@@ -126,12 +144,16 @@ class _BackendStart(threading.Thread):
             raise self._error
         return self._result
 
-    def finish(self, start_device: bool) -> None:
+    def finish(self, start_device: bool, wait: bool = True) -> None:
         """Says whether the runtime is wanted (where the thread waits to know) and waits for the
         thread; an error it met starting the runtime is raised where it was wanted (a model
-        error, met before, wins over the backend's)."""
+        error, met before, wins over the backend's). wait=False: the runtime goes on starting
+        while the interpreter answers on LiteRT; the first program to need it waits for it
+        (device.get_capi) and meets its refusal there."""
         self._device_wanted = start_device
         self._verdict.set()
+        if not wait:
+            return
         self.join()
         if start_device and self._error is not None:
             raise self._error
@@ -306,8 +328,11 @@ class Interpreter:
         cache.check_arguments(cache_dir, model_token)
         from tflite_taichi import litert_cpu
         # while the model is read; `auto` starts a GPU's runtime only where the model needs it
+        answers_meanwhile = (backend == "auto" and answer_while_compiling is not False
+                             and not experimental_preserve_all_tensors and litert_cpu.available())
         starting = _BackendStart(backend, precision, cache_dir,
-                                 device_verdict=backend == "auto" and litert_cpu.available())
+                                 device_verdict=backend == "auto" and litert_cpu.available(),
+                                 at_a_glance=answers_meanwhile and _capi_runtime())
         try:
             self._model = read_model(model_path if model_path is not None else model_content,
                                      max_tensor_bytes=max_tensor_bytes)
@@ -358,10 +383,15 @@ class Interpreter:
         except BaseException:
             starting.finish(start_device=False)
             raise
-        starting.finish(start_device=self._backend not in HOST_BACKENDS)
-        if self._backend not in HOST_BACKENDS:
+        on_device = self._backend not in HOST_BACKENDS
+        # answering on LiteRT meanwhile: the GPU's runtime goes on starting in the background
+        # (0.7 s warm, 1.4 s cold for cuda on an H100) and the kernels' build waits for it
+        later = on_device and litert_model is not None and bool(answer_while_compiling) \
+            and _device_starts_later(self._backend)
+        starting.finish(start_device=on_device, wait=not later)
+        if on_device:
             from tflite_taichi.backend import ensure_runtime
-            ensure_runtime(self._backend, self._cache.root)
+            ensure_runtime(self._backend, self._cache.root, start=not later)
         self._options = DelegateOptions(
             backend=self._backend, precision=precision, max_partitions=max_delegated_partitions,
             profile=bool(profile), preserve_all=bool(experimental_preserve_all_tensors),
@@ -928,7 +958,7 @@ class Interpreter:
         if program is None:
             return None
         layout = program.layout
-        return {"device": program.device.kind, "launches_per_invoke": program.launches,
+        return {"device": program.device_kind, "launches_per_invoke": program.launches,
                 "steps_per_invoke": sum(c.steps for c in program.codes),
                 "tasks_per_invoke": program.tasks,
                 "waits_per_invoke": program.planned_waits(),
@@ -976,7 +1006,7 @@ class Interpreter:
         return {"backend": self._backend, "items": rows, "launches_per_invoke": launches,
                 "tasks_per_invoke": program.tasks if program is not None else 0,
                 "waits_per_invoke": program.planned_waits() if program is not None else 0,
-                "device": program.device.kind if program is not None else None}
+                "device": program.device_kind if program is not None else None}
 
     @_serialised
     def node_data(self) -> dict:

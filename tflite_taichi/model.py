@@ -7,6 +7,7 @@ Constant buffers are numpy views on the model bytes (an mmap for files), never c
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import math
@@ -155,12 +156,28 @@ def _mod(name):
     return importlib.import_module(f"tflite.{name}")
 
 
+@contextlib.contextmanager
+def _numpy_found_once():
+    """While the `tflite` bindings import: each of their ~190 modules asks flatbuffers'
+    import_numpy(), which searches sys.path for numpy anew (a stat of every entry, each time):
+    ~0.1 s of a first result where file metadata is slow (measured on the lent H100 machine),
+    for the numpy this process has imported already. Put back afterwards."""
+    from flatbuffers import compat
+    searching = compat.import_numpy
+    compat.import_numpy = lambda: np
+    try:
+        yield
+    finally:
+        compat.import_numpy = searching
+
+
 @functools.lru_cache(maxsize=None)
 def _schema():
     """The `tflite` schema bindings and the union codes read from them, on first use: the
     package imports its ~200 generated modules at once, a third of `import tflite_taichi`."""
-    import tflite
-    from tflite.utils import BUILTIN_OPCODE2NAME
+    with _numpy_found_once():
+        import tflite
+        from tflite.utils import BUILTIN_OPCODE2NAME
     options = {name: code for name, code in vars(tflite.BuiltinOptions).items()
                if not name.startswith("_") and isinstance(code, int)}
     # the schema's second options union (builtin_options_2: StableHLOCompositeOptions and the

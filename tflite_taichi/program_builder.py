@@ -41,27 +41,43 @@ def build_program(graph: PreparedGraph, schedule: Schedule, backend: str, fp16: 
     codes = [codegen.plan(p, graph, backend, fp16, layout.offsets, layout.codes, cpu_threads)
              for p in schedule.partitions]
     env = (lambda: _driver_env(model_cache)) if model_cache is not None else None
-    device = device_mod.get(backend, env)
-    device.affinity.check_thread("allocate_tensors()")
+    later = background and starts_in_background(backend)
+    device = None if later else device_mod.get(backend, env)
+    if device is not None:
+        device.affinity.check_thread("allocate_tensors()")
     modules = []                        # modules of this program alone (no cache)
     kernels = None                      # runtime.kernels.ProgramKernels (C API devices)
-    if device.kind == "capi":
+    if later or device.kind == "capi":
         shapes = {t: graph.specs[t].shape for t in graph.subgraph.inputs}
         kernels = ProgramKernels(device, codes, kernel_names(codes), backend, fp16,
                                  graph.subgraph.index, shapes,
                                  plan_digest(backend, fp16, layout, codes), model_cache, modules)
     program = Program(graph, schedule, backend, fp16, layout, codes, device, kernels, modules,
                       variables, state)
+
+    def started_device():               # in the build thread: the program runs on it
+        program.run_on(device_mod.get_capi(backend, env), kernels)
+        return program.device
     try:
         if background and kernels is not None:
             kernels.start(lambda got: program.install(_allocate(program, got)),
-                          lambda: program.closed, program.release_now)
+                          lambda: program.closed, program.release_now,
+                          device=started_device if later else None)
         else:
             _build_now(program)
     except BaseException:
         program.release_now()
         raise
     return program
+
+
+def starts_in_background(backend: str) -> bool:
+    """Whether a program built in the background (answer_while_compiling) gets `backend`'s
+    device in its build thread (starting it there, or waiting for its start under way), and
+    its kernels there too, cached or not: Taichi's C API, not OpenGL/GLES (a GL context
+    belongs to the thread that makes it, the caller's). allocate_tensors() then never waits
+    on the GPU."""
+    return backend not in device_mod.GL_BACKENDS and device_mod.runtime_kind() == "capi"
 
 
 def _build_now(program: Program) -> None:

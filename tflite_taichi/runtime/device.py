@@ -729,7 +729,7 @@ def get(backend: str, env=None):
         refused = s.capi_refused.pop(backend, None)
         if kind == "capi" and refused is None:
             try:
-                device = CapiDevice(backend, env)
+                device = _start_capi(backend, env)
             except capi.CapiError as e:
                 refused = e
         if device is None:
@@ -748,6 +748,25 @@ def get(backend: str, env=None):
         return device
 
 
+def get_capi(backend: str, env=None) -> "CapiDevice":
+    """The process's C API device for `backend`, started here if need be (waiting for a start
+    under way), or BackendUnavailable: a program built in a background thread
+    (program_builder) runs on the C API or not at all, since Taichi's Python runtime belongs
+    to the thread that started it. A refusal is kept for get(), as start_early keeps one."""
+    s = SESSION
+    with s.devices_lock:
+        device = s.devices.get(backend)
+        if device is None and backend not in s.capi_refused:
+            try:
+                device = s.devices[backend] = _start_capi(backend, env)
+            except capi.CapiError as e:
+                s.capi_refused[backend] = e
+    if device is None or device.kind != "capi":
+        why = s.capi_refused.get(backend) or "the process runs it through Taichi's Python runtime"
+        raise BackendUnavailable(f"Taichi's C API did not start {backend} ({why})")
+    return device
+
+
 def start_early(backend: str, env=None) -> None:
     """Start `backend`'s C API runtime before get() asks for it: the Interpreter does so in a
     thread while it reads the model (creating the runtime took 0.2 s of a 0.5 s warm start on
@@ -762,9 +781,31 @@ def start_early(backend: str, env=None) -> None:
         if backend in s.devices or backend in s.capi_refused:
             return
         try:
-            s.devices[backend] = CapiDevice(backend, env)
+            s.devices[backend] = _start_capi(backend, env)
         except capi.CapiError as e:
             s.capi_refused[backend] = e
+
+
+def _start_capi(backend: str, env=None) -> CapiDevice:
+    """A C API device (under SESSION.devices_lock). Where `auto` chose the backend at a glance,
+    without its probe (SESSION.unprobed), this start is the probe: its outcome is recorded in
+    the cache folder as probe() records one, so the next process's `auto` knows it."""
+    glance = SESSION.unprobed.pop(backend, None)
+    try:
+        device = CapiDevice(backend, env)
+    except capi.CapiError as e:
+        if glance is not None:
+            _record_probe(glance[0], backend, (False, False, f"its device did not start: {e}"))
+        raise
+    if glance is not None:
+        _record_probe(glance[0], backend, (True, False, glance[1]))
+    return device
+
+
+def _record_probe(cache_root, backend: str, result: tuple) -> None:
+    from tflite_taichi.runtime import cache
+    SESSION.probes[backend] = result
+    cache.store_probe(cache_root, backend, result)
 
 
 def current(backend: str) -> Optional[object]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import os
 import shutil
@@ -219,14 +220,17 @@ class ProgramKernels:
 
     # -- in the background ------------------------------------------------------------------
     def start(self, install: Callable[[list], None], closed: Callable[[], bool],
-              release: Callable[[], None]) -> None:
+              release: Callable[[], None], device: Optional[Callable[[], object]] = None) -> None:
         """Begin getting the kernels without waiting for a compile: `install(kernels)` runs when
         they are there: here (all cached, not cuda/cpu), in the thread (not OpenGL/GLES), or in
         adopt(). `closed()` says the program was closed meanwhile (then nothing more is
-        loaded, and `release()` frees what the thread made after the program's own release)."""
-        if self.device.llvm:
+        loaded, and `release()` frees what the thread made after the program's own release).
+        `device`: the device is not started yet; the thread gets it from this call first and
+        then does everything (a GPU runtime's start, 0.7-1.4 s on an H100, is off the first
+        result too)."""
+        if device is not None or self.device.llvm:
             pending = _Pending({}, [], None, None)
-            target = self._whole_in_background
+            target = functools.partial(self._whole_in_background, device=device)
         else:
             handles, missing, reason = self._find()
             if not missing:
@@ -242,8 +246,10 @@ class ProgramKernels:
                                           name="tflite_taichi-compile", daemon=True)
         pending.thread.start()
 
-    def _whole_in_background(self, pending: "_Pending") -> None:
+    def _whole_in_background(self, pending: "_Pending", device=None) -> None:
         with pending.running():
+            if device is not None and not pending.closed():
+                self.device = device()
             if not pending.closed():
                 self._install(pending, self.get())
 
@@ -295,8 +301,8 @@ class ProgramKernels:
             pending.folders.close()
         if pending.error is not None:
             self.failed = pending.error
-            warnings.warn(f"tflite_taichi: compiling this model's kernels failed "
-                          f"({type(pending.error).__name__}: {pending.error}); its invokes run on "
+            warnings.warn(f"tflite_taichi: getting this model's kernels ready on {self.backend} "
+                          f"failed ({type(pending.error).__name__}: {pending.error}); its invokes run on "
                           "the CPU (LiteRT's kernels, or numpy where LiteRT cannot run the model)",
                           RuntimeWarning, stacklevel=5)
             return False

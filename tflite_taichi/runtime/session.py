@@ -88,6 +88,9 @@ class Session:
     capi_refused: dict = field(default_factory=dict)   # backend -> the C API's CapiError from
     #                                                    start_early, kept for get()'s fallback
     warned_fallback: bool = False           # the Python-runtime fallback is warned about once
+    # backend -> (cache root, device name): `auto` chose it at a glance (backend.choose_auto),
+    # without its probe; the C API's start of its device is the probe, recorded then
+    unprobed: dict = field(default_factory=dict)
 
     # -- Taichi's C API library (capi.py): loaded once per process ------------------------------
     # under `capi_lock`: two threads starting devices load it once
