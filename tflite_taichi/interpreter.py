@@ -384,10 +384,9 @@ class Interpreter:
             starting.finish(start_device=False)
             raise
         on_device = self._backend not in HOST_BACKENDS
-        # answering on LiteRT meanwhile: the GPU's runtime goes on starting in the background
+        # answering on the CPU meanwhile: the GPU's runtime goes on starting in the background
         # (0.7 s warm, 1.4 s cold for cuda on an H100) and the kernels' build waits for it
-        later = on_device and litert_model is not None and bool(answer_while_compiling) \
-            and _device_starts_later(self._backend)
+        later = on_device and bool(answer_while_compiling) and _device_starts_later(self._backend)
         starting.finish(start_device=on_device, wait=not later)
         if on_device:
             from tflite_taichi.backend import ensure_runtime
