@@ -217,3 +217,22 @@ def test_a_corrupt_flatbuffer_is_a_model_error_in_the_users_terms():
     data[0:4] = (len(data) - 8).to_bytes(4, "little")   # the root table: 8 bytes of the end
     with pytest.raises(ModelError, match="^the model is (corrupt|truncated)"):
         read_model(bytes(data))
+
+
+def test_reading_the_schema_leaves_flatbuffers_as_it_was():
+    """The `tflite` bindings import with flatbuffers' numpy search short-cut (model.py:
+    _numpy_found_once): in a fresh process, the search is flatbuffers' own again afterwards,
+    and every generated module got the numpy this process runs."""
+    import subprocess
+    import sys
+    script = (
+        "import numpy, flatbuffers.compat as compat\n"
+        "own = compat.import_numpy\n"
+        "from tflite_taichi.model import _schema\n"
+        "_schema()\n"
+        "import sys\n"
+        "assert compat.import_numpy is own, compat.import_numpy\n"
+        "assert sys.modules['tflite.Model'].np is numpy and sys.modules['tflite.Conv2DOptions'].np is numpy\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -266,7 +266,7 @@ def ensure_runtime(name: str, cache_root: Optional[str] = None, start: bool = Tr
     another backend is an error. `cache_root`: the GPU drivers' caches point into that cache
     folder while the device starts (cache.driver_env). start=False: claimed only; the device
     starts where a program first asks for it (program_builder: in its build thread, while the
-    interpreter answers on LiteRT)."""
+    interpreter answers on the CPU)."""
     if name not in TAICHI_BACKENDS:
         raise BackendUnavailable(f"unknown Taichi backend {name!r}")
     check_driver(name)

@@ -98,7 +98,9 @@ class _BackendStart(threading.Thread):
     ensure_runtime in the constructing thread, once the model has been read.
     `auto` (`device_verdict`): the runtime starts only once the constructing thread says the
     model needs it (start_device): a model `auto` runs on LiteRT from the start needs none, and
-    a GPU's runtime takes 0.4 s to start (cuda, the H200), most of such a model's first result."""
+    a GPU's runtime takes 0.4 s to start (cuda, the H200), most of such a model's first result.
+    Where the interpreter answers on the CPU while its kernels get ready, nobody waits for the
+    start (finish(wait=False)): the programs' build threads do."""
 
     def __init__(self, backend: str, precision: str, cache_dir, device_verdict: bool = False,
                  at_a_glance: bool = False):
@@ -148,8 +150,8 @@ class _BackendStart(threading.Thread):
         """Says whether the runtime is wanted (where the thread waits to know) and waits for the
         thread; an error it met starting the runtime is raised where it was wanted (a model
         error, met before, wins over the backend's). wait=False: the runtime goes on starting
-        while the interpreter answers on LiteRT; the first program to need it waits for it
-        (device.get_capi) and meets its refusal there."""
+        while the interpreter answers on the CPU; the first program to need it waits for it
+        (device.get_capi, in its build thread) and meets its refusal there."""
         self._device_wanted = start_device
         self._verdict.set()
         if not wait:

@@ -160,8 +160,9 @@ def _mod(name):
 def _numpy_found_once():
     """While the `tflite` bindings import: each of their ~190 modules asks flatbuffers'
     import_numpy(), which searches sys.path for numpy anew (a stat of every entry, each time):
-    ~0.1 s of a first result where file metadata is slow (measured on the lent H100 machine),
-    for the numpy this process has imported already. Put back afterwards."""
+    32-41% of a face model's first result after the import on the lent H100 machine, sampled
+    (bench/results/auto_h100.md), for the numpy this process has imported already. Put back
+    afterwards."""
     from flatbuffers import compat
     searching = compat.import_numpy
     compat.import_numpy = lambda: np
