@@ -275,7 +275,7 @@ from tflite_taichi import Interpreter, backend, litert_cpu
 from test_litert_backend import _custom_op_model, _init_stores_a_handle, _unary_chain, _uncalled_assign_of_one_input
 from tflite_taichi.errors import ModelError
 warnings.simplefilter("ignore")
-backend.choose_auto = lambda cache_root=None: "cpu"      # as on a machine without a GPU
+backend.choose_auto = lambda *a, **k: "cpu"      # as on a machine without a GPU
 out = {}
 it = Interpreter(model_content=_custom_op_model(), backend="auto")
 it.allocate_tensors()
