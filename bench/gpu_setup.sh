@@ -8,8 +8,16 @@ WHL=${WHL:-.whl}
 mkdir -p /tmp/site && for t in $WHL/*.tar.xz; do tar -xJf "$t" -C /tmp/site || exit 1; done \
   && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $WHL/*.whl \
   && python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target /tmp/site . || exit 1
-# bytecode, as a user's `pip install` leaves it: without it every first import on the machine
-# compiles the sources (the `tflite` bindings' ~190 modules alone: ~0.1 s of a first result)
+# Taichi's C API, or every GPU number measures Taichi's Python runtime instead (device-prep drops
+# the C API unless asked: the H200 runs at e679e99 measured that runtime unawares,
+# bench/results/auto_h100.md)
+if [ ! -f /tmp/site/taichi/_lib/c_api/lib/libtaichi_c_api.so ] && [ -z "${ALLOW_NO_CAPI:-}" ]; then
+  echo "gpu_setup: no Taichi C API among $WHL's tarballs: run ../shared/tools/device-prep --capi" \
+       "(ALLOW_NO_CAPI=1 measures Taichi's Python runtime on purpose)" >&2
+  return 1 2>/dev/null || exit 1
+fi
+# bytecode, as a user's `pip install` leaves it: without it a machine's first import of each
+# module compiles its source, and the first first-result measured pays for it
 python3 -m compileall -q -j 0 /tmp/site >/dev/null 2>&1
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 TI_SKIP_VERSION_CHECK=ON
 if ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1 && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
