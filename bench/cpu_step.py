@@ -1,7 +1,7 @@
 """A user's step on the CPU, ours against LiteRT, side by side in one process.
 
     python bench/cpu_step.py MODEL... [--backends litert,auto,cpu,reference] [--threads 2]
-        [--steps 200] [--load K] [--json OUT.json]
+        [--steps 200] [--warmup N] [--warmup-s S] [--load K] [--json OUT.json]
 
 MODEL: a .tflite path, a shared model's name (../shared/models), a zoo name, or `one_op` (an
 ADD of two [1, 8] float tensors: the Python cost of a step).
@@ -171,7 +171,8 @@ def _torch_step(path: str, inputs: list):
     return lambda: [net(inputs[0])]
 
 
-def run_model(label: str, path: str, backends: list, threads: int, steps: int, warmup: int) -> list:
+def run_model(label: str, path: str, backends: list, threads: int, steps: int, warmup: int,
+              warmup_s: float = 0.0) -> list:
     from tflite_taichi.tools.bench import make_inputs
     inputs = make_inputs(path)
     runtimes = []
@@ -185,6 +186,9 @@ def run_model(label: str, path: str, backends: list, threads: int, steps: int, w
     for r in list(runtimes):
         try:
             for _ in range(warmup):
+                r.step()
+            until = time.perf_counter() + warmup_s      # a GPU that idled climbs to its clock
+            while time.perf_counter() < until:          # over ~0.25 s of work (the H100, H200)
                 r.step()
             r.chosen()
         except Exception as e:               # e.g. torch's form refusing an int8 input
@@ -219,6 +223,8 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--warmup-s", type=float, default=0.0,
+                   help="and then step each runtime for this many seconds before timing")
     p.add_argument("--load", type=int, default=0, help="busy processes beside the run")
     p.add_argument("--json")
     a = p.parse_args(argv)
@@ -236,7 +242,8 @@ def main(argv=None) -> int:
     try:
         for name in a.models:
             label, path = model_bytes(name)
-            rows += run_model(label, path, a.backends.split(","), a.threads, a.steps, a.warmup)
+            rows += run_model(label, path, a.backends.split(","), a.threads, a.steps, a.warmup,
+                              a.warmup_s)
     finally:
         stop.set()
         for proc in load:

@@ -11,6 +11,8 @@
 #         stepping on to see when the GPU takes over; LiteRT's own first result beside it.
 # lgpu:   LiteRT's GPU path, a process per model (it refuses some models with an error, and has
 #         crashed its process on others), fresh caches each.
+# WARMUP_S (default 0.5): each runtime steps this long before it is timed (an idle GPU climbs to
+# its clock over ~0.25 s of work; 25 steps were too few for cuda alone, auto_h100.md).
 set -u
 part=$1; dir=$2; out=$3
 models=$(ls "$dir"/*.tflite)
@@ -31,21 +33,21 @@ auto)      # each runtime alone in its process: LiteRT's 16 spinning threads bes
     for b in ${AUTO_BACKENDS:-litert litert_gpu auto}; do      # LiteRT's GPU path has crashed its process
         fresh
         python3 bench/cpu_step.py $models mobilenet_v2 --backends $b --threads 16 \
-            --steps 100 --warmup 25 --json "$out/alone_$b.json"
+            --steps 100 --warmup 25 --warmup-s ${WARMUP_S:-0.5} --json "$out/alone_$b.json"
     done
     ;;
 gpus)
     for b in cuda vulkan; do
         fresh
         python3 bench/cpu_step.py $models mobilenet_v2 --backends litert,$b --threads 16 \
-            --steps 100 --json "$out/gpu_$b.json"
+            --steps 100 --warmup-s ${WARMUP_S:-0.5} --json "$out/gpu_$b.json"
     done
     ;;
 lgpu)
     for m in $models ${EXTRA_MODELS:-}; do
         fresh
         timeout 60 python3 bench/cpu_step.py $m --backends litert_gpu --threads 16 --steps 100 \
-            --warmup 25 --json "$out/lgpu_$(basename "$m" .tflite).json" 2>&1 | grep litert_gpu | tail -1
+            --warmup 25 --warmup-s ${WARMUP_S:-0.5} --json "$out/lgpu_$(basename "$m" .tflite).json" 2>&1 | grep litert_gpu | tail -1
     done
     ;;
 first)     # FIRST_MODELS="a b": those of MODELS_DIR only
