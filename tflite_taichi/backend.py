@@ -58,14 +58,9 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
     cannot take the caller down). Remembered per process, and in the cache folder `cache_root`
     for this driver stack (cache.driver_fingerprint), so a later process does not pay the
     subprocess (0.3-0.8 s) again."""
-    probes = session.SESSION.probes
-    if name in probes:
-        return probes[name]
-    from tflite_taichi.runtime import cache
-    stored = cache.stored_probe(cache_root, name)
-    if stored is not None:
-        probes[name] = stored
-        return stored
+    known = _known_probe(name, cache_root)
+    if known is not None:
+        return known
     try:
         proc = subprocess.run(python_script_command(PROBE_SCRIPT, name), capture_output=True,
                               text=True, timeout=timeout, env=_env_for(name))
@@ -89,10 +84,17 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
                 # treated as software: auto must never pick a CPU in disguise by default
                 software, device = True, "unknown device (treated as software)"
             result = (True, software, device)
-    probes[name] = result
-    if not result[2].startswith("probe timed out"):
-        cache.store_probe(cache_root, name, result)
+    remember_probe(name, result, cache_root, keep=not result[2].startswith("probe timed out"))
     return result
+
+
+def remember_probe(name: str, result: tuple, cache_root: Optional[str], keep: bool = True) -> None:
+    """A probe's result for this process and (keep) for the cache folder's later processes:
+    probe()'s, or a device's start where `auto` took the backend at a glance (device.py)."""
+    session.SESSION.probes[name] = result
+    if keep:
+        from tflite_taichi.runtime import cache
+        cache.store_probe(cache_root, name, result)
 
 
 def _device_name(log: str) -> str:
@@ -158,9 +160,11 @@ def choose_auto(cache_root: Optional[str] = None, at_a_glance: bool = False) -> 
     if not gpu_device_nodes():
         return "cpu"
     names = [n for n in AUTO_ORDER if n != "metal" or sys.platform == "darwin"]
-    known = {n: _known_probe(n, cache_root) for n in names}
-    while names and known[names[0]] is not None:   # decided by what is known, in order
-        ok, software, _ = known[names[0]]
+    while names:                        # decided by what is known, in order
+        known = _known_probe(names[0], cache_root)
+        if known is None:
+            break
+        ok, software, _ = known
         if ok and not software:
             return names[0]
         names.pop(0)
@@ -180,12 +184,15 @@ def choose_auto(cache_root: Optional[str] = None, at_a_glance: bool = False) -> 
 
 
 def _known_probe(name: str, cache_root: Optional[str]) -> Optional[tuple]:
-    """A probe's result this process or the cache folder holds, else None (probe() runs it)."""
-    found = session.SESSION.probes.get(name)
-    if found is None:
+    """A probe's result this process holds, or the cache folder's (then this process's too),
+    else None (probe() runs it)."""
+    probes = session.SESSION.probes
+    if name not in probes:
         from tflite_taichi.runtime import cache
-        found = cache.stored_probe(cache_root, name)
-    return found
+        stored = cache.stored_probe(cache_root, name)
+        if stored is not None:
+            probes[name] = stored
+    return probes.get(name)
 
 
 # Taichi 1.7.4's CUDA code generator (LLVM 15's NVPTX) targets compute capabilities up to 9.0

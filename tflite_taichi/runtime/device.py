@@ -791,21 +791,16 @@ def _start_capi(backend: str, env=None) -> CapiDevice:
     without its probe (SESSION.unprobed), this start is the probe: its outcome is recorded in
     the cache folder as probe() records one, so the next process's `auto` knows it."""
     glance = SESSION.unprobed.pop(backend, None)
+    from tflite_taichi.backend import remember_probe
     try:
         device = CapiDevice(backend, env)
     except capi.CapiError as e:
         if glance is not None:
-            _record_probe(glance[0], backend, (False, False, f"its device did not start: {e}"))
+            remember_probe(backend, (False, False, f"its device did not start: {e}"), glance[0])
         raise
     if glance is not None:
-        _record_probe(glance[0], backend, (True, False, glance[1]))
+        remember_probe(backend, (True, False, glance[1]), glance[0])
     return device
-
-
-def _record_probe(cache_root, backend: str, result: tuple) -> None:
-    from tflite_taichi.runtime import cache
-    SESSION.probes[backend] = result
-    cache.store_probe(cache_root, backend, result)
 
 
 def current(backend: str) -> Optional[object]:
