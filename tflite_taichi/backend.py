@@ -84,17 +84,9 @@ def probe(name: str, timeout: float = 120.0, cache_root: Optional[str] = None) -
                 # treated as software: auto must never pick a CPU in disguise by default
                 software, device = True, "unknown device (treated as software)"
             result = (True, software, device)
-    remember_probe(name, result, cache_root, keep=not result[2].startswith("probe timed out"))
+    from tflite_taichi.runtime import cache
+    cache.remember_probe(cache_root, name, result, keep=not result[2].startswith("probe timed out"))
     return result
-
-
-def remember_probe(name: str, result: tuple, cache_root: Optional[str], keep: bool = True) -> None:
-    """A probe's result for this process and (keep) for the cache folder's later processes:
-    probe()'s, or a device's start where `auto` took the backend at a glance (device.py)."""
-    session.SESSION.probes[name] = result
-    if keep:
-        from tflite_taichi.runtime import cache
-        cache.store_probe(cache_root, name, result)
 
 
 def _device_name(log: str) -> str:

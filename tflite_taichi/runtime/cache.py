@@ -1055,6 +1055,15 @@ def stored_probe(root: Optional[str], backend: str) -> Optional[tuple]:
     return tuple(result)
 
 
+def remember_probe(root: Optional[str], backend: str, result: tuple, keep: bool = True) -> None:
+    """A probe's result for this process and (keep) for the folder's later processes:
+    backend.probe()'s, or a device's start where `auto` took the backend at a glance
+    (device._start_capi)."""
+    SESSION.probes[backend] = result
+    if keep:
+        store_probe(root, backend, result)
+
+
 def store_probe(root: Optional[str], backend: str, result: tuple) -> None:
     if root is None:
         return

@@ -791,15 +791,15 @@ def _start_capi(backend: str, env=None) -> CapiDevice:
     without its probe (SESSION.unprobed), this start is the probe: its outcome is recorded in
     the cache folder as probe() records one, so the next process's `auto` knows it."""
     glance = SESSION.unprobed.pop(backend, None)
-    from tflite_taichi.backend import remember_probe
+    from tflite_taichi.runtime.cache import remember_probe
     try:
         device = CapiDevice(backend, env)
     except capi.CapiError as e:
         if glance is not None:
-            remember_probe(backend, (False, False, f"its device did not start: {e}"), glance[0])
+            remember_probe(glance[0], backend, (False, False, f"its device did not start: {e}"))
         raise
     if glance is not None:
-        remember_probe(backend, (True, False, glance[1]), glance[0])
+        remember_probe(glance[0], backend, (True, False, glance[1]))
     return device
 
 
