@@ -350,7 +350,11 @@ args = json.loads(sys.argv[1])
 from tflite_taichi import backend as ti_backend
 ti_backend.gpu_device_nodes = lambda: ["/dev/a-gpu"]
 ti_backend.AUTO_ORDER = ("vulkan",)
-ti_backend.GLANCES = {"vulkan": lambda: "a GPU seen at a glance"}
+glanced = []
+def glance():
+    glanced.append("vulkan")
+    return "a GPU seen at a glance"
+ti_backend.GLANCES = {"vulkan": glance}
 probed = []
 probe = ti_backend.probe
 def noted(name, *a, **k):
@@ -363,7 +367,8 @@ if args.get("refuse"):               # the driver showed a device, and then refu
         raise capi.CapiError("planted: the driver refuses")
     device.CapiDevice.__init__ = refuse
 from tflite_taichi import auto_choice
-auto_choice.GPU_FLOOR_MS = 0.0       # no model is under the GPU's floor: the GPU is tried
+# no model is under the GPU's floor: the GPU is tried (or, `floor`, every model is: LiteRT)
+auto_choice.GPU_FLOOR_MS = 1e9 if args.get("floor") else 0.0
 from tflite_taichi import Interpreter
 from tflite_taichi.runtime import cache
 x = np.load(args["inputs"])
@@ -387,18 +392,18 @@ with warnings.catch_warnings(record=True) as caught:
         it.wait_for_kernels(timeout=300)
     except Exception as e:
         record["wait_error"] = f"{type(e).__name__}: {e}"
-record["probed"] = probed
+record["probed"], record["glanced"] = probed, glanced
 record["stored"] = cache.stored_probe(cache.root_for(args["cache_dir"]), "vulkan")
 record["warnings"] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
 print("RESULT " + json.dumps(record), flush=True)
 '''
 
 
-def _glance(model_path, cache_dir, inputs_path, **options) -> dict:
+def _glance(model_path, cache_dir, inputs_path, env=None, **options) -> dict:
     proc = subprocess.run([sys.executable, "-c", GLANCE, json.dumps({
         "model": str(model_path), "cache_dir": str(cache_dir), "inputs": str(inputs_path),
         **options})], capture_output=True, text=True, timeout=600,
-        env={**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False"})
+        env={**os.environ, "ENABLE_TAICHI_HEADER_PRINT": "False", **(env or {})})
     lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-2000:] + proc.stderr[-3000:]
     return json.loads(lines[-1][len("RESULT "):])
@@ -429,6 +434,30 @@ def test_a_gpu_seen_at_a_glance_that_does_not_start_leaves_litert_answering(demo
         assert_float_close(np.array(out, np.float32), expected[k], what=f"answer {k}")
     after = _glance(path, cache, inputs)        # the failed start is known: no GPU, LiteRT
     assert after["backend"] == "litert" and after["probed"] == [], after
+
+
+def test_a_glance_is_kept_where_the_model_never_starts_the_gpu(demo, tmp_path):
+    """A model `auto` runs on LiteRT (here: under the GPU's floor) never starts the device, so
+    no probe is recorded; the glance is kept instead (it cost 0.1-0.16 s of a 0.25 s
+    constructor on an H100), under the driver stack's fingerprint."""
+    path, inputs, expected = demo
+    cache = tmp_path / "cache"
+    first = _glance(path, cache, inputs, floor=True)
+    assert first["backend"] == "litert" and first["glanced"] == ["vulkan"], first
+    assert first["probed"] == [] and first["stored"] is None, first     # no start: no probe
+    again = _glance(path, cache, inputs, floor=True)
+    assert again["backend"] == "litert" and again["glanced"] == [], again
+    assert again["paths"] == ["litert", "litert"], again
+    for k, out in enumerate(again["outputs"]):
+        assert_float_close(np.array(out, np.float32), expected[k], what=f"answer {k}")
+    # a kept glance still starts the GPU where the model needs it, and the start is the probe
+    started = _glance(path, cache, inputs)
+    assert started["glanced"] == [] and started["backend"] == "vulkan", started
+    assert started["paths"] == ["litert", "delegate"], started
+    assert started["stored"] == [True, False, "a GPU seen at a glance"], started["stored"]
+    # another driver stack (a loader's variable is part of the fingerprint) glances afresh
+    other = _glance(path, cache, inputs, floor=True, env={"CUDA_VISIBLE_DEVICES": "7"})
+    assert other["glanced"] == ["vulkan"] and other["stored"] is None, other
 
 
 def test_without_answers_meanwhile_auto_probes_before_it_chooses(demo, tmp_path):

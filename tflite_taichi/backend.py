@@ -148,7 +148,9 @@ def choose_auto(cache_root: Optional[str] = None, at_a_glance: bool = False) -> 
     at_a_glance: the caller answers on LiteRT until the GPU is ready (the Interpreter's
     `auto`), so an NVIDIA GPU that the CUDA driver shows in this process (cuda_at_a_glance:
     ~0.1 s, where cuda's probe took 2.7 s cold on an H100) is taken without its probe; the
-    device's start in the background is the probe then (device._start_capi records it)."""
+    device's start in the background is the probe then (device._start_capi records it). The
+    glance is kept in the cache folder too (cache.store_glance): a model that ends on LiteRT
+    never starts the device, and every process would ask the driver again."""
     if not gpu_device_nodes():
         return "cpu"
     names = [n for n in AUTO_ORDER if n != "metal" or sys.platform == "darwin"]
@@ -160,8 +162,7 @@ def choose_auto(cache_root: Optional[str] = None, at_a_glance: bool = False) -> 
         if ok and not software:
             return names[0]
         names.pop(0)
-    glance = GLANCES.get(names[0]) if names and at_a_glance else None
-    device = glance() if glance is not None else None
+    device = _glanced(names[0], cache_root) if names and at_a_glance else None
     if device is not None:
         session.SESSION.unprobed[names[0]] = (cache_root, device)
         return names[0]
@@ -185,6 +186,21 @@ def _known_probe(name: str, cache_root: Optional[str]) -> Optional[tuple]:
         if stored is not None:
             probes[name] = stored
     return probes.get(name)
+
+
+def _glanced(name: str, cache_root: Optional[str]) -> Optional[str]:
+    """The device a glance at `name` (GLANCES) sees: the cache folder's record of an earlier
+    glance under this driver stack, else the glance itself, recorded where it saw one."""
+    glance = GLANCES.get(name)
+    if glance is None:
+        return None
+    from tflite_taichi.runtime import cache
+    device = cache.stored_glance(cache_root, name)
+    if device is None:
+        device = glance()
+        if device is not None:
+            cache.store_glance(cache_root, name, device)
+    return device
 
 
 # Taichi 1.7.4's CUDA code generator (LLVM 15's NVPTX) targets compute capabilities up to 9.0

@@ -1037,18 +1037,37 @@ def driver_fingerprint() -> str:
 PROBE_VERSION = 3
 
 
-def stored_probe(root: Optional[str], backend: str) -> Optional[tuple]:
-    """The probe result recorded in root/probes.json for this driver stack, if recent."""
+def _fresh_entry(root: Optional[str], name: str, key: str) -> Optional[dict]:
+    """root/name's entry for `key` where it was written under this driver stack (the
+    fingerprint), by this probe version, within PROBE_TTL_S; else None."""
     if root is None:
         return None
-    record, _ = _read_json(os.path.join(root, PROBES))
-    entry = record.get(backend) if isinstance(record, dict) else None
+    record, _ = _read_json(os.path.join(root, name))
+    entry = record.get(key) if isinstance(record, dict) else None
     if (not isinstance(entry, dict) or entry.get("fingerprint") != driver_fingerprint()
             or entry.get("probe") != PROBE_VERSION
             or not isinstance(entry.get("time"), (int, float))
             or not 0 <= time.time() - entry["time"] <= PROBE_TTL_S):
         return None
-    result = entry.get("result")
+    return entry
+
+
+def _store_entry(root: Optional[str], name: str, key: str, **fields) -> None:
+    if root is None:
+        return
+    path = os.path.join(root, name)
+    with contextlib.suppress(OSError), locked(root):
+        record, _ = _read_json(path)
+        record = record if isinstance(record, dict) else {}
+        record[key] = {"fingerprint": driver_fingerprint(), "probe": PROBE_VERSION,
+                       "time": time.time(), **fields}
+        _write_json(path, record)
+
+
+def stored_probe(root: Optional[str], backend: str) -> Optional[tuple]:
+    """The probe result recorded in root/probes.json for this driver stack, if recent."""
+    entry = _fresh_entry(root, PROBES, backend)
+    result = entry.get("result") if entry is not None else None
     if (not isinstance(result, list) or len(result) != 3 or not isinstance(result[0], bool)
             or not isinstance(result[1], bool) or not isinstance(result[2], str)):
         return None
@@ -1065,12 +1084,23 @@ def remember_probe(root: Optional[str], backend: str, result: tuple, keep: bool 
 
 
 def store_probe(root: Optional[str], backend: str, result: tuple) -> None:
-    if root is None:
-        return
-    path = os.path.join(root, PROBES)
-    with contextlib.suppress(OSError), locked(root):
-        record, _ = _read_json(path)
-        record = record if isinstance(record, dict) else {}
-        record[backend] = {"fingerprint": driver_fingerprint(), "probe": PROBE_VERSION, "time": time.time(),
-                           "result": [bool(result[0]), bool(result[1]), str(result[2])]}
-        _write_json(path, record)
+    _store_entry(root, PROBES, backend, result=[bool(result[0]), bool(result[1]), str(result[2])])
+
+
+# A glance (backend.GLANCES: the CUDA driver asked in the process, 0.1-0.16 s on an H100, most of
+# a LiteRT-bound model's constructor) is kept beside the probes, under the same fingerprint: a
+# model `auto` runs on LiteRT never starts the GPU, so no probe is recorded for it, and every
+# process glanced again. A glance decides no more than where the GPU is tried: a device that
+# then fails to start is recorded as a failed probe, and a probe's record is read first.
+GLANCED = "glances.json"
+
+
+def stored_glance(root: Optional[str], backend: str) -> Optional[str]:
+    """The device name a glance at `backend` saw under this driver stack, if recent."""
+    entry = _fresh_entry(root, GLANCED, backend)
+    device = entry.get("device") if entry is not None else None
+    return device if isinstance(device, str) and device else None
+
+
+def store_glance(root: Optional[str], backend: str, device: str) -> None:
+    _store_entry(root, GLANCED, backend, device=str(device))
