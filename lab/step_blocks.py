@@ -13,26 +13,8 @@ import time
 
 import numpy as np
 
-HOST_SIDES = ("litert", "reference", "cpu")
-
-
-def make_interpreter(path: str, backend: str):
-    if backend == "litert":
-        from ai_edge_litert.interpreter import Interpreter as LiteRT
-        return LiteRT(model_path=path, num_threads=16)
-    from tflite_taichi import Interpreter
-    return Interpreter(model_path=path, backend=backend, num_threads=16)
-
-
-def random_inputs(it) -> list:
-    rng = np.random.default_rng(0)
-    inputs = []
-    for d in it.get_input_details():
-        dtype = np.dtype(d["dtype"])
-        x = (rng.integers(-100, 100, d["shape"]).astype(dtype) if dtype.kind in "iu"
-             else rng.random(d["shape"]).astype(dtype))
-        inputs.append((d["index"], x))
-    return inputs
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from cpu_step import Step  # noqa: E402  (the harness's runtime and step: bench/cpu_step.py)
 
 
 def thread_cpu_seconds() -> dict:
@@ -52,29 +34,16 @@ def thread_cpu_seconds() -> dict:
 
 def main() -> None:
     path, backend = sys.argv[1], sys.argv[2]
-    it = make_interpreter(path, backend)
-    it.allocate_tensors()
-    if hasattr(it, "wait_for_kernels"):
-        it.wait_for_kernels()
-    inputs = random_inputs(it)
-    outputs = [d["index"] for d in it.get_output_details()]
-
-    def step():
-        for index, x in inputs:
-            it.set_tensor(index, x)
-        it.invoke()
-        return [it.get_tensor(o) for o in outputs]
-
+    from tflite_taichi.tools.bench import make_inputs
+    runtime = Step(backend, path, 16, make_inputs(path))
+    step, it = runtime.step, runtime.it
+    outputs = runtime.outputs
     end = time.perf_counter() + 0.5            # past an idle GPU's climb to its clock
     while time.perf_counter() < end:
         step()
+    runtime.chosen()                           # `auto`: stepped on until it chose
     if backend == "auto":
-        deadline = time.perf_counter() + 60
-        while (it.backend not in HOST_SIDES and it.summary().get("auto_choice") is None
-               and time.perf_counter() < deadline):
-            for _ in range(50):
-                step()
-        print("auto ->", it.backend, (it.summary().get("auto_choice") or {}).get("text"))
+        print(runtime.label, runtime.choice)
     for block in range(3):
         before, start, times = thread_cpu_seconds(), time.perf_counter(), []
         for _ in range(400):
@@ -92,7 +61,7 @@ def main() -> None:
     phases, n = np.zeros(3), 400
     for _ in range(n):
         t0 = time.perf_counter()
-        for index, x in inputs:
+        for index, x in runtime.inputs:
             it.set_tensor(index, x)
         t1 = time.perf_counter()
         it.invoke()
